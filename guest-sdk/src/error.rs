@@ -5,12 +5,20 @@ pub use crate::bindings::workflow::capstan::platform::types::{Error, ErrorKind};
 impl Error {
     /// An error that will recur if the request is repeated.
     pub fn permanent(code: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { kind: ErrorKind::Permanent, code: code.into(), message: message.into() }
+        Self {
+            kind: ErrorKind::Permanent,
+            code: code.into(),
+            message: message.into(),
+        }
     }
 
     /// An error worth retrying later.
     pub fn transient(code: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { kind: ErrorKind::Transient, code: code.into(), message: message.into() }
+        Self {
+            kind: ErrorKind::Transient,
+            code: code.into(),
+            message: message.into(),
+        }
     }
 
     /// True for [`ErrorKind::Transient`].

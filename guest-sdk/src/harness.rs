@@ -90,7 +90,10 @@ impl std::fmt::Debug for Harness {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut fakes: Vec<_> = self.fakes.keys().collect();
         fakes.sort();
-        f.debug_struct("Harness").field("fakes", &fakes).field("clock_millis", &self.clock_millis).finish()
+        f.debug_struct("Harness")
+            .field("fakes", &fakes)
+            .field("clock_millis", &self.clock_millis)
+            .finish()
     }
 }
 
@@ -118,7 +121,11 @@ impl Harness {
 
     /// Answers `op` (`"<interface>.<function>"`) with `f(request)`; the request is a JSON object
     /// keyed by parameter name.
-    pub fn fake(mut self, op: &str, f: impl FnMut(&Value) -> Result<Value, Error> + 'static) -> Self {
+    pub fn fake(
+        mut self,
+        op: &str,
+        f: impl FnMut(&Value) -> Result<Value, Error> + 'static,
+    ) -> Self {
         self.fakes.insert(op.to_owned(), Box::new(f));
         self
     }
@@ -152,7 +159,13 @@ impl Harness {
 
     /// Runs `W` on `input` (serialized as the host would) and reports what happened.
     pub fn run<W: Workflow>(self, input: Value) -> Report {
-        let state = State { harness: self, stages: Vec::new(), journal: Vec::new(), events: Vec::new(), logs: Vec::new() };
+        let state = State {
+            harness: self,
+            stages: Vec::new(),
+            journal: Vec::new(),
+            events: Vec::new(),
+            logs: Vec::new(),
+        };
         ACTIVE.with(|a| *a.borrow_mut() = Some(state));
         let output = workflow::run::<W>(&input.to_string())
             .map(|text| serde_json::from_str(&text).unwrap_or(Value::Null));
@@ -184,7 +197,11 @@ thread_local! {
 }
 
 fn str_field(request: &Value, key: &str) -> String {
-    request.get(key).and_then(Value::as_str).unwrap_or_default().to_owned()
+    request
+        .get(key)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
 }
 
 impl State {
@@ -192,7 +209,12 @@ impl State {
         match op {
             "context.info" => self.harness.info.clone(),
             "context.stage-begin" => {
-                self.stages.push(Stage { name: str_field(request, "name"), status: StageStatus::Running, output: None, error: None });
+                self.stages.push(Stage {
+                    name: str_field(request, "name"),
+                    status: StageStatus::Running,
+                    output: None,
+                    error: None,
+                });
                 Value::Null
             }
             "context.stage-succeeded" | "context.stage-failed" => {
@@ -200,41 +222,57 @@ impl State {
                 if let Some(stage) = self.stages.iter_mut().rev().find(|s| s.name == name) {
                     if op == "context.stage-succeeded" {
                         stage.status = StageStatus::Succeeded;
-                        stage.output = request.get("output").and_then(Value::as_str).and_then(|t| serde_json::from_str(t).ok());
+                        stage.output = request
+                            .get("output")
+                            .and_then(Value::as_str)
+                            .and_then(|t| serde_json::from_str(t).ok());
                     } else {
                         stage.status = StageStatus::Failed;
-                        stage.error = request.get("error").and_then(|e| serde_json::from_value(e.clone()).ok());
+                        stage.error = request
+                            .get("error")
+                            .and_then(|e| serde_json::from_value(e.clone()).ok());
                     }
                 }
                 Value::Null
             }
             "context.log" => {
-                let level = request.get("level").and_then(|l| serde_json::from_value(l.clone()).ok()).unwrap_or(LogLevel::Info);
+                let level = request
+                    .get("level")
+                    .and_then(|l| serde_json::from_value(l.clone()).ok())
+                    .unwrap_or(LogLevel::Info);
                 self.logs.push((level, str_field(request, "message")));
                 Value::Null
             }
             "context.emit" => {
-                let payload = serde_json::from_str(&str_field(request, "payload")).unwrap_or(Value::Null);
-                self.events.push((str_field(request, "event_type"), payload));
+                let payload =
+                    serde_json::from_str(&str_field(request, "payload")).unwrap_or(Value::Null);
+                self.events
+                    .push((str_field(request, "event_type"), payload));
                 Value::Null
             }
             "context.cancellation-requested" => json!(self.harness.cancellation_requested),
             "time.now" => json!(self.harness.clock_millis),
             "time.sleep" => {
-                self.harness.clock_millis += request.get("millis").and_then(Value::as_u64).unwrap_or(0);
+                self.harness.clock_millis +=
+                    request.get("millis").and_then(Value::as_u64).unwrap_or(0);
                 Value::Null
             }
             "approvals.await-approval" => {
                 let name = str_field(request, "name");
                 let result: Result<String, Error> = match self.harness.approvals.get(&name) {
                     Some(body) => Ok(body.to_string()),
-                    None => Err(Error::permanent("not-approved", format!("the harness has no approval for `{name}`"))),
+                    None => Err(Error::permanent(
+                        "not-approved",
+                        format!("the harness has no approval for `{name}`"),
+                    )),
                 };
                 serde_json::to_value(result).unwrap_or(Value::Null)
             }
             _ => {
                 let Some(fake) = self.harness.fakes.get_mut(op) else {
-                    panic!("capstan-sdk harness: no fake for `{op}` (request {request}); add `.fake(\"{op}\", ...)`");
+                    panic!(
+                        "capstan-sdk harness: no fake for `{op}` (request {request}); add `.fake(\"{op}\", ...)`"
+                    );
                 };
                 serde_json::to_value(fake(request)).unwrap_or(Value::Null)
             }
@@ -255,6 +293,8 @@ pub(crate) fn call<T: DeserializeOwned>(op: &str, request: Value) -> T {
     });
     match serde_json::from_value(response.clone()) {
         Ok(value) => value,
-        Err(e) => panic!("capstan-sdk harness: the answer to `{op}` does not fit its WIT type: {e}; answer was {response}"),
+        Err(e) => panic!(
+            "capstan-sdk harness: the answer to `{op}` does not fit its WIT type: {e}; answer was {response}"
+        ),
     }
 }

@@ -60,8 +60,8 @@ macro_rules! capability {
 pub(crate) mod platform {
     #[cfg(not(target_arch = "wasm32"))]
     use super::{arg, harness};
-    use crate::bindings::workflow::capstan::platform::{approvals, context, time, types};
     use crate::Error;
+    use crate::bindings::workflow::capstan::platform::{approvals, context, time, types};
 
     pub fn info() -> context::ExecutionInfo {
         host_call!(context::info, "context.info", ())
@@ -70,7 +70,11 @@ pub(crate) mod platform {
         host_call!(context::stage_begin, "context.stage-begin", (name))
     }
     pub fn stage_succeeded(name: &str, output: Option<&str>) {
-        host_call!(context::stage_succeeded, "context.stage-succeeded", (name, output))
+        host_call!(
+            context::stage_succeeded,
+            "context.stage-succeeded",
+            (name, output)
+        )
     }
     pub fn stage_failed(name: &str, error: &Error) {
         host_call!(context::stage_failed, "context.stage-failed", (name, error))
@@ -82,7 +86,11 @@ pub(crate) mod platform {
         host_call!(context::emit, "context.emit", (event_type, payload))
     }
     pub fn cancellation_requested() -> bool {
-        host_call!(context::cancellation_requested, "context.cancellation-requested", ())
+        host_call!(
+            context::cancellation_requested,
+            "context.cancellation-requested",
+            ()
+        )
     }
     pub fn now() -> u64 {
         host_call!(time::now, "time.now", ())
@@ -91,18 +99,22 @@ pub(crate) mod platform {
         host_call!(time::sleep, "time.sleep", (millis))
     }
     pub fn await_approval(name: &str, digest: &str, payload: &str) -> Result<String, Error> {
-        host_call!(approvals::await_approval, "approvals.await-approval", (name, digest, payload))
+        host_call!(
+            approvals::await_approval,
+            "approvals.await-approval",
+            (name, digest, payload)
+        )
     }
 }
 
 /// DNS zones and record sets.
 pub mod dns {
-    pub use crate::bindings::workflow::capstan::infra::dns::{
-        AliasTarget, Change, ChangeReceipt, ChangeStatus, RecordSet, RecordType, Zone,
-    };
     #[cfg(not(target_arch = "wasm32"))]
     use super::{arg, harness};
     use crate::Error;
+    pub use crate::bindings::workflow::capstan::infra::dns::{
+        AliasTarget, Change, ChangeReceipt, ChangeStatus, RecordSet, RecordType, Zone,
+    };
 
     capability! {
         /// The `capstan:infra/dns` capability.
@@ -121,10 +133,10 @@ pub mod dns {
 
 /// Domain registration.
 pub mod registrar {
-    pub use crate::bindings::workflow::capstan::infra::registrar::{DomainStatus, Registration};
     #[cfg(not(target_arch = "wasm32"))]
     use super::{arg, harness};
     use crate::Error;
+    pub use crate::bindings::workflow::capstan::infra::registrar::{DomainStatus, Registration};
 
     capability! {
         /// The `capstan:infra/registrar` capability.
@@ -137,10 +149,12 @@ pub mod registrar {
 
 /// TLS certificates validated through DNS.
 pub mod certificates {
-    pub use crate::bindings::workflow::capstan::infra::certificates::{Certificate, CertificateStatus};
     #[cfg(not(target_arch = "wasm32"))]
     use super::{arg, harness};
     use crate::Error;
+    pub use crate::bindings::workflow::capstan::infra::certificates::{
+        Certificate, CertificateStatus,
+    };
 
     capability! {
         /// The `capstan:infra/certificates` capability.
@@ -155,12 +169,12 @@ pub mod certificates {
 
 /// CDN distributions.
 pub mod cdn {
-    pub use crate::bindings::workflow::capstan::infra::cdn::{
-        Distribution, DistributionSpec, DistributionStatus, DistributionUpdate,
-    };
     #[cfg(not(target_arch = "wasm32"))]
     use super::{arg, harness};
     use crate::Error;
+    pub use crate::bindings::workflow::capstan::infra::cdn::{
+        Distribution, DistributionSpec, DistributionStatus, DistributionUpdate,
+    };
 
     capability! {
         /// The `capstan:infra/cdn` capability.
@@ -176,10 +190,10 @@ pub mod cdn {
 
 /// Maps API keys and their referrer whitelists.
 pub mod maps {
-    pub use crate::bindings::workflow::capstan::infra::maps::{ApiKey, ReferrerChange};
     #[cfg(not(target_arch = "wasm32"))]
     use super::{arg, harness};
     use crate::Error;
+    pub use crate::bindings::workflow::capstan::infra::maps::{ApiKey, ReferrerChange};
 
     capability! {
         /// The `capstan:infra/maps` capability.
@@ -194,10 +208,12 @@ pub mod maps {
 
 /// Serverless function versions and aliases.
 pub mod functions {
-    pub use crate::bindings::workflow::capstan::infra::functions::{Alias, AliasChange, FunctionVersion};
     #[cfg(not(target_arch = "wasm32"))]
     use super::{arg, harness};
     use crate::Error;
+    pub use crate::bindings::workflow::capstan::infra::functions::{
+        Alias, AliasChange, FunctionVersion,
+    };
 
     capability! {
         /// The `capstan:infra/functions` capability.
@@ -213,10 +229,12 @@ pub mod functions {
 
 /// Tickets in the change-management system.
 pub mod ticketing {
-    pub use crate::bindings::workflow::capstan::infra::ticketing::{CommentReceipt, Ticket, TransitionReceipt};
     #[cfg(not(target_arch = "wasm32"))]
     use super::{arg, harness};
     use crate::Error;
+    pub use crate::bindings::workflow::capstan::infra::ticketing::{
+        CommentReceipt, Ticket, TransitionReceipt,
+    };
 
     capability! {
         /// The `capstan:infra/ticketing` capability.
@@ -230,10 +248,10 @@ pub mod ticketing {
 
 /// Waiting for a provider to converge, without holding the instance.
 pub mod convergence {
-    pub use crate::bindings::workflow::capstan::infra::convergence::Condition;
     #[cfg(not(target_arch = "wasm32"))]
     use super::{arg, harness};
     use crate::Error;
+    pub use crate::bindings::workflow::capstan::infra::convergence::Condition;
 
     capability! {
         /// The `capstan:infra/convergence` capability.

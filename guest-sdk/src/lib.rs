@@ -53,10 +53,14 @@ macro_rules! export_workflow {
             impl $crate::bindings::workflow::exports::capstan::platform::workflow::Guest
                 for __CapstanExport
             {
-                fn describe() -> $crate::bindings::workflow::capstan::platform::descriptor::WorkflowDescriptor {
+                fn describe()
+                -> $crate::bindings::workflow::capstan::platform::descriptor::WorkflowDescriptor
+                {
                     $crate::__private::describe::<$ty>()
                 }
-                fn run(input: ::std::string::String) -> ::std::result::Result<::std::string::String, $crate::Error> {
+                fn run(
+                    input: ::std::string::String,
+                ) -> ::std::result::Result<::std::string::String, $crate::Error> {
                     $crate::__private::run::<$ty>(&input)
                 }
             }

@@ -2,9 +2,9 @@
 //! over a [`Ctx`]. The export glue (`describe`, `run`) converts between JSON on the WIT boundary
 //! and the workflow's typed input and output.
 
+use crate::Error;
 use crate::bindings::workflow::capstan::platform::descriptor as wit;
 use crate::host::{self, platform};
-use crate::Error;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -137,7 +137,10 @@ impl Ctx {
         if !self.stages.contains(&name) {
             return Err(Error::permanent(
                 "undeclared-stage",
-                format!("stage `{name}` is not in the workflow's descriptor ({:?})", self.stages),
+                format!(
+                    "stage `{name}` is not in the workflow's descriptor ({:?})",
+                    self.stages
+                ),
             ));
         }
         platform::stage_begin(name);
@@ -240,7 +243,10 @@ pub fn describe<W: Workflow>() -> wit::WorkflowDescriptor {
         recovery_operations: d
             .recovery
             .iter()
-            .map(|(name, from)| wit::RecoveryOperation { name: (*name).to_owned(), from_stage: (*from).to_owned() })
+            .map(|(name, from)| wit::RecoveryOperation {
+                name: (*name).to_owned(),
+                from_stage: (*from).to_owned(),
+            })
             .collect(),
         cancel_mode: match d.cancel_mode {
             CancelMode::Immediate => wit::CancelMode::Immediate,
@@ -252,9 +258,15 @@ pub fn describe<W: Workflow>() -> wit::WorkflowDescriptor {
 
 /// The exported `run`: JSON in, JSON out.
 pub fn run<W: Workflow>(input: &str) -> Result<String, Error> {
-    let input: W::Input = serde_json::from_str(input)
-        .map_err(|e| Error::permanent("invalid-input", format!("input does not match the workflow's schema: {e}")))?;
-    let mut ctx = Ctx { stages: W::descriptor().stages };
+    let input: W::Input = serde_json::from_str(input).map_err(|e| {
+        Error::permanent(
+            "invalid-input",
+            format!("input does not match the workflow's schema: {e}"),
+        )
+    })?;
+    let mut ctx = Ctx {
+        stages: W::descriptor().stages,
+    };
     let output = W::run(&mut ctx, input)?;
     serde_json::to_string(&output).map_err(|e| Error::permanent("invalid-output", e.to_string()))
 }

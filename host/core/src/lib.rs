@@ -1,1 +1,22 @@
-//! placeholder
+//! # capstan-core
+//!
+//! Capstan's vocabulary as plain data: workflow descriptors, capabilities, the injected
+//! [`Clock`], and identifiers. No I/O and no heavy dependencies, so every other crate can depend
+//! on it and it rebuilds in a moment.
+//!
+//! # Layout
+//! - `clock` — [`Clock`], [`SystemClock`], [`ManualClock`] (tests move time by hand).
+//! - `workflow` — [`WorkflowDescriptor`] and the [`Capability`] set operators grant.
+//! - `ids` — UUIDv7 identifiers (time-ordered, so lists sort by creation).
+
+pub mod clock;
+pub mod execution;
+pub mod ids;
+pub mod workflow;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use execution::{ExecutionStatus, StageStatus};
+pub use workflow::{
+    CancelMode, Capability, CapabilityError, CapabilityGrants, ErrorKind, RecoveryOperation,
+    WorkflowDescriptor,
+};

@@ -1,1 +1,111 @@
-//! placeholder
+//! # capstan-runtime
+//!
+//! The one place wasmtime lives. It owns the [`Engine`](wasmtime::Engine), compiles components
+//! once (content-addressed by sha256, artifacts cached on disk), checks each component's imports
+//! against the operator's capability grants, and runs activations inside the sandbox: a memory cap,
+//! a CPU budget (fuel), a stack limit, and WASI with nothing behind it.
+//!
+//! It knows nothing of journals, databases or HTTP. Every host call a guest makes is handed to a
+//! [`HostCalls`] implementation as `(operation, JSON request)`; the engine crate supplies the one
+//! that journals and replays.
+//!
+//! # Layout
+//! - `bindings` — the `bindgen!` of the `workflow` world and one `Host` impl per interface.
+//! - `sandbox` — [`RunState`] (store data), limits, the deterministic WASI context, [`HostCalls`].
+//! - `cache` — content-addressed compilation with an on-disk artifact cache.
+//! - `loader` — loading a workflows directory: digest, describe, grant check, [`LoadReport`].
+
+mod bindings;
+mod cache;
+mod loader;
+mod sandbox;
+
+pub use cache::CompileStats;
+pub use loader::{LoadError, LoadFailure, LoadReport, LoadedWorkflow};
+pub use sandbox::{HostCalls, Interrupt, LimitExceeded, RunState};
+
+use std::path::PathBuf;
+use wasmtime::component::Linker;
+use wasmtime::{Config, Engine};
+
+/// Sandbox limits and caching, per [`Runtime`].
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// Largest linear memory an activation may grow to.
+    pub memory_limit_bytes: usize,
+    /// CPU budget of one activation, in fuel units (about one per wasm instruction).
+    pub fuel_per_activation: u64,
+    /// Largest wasm stack an activation may use.
+    pub max_wasm_stack_bytes: usize,
+    /// Where compiled artifacts are cached; `None` compiles on every load.
+    pub cache_dir: Option<PathBuf>,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self {
+            memory_limit_bytes: 64 << 20,
+            fuel_per_activation: 2_000_000_000,
+            max_wasm_stack_bytes: 1 << 20,
+            cache_dir: None,
+        }
+    }
+}
+
+/// The result of one activation (one instantiation and `run` call) of a workflow.
+#[derive(Debug)]
+pub enum Activation {
+    /// The guest returned: its output JSON, or its own error.
+    Completed(Result<String, capstan_core::CapabilityError>),
+    /// A host call stopped the guest (suspend, cancel, nondeterminism, host failure).
+    Interrupted(Interrupt),
+    /// The guest ran into a sandbox wall.
+    Limit(LimitExceeded),
+    /// The guest trapped (a panic, `unreachable`, a malformed call); the message says where.
+    Trapped(String),
+}
+
+/// The wasmtime engine, the linker and the sandbox limits, shared by every activation.
+pub struct Runtime {
+    engine: Engine,
+    linker: Linker<RunState>,
+    config: RuntimeConfig,
+    cache: cache::ComponentCache,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Runtime {
+    pub fn new(config: RuntimeConfig) -> anyhow::Result<Self> {
+        let mut wasm = Config::new();
+        wasm.wasm_component_model(true)
+            .consume_fuel(true)
+            .max_wasm_stack(config.max_wasm_stack_bytes)
+            .async_stack_size(config.max_wasm_stack_bytes + (1 << 20))
+            .cranelift_opt_level(wasmtime::OptLevel::Speed);
+        let engine = Engine::new(&wasm)?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+        bindings::Workflow::add_to_linker::<RunState, wasmtime::component::HasSelf<RunState>>(
+            &mut linker,
+            |s| s,
+        )?;
+        let cache = cache::ComponentCache::new(&engine, config.cache_dir.clone())?;
+        Ok(Self {
+            engine,
+            linker,
+            config,
+            cache,
+        })
+    }
+
+    pub fn config(&self) -> &RuntimeConfig {
+        &self.config
+    }
+}

@@ -44,7 +44,11 @@ impl Workflow for Hello {
         let greeted_at = ctx.stage("greet", |ctx| Ok(ctx.now_millis()))?;
         ctx.sleep(Duration::from_secs(input.pause_seconds));
         let farewell_at = ctx.stage("farewell", |ctx| Ok(ctx.now_millis()))?;
-        Ok(Output { greeting: format!("hello, {}", input.name.trim()), greeted_at, farewell_at })
+        Ok(Output {
+            greeting: format!("hello, {}", input.name.trim()),
+            greeted_at,
+            farewell_at,
+        })
     }
 }
 
@@ -61,10 +65,22 @@ mod tests {
         let report = Harness::new().run::<Hello>(json!({"name": " Ada ", "pauseSeconds": 3600}));
         let output: Output = serde_json::from_value(report.output.clone().unwrap()).unwrap();
         assert_eq!(output.greeting, "hello, Ada");
-        assert_eq!(output.farewell_at - output.greeted_at, 3_600_000, "the sleep advanced the simulated clock");
+        assert_eq!(
+            output.farewell_at - output.greeted_at,
+            3_600_000,
+            "the sleep advanced the simulated clock"
+        );
         assert_eq!(report.stage_names(), ["greet", "farewell"]);
-        assert!(report.stages.iter().all(|s| s.status == StageStatus::Succeeded));
-        assert_eq!(report.calls("time.sleep")[0].request, json!({"millis": 3_600_000}));
+        assert!(
+            report
+                .stages
+                .iter()
+                .all(|s| s.status == StageStatus::Succeeded)
+        );
+        assert_eq!(
+            report.calls("time.sleep")[0].request,
+            json!({"millis": 3_600_000})
+        );
     }
 
     #[test]

@@ -1,0 +1,164 @@
+//! Executions, stages, runs and the status machine, as plain data and pure functions.
+//!
+//! The status machine (DESIGN.md §3) as a table a reader can check against the API document:
+//!
+//! | from | event | to |
+//! |---|---|---|
+//! | (new) | trigger | queued |
+//! | queued | a worker claims the run | running |
+//! | running | the run waits (timer, approval, convergence) | waiting |
+//! | waiting | the wait is satisfied and a worker claims the run | running |
+//! | running | the guest ends with a transient error, or replay diverges | paused |
+//! | running | the guest returns | succeeded |
+//! | running | the guest ends with a permanent error, traps or hits a limit | failed |
+//! | queued, running, waiting, paused | cancel (immediate mode) | canceled |
+//! | succeeded, failed, canceled, paused | rollback completes | rolled_back |
+//! | paused (or failed/canceled when resumable) | resume | queued |
+//! | failed at its recovery stage, succeeded (maps recovery) | recovery command | queued |
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// Execution status, exactly the document's enum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecutionStatus {
+    Queued,
+    Running,
+    Waiting,
+    Paused,
+    Succeeded,
+    Failed,
+    Canceled,
+    RolledBack,
+}
+
+impl ExecutionStatus {
+    pub const ALL: [ExecutionStatus; 8] = [
+        Self::Canceled,
+        Self::Failed,
+        Self::Paused,
+        Self::Queued,
+        Self::RolledBack,
+        Self::Running,
+        Self::Succeeded,
+        Self::Waiting,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Running => "running",
+            Self::Waiting => "waiting",
+            Self::Paused => "paused",
+            Self::Succeeded => "succeeded",
+            Self::Failed => "failed",
+            Self::Canceled => "canceled",
+            Self::RolledBack => "rolled_back",
+        }
+    }
+
+    /// No further work happens without a command.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            Self::Succeeded | Self::Failed | Self::Canceled | Self::RolledBack
+        )
+    }
+
+    /// A run is in flight: the engine may still act on it.
+    pub fn is_active(self) -> bool {
+        matches!(self, Self::Queued | Self::Running | Self::Waiting)
+    }
+
+    /// Whether rollback may start from here (DESIGN §3: cancel first when active).
+    pub fn can_roll_back(self) -> bool {
+        matches!(
+            self,
+            Self::Succeeded | Self::Failed | Self::Canceled | Self::Paused
+        )
+    }
+
+    /// Whether an immediate cancel applies.
+    pub fn can_cancel(self) -> bool {
+        matches!(
+            self,
+            Self::Queued | Self::Running | Self::Waiting | Self::Paused
+        )
+    }
+}
+
+impl fmt::Display for ExecutionStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unknown status `{0}` (expected one of canceled, failed, paused, queued, rolled_back, running, succeeded, waiting)"
+)]
+pub struct UnknownStatus(pub String);
+
+impl FromStr for ExecutionStatus {
+    type Err = UnknownStatus;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|x| x.as_str() == s)
+            .ok_or_else(|| UnknownStatus(s.to_owned()))
+    }
+}
+
+/// Stage status, exactly the document's enum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StageStatus {
+    Running,
+    Waiting,
+    Succeeded,
+    Failed,
+}
+
+impl StageStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Waiting => "waiting",
+            Self::Succeeded => "succeeded",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+impl FromStr for StageStatus {
+    type Err = UnknownStatus;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        [Self::Running, Self::Waiting, Self::Succeeded, Self::Failed]
+            .into_iter()
+            .find(|x| x.as_str() == s)
+            .ok_or_else(|| UnknownStatus(s.to_owned()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_round_trip_and_classify() {
+        for s in ExecutionStatus::ALL {
+            assert_eq!(s.as_str().parse::<ExecutionStatus>(), Ok(s));
+            assert_eq!(
+                serde_json::to_value(s).unwrap(),
+                serde_json::json!(s.as_str())
+            );
+            assert!(!(s.is_terminal() && s.is_active()));
+        }
+        assert!("done".parse::<ExecutionStatus>().is_err());
+        assert!(!ExecutionStatus::Running.can_roll_back());
+        assert!(ExecutionStatus::Paused.can_roll_back());
+        assert!(!ExecutionStatus::Succeeded.can_cancel());
+    }
+}

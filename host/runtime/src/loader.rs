@@ -1,0 +1,372 @@
+//! Loading workflow components: read, digest, compile (or load the cached artifact), check the
+//! component's exports and its imports against the operator's grants, ask it to describe itself.
+//! A bad file never stops the others from loading; [`LoadReport`] says which failed and why.
+
+use crate::bindings::{self, WorkflowPre};
+use crate::sandbox::{HostCalls, Interrupt, LimitExceeded, RunState};
+use crate::{Activation, CompileStats, Runtime, cache};
+use async_trait::async_trait;
+use capstan_core::{
+    CancelMode, Capability, CapabilityError, CapabilityGrants, ErrorKind, RecoveryOperation,
+    WorkflowDescriptor,
+};
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use wasmtime::Store;
+
+/// The interface every workflow component exports.
+pub const WORKFLOW_EXPORT: &str = "capstan:platform/workflow@0.1.0";
+
+/// WASI interfaces a guest may import: Rust's std needs them, and the sandbox answers them with
+/// nothing (no env, frozen clocks, seeded random). Filesystem and sockets are never linked for use.
+const VIRTUALIZED_WASI: [&str; 4] = ["wasi:cli/", "wasi:io/", "wasi:clocks/", "wasi:random/"];
+
+/// Why a component was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("not a valid component: {0}")]
+    Invalid(String),
+    #[error("not a workflow component: it does not export `{WORKFLOW_EXPORT}` (wrong world?)")]
+    WrongWorld,
+    #[error(
+        "workflow `{workflow}` imports `{import}`, but capability `{capability}` is not granted to it (grant it under [workflows.grants] in the config)"
+    )]
+    NotGranted {
+        workflow: String,
+        import: String,
+        capability: Capability,
+    },
+    #[error(
+        "workflow `{workflow}` imports `{import}`, which no workflow may use (no filesystem, sockets or unknown interfaces)"
+    )]
+    ForbiddenImport { workflow: String, import: String },
+    #[error("describe() failed: {0}")]
+    Describe(String),
+    #[error("duplicate workflow name `{name}`: already loaded from {first}")]
+    Duplicate { name: String, first: PathBuf },
+    #[error("symbolic links are not followed in the workflows directory")]
+    Symlink,
+}
+
+/// A component file that did not load.
+#[derive(Debug)]
+pub struct LoadFailure {
+    pub file: PathBuf,
+    pub error: LoadError,
+}
+
+/// What loading a directory produced.
+#[derive(Debug, Default)]
+pub struct LoadReport {
+    pub workflows: Vec<Arc<LoadedWorkflow>>,
+    pub failures: Vec<LoadFailure>,
+}
+
+/// A compiled, checked, described workflow component, ready to activate.
+pub struct LoadedWorkflow {
+    pub file: PathBuf,
+    /// sha256 of the component's bytes: runs are pinned to it.
+    pub digest: String,
+    pub descriptor: WorkflowDescriptor,
+    /// Every interface the component imports.
+    pub imports: Vec<String>,
+    /// The capabilities it uses (all granted).
+    pub capabilities: BTreeSet<Capability>,
+    pub stats: CompileStats,
+    pre: WorkflowPre<RunState>,
+}
+
+impl std::fmt::Debug for LoadedWorkflow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadedWorkflow")
+            .field("file", &self.file)
+            .field("digest", &self.digest)
+            .field("name", &self.descriptor.name)
+            .field("capabilities", &self.capabilities)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LoadedWorkflow {
+    /// One activation: instantiate (through the pre-linked `InstancePre`), call `run(input)`,
+    /// drop the instance. `seed` makes the guest's WASI clocks and random deterministic.
+    pub async fn activate(
+        &self,
+        runtime: &Runtime,
+        host: Box<dyn HostCalls>,
+        seed: u64,
+        input: &str,
+    ) -> Activation {
+        let mut store = new_store(runtime, host, seed);
+        let workflow = match self.pre.instantiate_async(&mut store).await {
+            Ok(workflow) => workflow,
+            Err(trap) => return classify(trap, &mut store, runtime),
+        };
+        match workflow
+            .capstan_platform_workflow()
+            .call_run(&mut store, &input.to_owned())
+            .await
+        {
+            Ok(Ok(output)) => Activation::Completed(Ok(output)),
+            Ok(Err(error)) => Activation::Completed(Err(guest_error(error))),
+            Err(trap) => classify(trap, &mut store, runtime),
+        }
+    }
+}
+
+fn new_store(runtime: &Runtime, host: Box<dyn HostCalls>, seed: u64) -> Store<RunState> {
+    let mut store = Store::new(
+        &runtime.engine,
+        RunState::new(host, seed, runtime.config.memory_limit_bytes),
+    );
+    store.limiter(|state| &mut state.memory);
+    // Both only fail when fuel is not enabled, and `Runtime::new` always enables it.
+    let _ = store.set_fuel(runtime.config.fuel_per_activation);
+    let _ = store.fuel_async_yield_interval(Some(10_000_000));
+    store
+}
+
+fn guest_error(error: bindings::types::Error) -> CapabilityError {
+    CapabilityError {
+        kind: match error.kind {
+            bindings::types::ErrorKind::Transient => ErrorKind::Transient,
+            bindings::types::ErrorKind::Permanent => ErrorKind::Permanent,
+        },
+        code: error.code,
+        message: error.message,
+    }
+}
+
+/// Says why the guest stopped: a host interrupt, a sandbox limit, or its own trap.
+fn classify(trap: wasmtime::Error, store: &mut Store<RunState>, runtime: &Runtime) -> Activation {
+    if let Some(interrupt) = store.data_mut().interrupt.take() {
+        return Activation::Interrupted(interrupt);
+    }
+    if let Some(limit) = trap.downcast_ref::<LimitExceeded>() {
+        return Activation::Limit(*limit);
+    }
+    match trap.downcast_ref::<wasmtime::Trap>() {
+        Some(wasmtime::Trap::OutOfFuel) => Activation::Limit(LimitExceeded::Cpu {
+            fuel: runtime.config.fuel_per_activation,
+        }),
+        Some(wasmtime::Trap::StackOverflow) => Activation::Limit(LimitExceeded::Stack {
+            limit_bytes: runtime.config.max_wasm_stack_bytes,
+        }),
+        _ => Activation::Trapped(format!("{trap:#}")),
+    }
+}
+
+/// `describe()` may not call the host.
+struct NoHostCalls;
+
+#[async_trait]
+impl HostCalls for NoHostCalls {
+    async fn call(&mut self, op: &'static str, _request: Value) -> Result<Value, Interrupt> {
+        Err(Interrupt::Host(format!(
+            "describe() may not call the host (it called `{op}`)"
+        )))
+    }
+}
+
+impl Runtime {
+    /// Loads one component file.
+    pub async fn load_file(
+        &self,
+        path: &Path,
+        grants: &CapabilityGrants,
+    ) -> Result<LoadedWorkflow, LoadError> {
+        let bytes = std::fs::read(path).map_err(|source| LoadError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        self.load_bytes(path, &bytes, grants).await
+    }
+
+    /// Loads a component from its bytes; `path` names it in errors.
+    pub async fn load_bytes(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+        grants: &CapabilityGrants,
+    ) -> Result<LoadedWorkflow, LoadError> {
+        let digest = cache::digest(bytes);
+        let (component, stats) = self
+            .cache
+            .get(&self.engine, &digest, bytes)
+            .map_err(|e| LoadError::Invalid(format!("{e:#}")))?;
+        let ty = component.component_type();
+        if !ty
+            .exports(&self.engine)
+            .any(|(name, _)| name == WORKFLOW_EXPORT)
+        {
+            return Err(LoadError::WrongWorld);
+        }
+        let imports: Vec<String> = ty
+            .imports(&self.engine)
+            .map(|(name, _)| name.to_owned())
+            .collect();
+        let instance_pre = self
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| LoadError::Invalid(format!("{e:#}")))?;
+        let pre =
+            WorkflowPre::new(instance_pre).map_err(|e| LoadError::Invalid(format!("{e:#}")))?;
+
+        let mut store = new_store(self, Box::new(NoHostCalls), 0);
+        let described = match pre.instantiate_async(&mut store).await {
+            Ok(instance) => {
+                instance
+                    .capstan_platform_workflow()
+                    .call_describe(&mut store)
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        let descriptor = match described {
+            Ok(d) => descriptor(d)?,
+            Err(trap) => {
+                let why = match classify(trap, &mut store, self) {
+                    Activation::Interrupted(i) => i.to_string(),
+                    Activation::Limit(l) => l.to_string(),
+                    Activation::Trapped(t) => t,
+                    Activation::Completed(_) => "no result".to_owned(),
+                };
+                return Err(LoadError::Describe(why));
+            }
+        };
+
+        let granted = grants.get(&descriptor.name).cloned().unwrap_or_default();
+        let mut capabilities = BTreeSet::new();
+        for import in &imports {
+            if import.starts_with("capstan:platform/")
+                || VIRTUALIZED_WASI.iter().any(|p| import.starts_with(p))
+            {
+                continue;
+            }
+            match Capability::from_interface(import) {
+                Some(capability) if granted.contains(&capability) => {
+                    capabilities.insert(capability);
+                }
+                Some(capability) => {
+                    return Err(LoadError::NotGranted {
+                        workflow: descriptor.name,
+                        import: import.clone(),
+                        capability,
+                    });
+                }
+                None => {
+                    return Err(LoadError::ForbiddenImport {
+                        workflow: descriptor.name,
+                        import: import.clone(),
+                    });
+                }
+            }
+        }
+        Ok(LoadedWorkflow {
+            file: path.to_owned(),
+            digest,
+            descriptor,
+            imports,
+            capabilities,
+            stats,
+            pre,
+        })
+    }
+
+    /// Loads every `*.wasm` file of `dir` (not recursively, in name order). Bad files are reported,
+    /// not fatal; a second component with an already-loaded name is refused.
+    pub async fn load_dir(&self, dir: &Path, grants: &CapabilityGrants) -> LoadReport {
+        let mut report = LoadReport::default();
+        let entries = match std::fs::read_dir(dir) {
+            Ok(entries) => entries,
+            Err(source) => {
+                report.failures.push(LoadFailure {
+                    file: dir.to_owned(),
+                    error: LoadError::Read {
+                        path: dir.to_owned(),
+                        source,
+                    },
+                });
+                return report;
+            }
+        };
+        let mut files: Vec<PathBuf> = entries
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|ext| ext == "wasm"))
+            .collect();
+        files.sort();
+        let mut names: BTreeMap<String, PathBuf> = BTreeMap::new();
+        for file in files {
+            if std::fs::symlink_metadata(&file).is_ok_and(|m| m.file_type().is_symlink()) {
+                report.failures.push(LoadFailure {
+                    file,
+                    error: LoadError::Symlink,
+                });
+                continue;
+            }
+            match self.load_file(&file, grants).await {
+                Ok(workflow) => {
+                    if let Some(first) = names.get(&workflow.descriptor.name) {
+                        let error = LoadError::Duplicate {
+                            name: workflow.descriptor.name.clone(),
+                            first: first.clone(),
+                        };
+                        report.failures.push(LoadFailure { file, error });
+                        continue;
+                    }
+                    names.insert(workflow.descriptor.name.clone(), file);
+                    report.workflows.push(Arc::new(workflow));
+                }
+                Err(error) => report.failures.push(LoadFailure { file, error }),
+            }
+        }
+        report
+    }
+}
+
+fn descriptor(
+    d: bindings::descriptor::WorkflowDescriptor,
+) -> Result<WorkflowDescriptor, LoadError> {
+    let input_schema = serde_json::from_str(&d.input_schema)
+        .map_err(|e| LoadError::Describe(format!("input schema is not JSON: {e}")))?;
+    if d.name.is_empty()
+        || !d
+            .name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    {
+        return Err(LoadError::Describe(format!(
+            "workflow name `{}` must be non-empty kebab-case (a-z, 0-9, -): it becomes a route",
+            d.name
+        )));
+    }
+    Ok(WorkflowDescriptor {
+        name: d.name,
+        version: d.version,
+        description: d.description,
+        stages: d.stages,
+        estimated_duration_seconds: d.estimated_duration_seconds,
+        input_schema,
+        recovery_operations: d
+            .recovery_operations
+            .into_iter()
+            .map(|r| RecoveryOperation {
+                name: r.name,
+                from_stage: r.from_stage,
+            })
+            .collect(),
+        cancel_mode: match d.cancel_mode {
+            bindings::descriptor::CancelMode::Immediate => CancelMode::Immediate,
+            bindings::descriptor::CancelMode::Cooperative => CancelMode::Cooperative,
+        },
+        resumable_when_failed: d.resumable_when_failed,
+    })
+}

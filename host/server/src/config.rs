@@ -1,0 +1,251 @@
+//! One typed configuration: defaults, then `--config FILE` (TOML), then `CAPSTAN_*` environment
+//! variables (nested keys with `__`, e.g. `CAPSTAN_RUNTIME__MEMORY_LIMIT_MIB`), then flags.
+//! A bad value stops the process with the key, the value and what was expected.
+
+use capstan_core::{Capability, CapabilityGrants};
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+/// Sandbox limits of every activation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuntimeSettings {
+    /// Largest linear memory of one activation, MiB.
+    pub memory_limit_mib: u32,
+    /// CPU budget of one activation, in fuel units (about one per wasm instruction).
+    pub fuel_per_activation: u64,
+    /// Largest wasm stack, KiB.
+    pub max_stack_kib: u32,
+    /// Cache compiled components under `<data_dir>/components`.
+    pub cache_components: bool,
+}
+
+impl Default for RuntimeSettings {
+    fn default() -> Self {
+        Self {
+            memory_limit_mib: 64,
+            fuel_per_activation: 2_000_000_000,
+            max_stack_kib: 1024,
+            cache_components: true,
+        }
+    }
+}
+
+/// Everything `capstan` can be told.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// Main listener: the orchestration API and the production partner API.
+    #[serde(deserialize_with = "socket_addr")]
+    pub listen: SocketAddr,
+    /// Sandbox listener (the partner API's sandbox environment).
+    #[serde(deserialize_with = "socket_addr")]
+    pub sandbox_listen: SocketAddr,
+    /// `sqlite://PATH` (embedded, default).
+    pub database: String,
+    /// Directory of workflow components (`*.wasm`).
+    pub workflows: PathBuf,
+    /// Where Capstan keeps its own files (component cache).
+    pub data_dir: PathBuf,
+    pub log_format: LogFormat,
+    pub runtime: RuntimeSettings,
+    /// Capabilities granted per workflow name: `onboard-domain = ["dns", "certificates"]`.
+    pub grants: CapabilityGrants,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            sandbox_listen: SocketAddr::from(([127, 0, 0, 1], 8081)),
+            database: "sqlite://./data/capstan.db".to_owned(),
+            workflows: PathBuf::from("./target/workflows"),
+            data_dir: PathBuf::from("./data"),
+            log_format: LogFormat::Text,
+            runtime: RuntimeSettings::default(),
+            grants: default_grants(),
+        }
+    }
+}
+
+/// A socket address whose parse error repeats the value and shows the expected form.
+fn socket_addr<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<SocketAddr, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    text.parse().map_err(|_| {
+        serde::de::Error::invalid_value(
+            serde::de::Unexpected::Str(&text),
+            &"an IP address and port such as 127.0.0.1:8080",
+        )
+    })
+}
+
+/// The grants of the workflows Capstan ships; an operator's config replaces an entry it names.
+pub fn default_grants() -> CapabilityGrants {
+    use Capability::*;
+    let entries: [(&str, &[Capability]); 5] = [
+        (
+            "onboard-domain",
+            &[
+                Dns,
+                Registrar,
+                Certificates,
+                Cdn,
+                Maps,
+                Ticketing,
+                Convergence,
+            ],
+        ),
+        (
+            "add-certificate",
+            &[Dns, Certificates, Cdn, Convergence, Ticketing],
+        ),
+        ("add-domain", &[Dns, Registrar, Cdn, Convergence]),
+        ("add-subdomain", &[Dns, Cdn, Convergence]),
+        ("update-function-version", &[Functions, Ticketing]),
+    ];
+    entries
+        .into_iter()
+        .map(|(name, caps)| {
+            (
+                name.to_owned(),
+                caps.iter().copied().collect::<BTreeSet<_>>(),
+            )
+        })
+        .collect()
+}
+
+/// Flags given on the command line; `None` leaves the lower layers' value.
+#[derive(Debug, Default, Serialize)]
+pub struct Overrides {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listen: Option<SocketAddr>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandbox_listen: Option<SocketAddr>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub database: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workflows: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data_dir: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_format: Option<LogFormat>,
+}
+
+/// Keys the environment may set (`CAPSTAN_<KEY>`); other `CAPSTAN_*` variables are not settings.
+const ENV_KEYS: [&str; 8] = [
+    "listen",
+    "sandbox_listen",
+    "database",
+    "workflows",
+    "data_dir",
+    "log_format",
+    "runtime",
+    "grants",
+];
+
+impl Settings {
+    /// Layers defaults, the file, the environment and the flags.
+    pub fn load(
+        file: Option<&std::path::Path>,
+        overrides: &Overrides,
+    ) -> Result<Self, Box<figment::Error>> {
+        let mut figment = Figment::from(Serialized::defaults(Settings::default()));
+        if let Some(file) = file {
+            if !file.is_file() {
+                return Err(Box::new(figment::Error::from(format!(
+                    "config file {} does not exist",
+                    file.display()
+                ))));
+            }
+            figment = figment.merge(Toml::file(file));
+        }
+        figment
+            .merge(Env::prefixed("CAPSTAN_").split("__").filter(|k| {
+                let key = k.as_str().to_ascii_lowercase();
+                let top = key.split('.').next().unwrap_or_default();
+                ENV_KEYS.contains(&top)
+            }))
+            .merge(Serialized::defaults(overrides))
+            .extract()
+            .map_err(Box::new)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::result_large_err)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layers_file_then_env_then_flags() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file("capstan.toml", "listen = \"127.0.0.1:9000\"\ndatabase = \"sqlite://file.db\"\n[runtime]\nmemory_limit_mib = 16\n[grants]\nhello = [\"dns\"]\n")?;
+            jail.set_env("CAPSTAN_DATABASE", "sqlite://env.db");
+            jail.set_env("CAPSTAN_RUNTIME__MAX_STACK_KIB", "256");
+            jail.set_env("CAPSTAN_PEPPERS", "1:not-a-setting-here");
+            let overrides = Overrides {
+                workflows: Some("/flag".into()),
+                ..Overrides::default()
+            };
+            let s = Settings::load(Some(std::path::Path::new("capstan.toml")), &overrides)
+                .map_err(|e| e.to_string())?;
+            assert_eq!(s.listen.port(), 9000);
+            assert_eq!(s.database, "sqlite://env.db");
+            assert_eq!(s.workflows, PathBuf::from("/flag"));
+            assert_eq!(s.runtime.memory_limit_mib, 16);
+            assert_eq!(s.runtime.max_stack_kib, 256);
+            assert!(s.grants["hello"].contains(&Capability::Dns));
+            assert!(
+                s.grants.contains_key("onboard-domain"),
+                "defaults stay for workflows the file does not name"
+            );
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn a_bad_value_names_the_key_the_value_and_the_expectation() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file("bad.toml", "listen = \"not-an-address\"\n")?;
+            let err = Settings::load(
+                Some(std::path::Path::new("bad.toml")),
+                &Overrides::default(),
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(
+                err.contains("listen") && err.contains("not-an-address"),
+                "{err}"
+            );
+            jail.create_file("grant.toml", "[grants]\nhello = [\"dnz\"]\n")?;
+            let err = Settings::load(
+                Some(std::path::Path::new("grant.toml")),
+                &Overrides::default(),
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(err.contains("dnz") && err.contains("grants"), "{err}");
+            jail.create_file("typo.toml", "lisen = \"127.0.0.1:1\"\n")?;
+            let err = Settings::load(
+                Some(std::path::Path::new("typo.toml")),
+                &Overrides::default(),
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(err.contains("lisen"), "{err}");
+            Ok(())
+        });
+    }
+}

@@ -1,0 +1,16 @@
+//! # capstan (server)
+//!
+//! The `capstan` binary's library half: typed configuration, telemetry, the workflow registry
+//! loaded at start-up, and `serve` (listeners, router, graceful shutdown). `main.rs` is only the
+//! command line.
+//!
+//! # Layout
+//! - `config` — [`config::Settings`]: defaults → file → `CAPSTAN_*` env → flags.
+//! - `telemetry` — tracing subscriber (text or JSON).
+//! - `registry` — the loaded workflows and the files that failed.
+//! - `serve` — [`serve::App`], the router, health and readiness, `run` with a shutdown future.
+
+pub mod config;
+pub mod registry;
+pub mod serve;
+pub mod telemetry;

@@ -1,0 +1,153 @@
+//! `capstan serve`: open the store, load the workflows, bind the listeners, answer until told to
+//! stop, then drain in-flight requests. The router is built apart from serving (`router`) so
+//! tests can drive it on a listener of their own (port 0).
+
+use crate::config::Settings;
+use crate::registry::{FailedFile, Registry, WorkflowSummary};
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use capstan_store::Store;
+use serde::Serialize;
+use serde_json::json;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+
+/// Everything a request handler may reach.
+#[derive(Debug, Clone)]
+pub struct App {
+    pub store: Store,
+    pub registry: Arc<Registry>,
+}
+
+impl App {
+    /// Opens the store (migrating it) and loads the workflows directory.
+    pub async fn start(settings: &Settings) -> anyhow::Result<Self> {
+        let store = Store::open(&settings.database).await?;
+        let registry = Arc::new(Registry::load(settings).await?);
+        Ok(Self { store, registry })
+    }
+}
+
+/// The documented error body: `{"error": code, "message": text}`.
+pub fn error_response(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
+    (
+        status,
+        Json(json!({"error": code, "message": message.into()})),
+    )
+        .into_response()
+}
+
+pub fn router(app: App) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .fallback(|| async { error_response(StatusCode::NOT_FOUND, "not_found", "no such route") })
+        .method_not_allowed_fallback(|| async {
+            error_response(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "this route does not accept that method",
+            )
+        })
+        .with_state(app)
+}
+
+async fn healthz() -> Json<serde_json::Value> {
+    Json(json!({"status": "ok"}))
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Readiness {
+    status: &'static str,
+    database: String,
+    workflows: Vec<WorkflowSummary>,
+    failed_workflows: Vec<FailedFile>,
+}
+
+/// Ready when the database answers; the body lists the loaded workflows and the files that failed.
+async fn readyz(State(app): State<App>) -> Response {
+    let database = match tokio::time::timeout(Duration::from_secs(2), app.store.ping()).await {
+        Ok(Ok(())) => "ok".to_owned(),
+        Ok(Err(e)) => format!("unreachable: {e}"),
+        Err(_) => "unreachable: no answer within 2 s".to_owned(),
+    };
+    let ready = database == "ok";
+    let body = Readiness {
+        status: if ready { "ready" } else { "not_ready" },
+        database,
+        workflows: app.registry.summaries(),
+        failed_workflows: app.registry.failures.clone(),
+    };
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(body)).into_response()
+}
+
+/// Serves `app` on both listeners until `shutdown` resolves, then drains in-flight requests.
+pub async fn serve(
+    app: App,
+    listener: TcpListener,
+    sandbox: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let main_addr = listener.local_addr()?;
+    let sandbox_addr = sandbox.local_addr()?;
+    tracing::info!(addr = %main_addr, sandbox = %sandbox_addr, "listening");
+    tracing::warn!(
+        "serving plain HTTP on {main_addr} and {sandbox_addr}: for local development only (TLS arrives with the partner API)"
+    );
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut stop_main = stop_rx.clone();
+    let mut stop_sandbox = stop_rx;
+    let main = axum::serve(listener, router(app.clone()))
+        .with_graceful_shutdown(async move {
+            let _ = stop_main.wait_for(|s| *s).await;
+        })
+        .into_future();
+    let sandbox = axum::serve(sandbox, router(app))
+        .with_graceful_shutdown(async move {
+            let _ = stop_sandbox.wait_for(|s| *s).await;
+        })
+        .into_future();
+    tokio::spawn(async move {
+        shutdown.await;
+        tracing::info!("shutting down: draining in-flight requests");
+        let _ = stop_tx.send(true);
+    });
+    let (a, b) = tokio::join!(main, sandbox);
+    a?;
+    b?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+}

@@ -1,0 +1,18 @@
+//! Logging with `tracing`: human-readable text by default, one JSON object per line with
+//! `--log-format json`. `RUST_LOG` filters (default `info`). Logs go to stderr; stdout is kept for
+//! command output that scripts capture.
+
+use crate::config::LogFormat;
+use tracing_subscriber::EnvFilter;
+
+pub fn init(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,wasmtime=warn,cranelift=warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    };
+}

@@ -1,0 +1,79 @@
+# Capstan's recipes. Each one is exactly what CI runs (.ci/run calls `just lint` and `just test`).
+
+set shell := ["bash", "-euo", "pipefail", "-c"]
+
+host_triple := `rustc -vV | sed -n 's/^host: //p'`
+
+# List the recipes.
+default:
+    @just --list
+
+# Install what the build and the tests need (idempotent): the wasm32-wasip2 target, Python test clients.
+setup:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    if [ ! -d "$(rustc --print sysroot)/lib/rustlib/wasm32-wasip2/lib" ]; then
+        rustup target add wasm32-wasip2 || ../shared/toolchain/install-wasm32-wasip2
+    fi
+    rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy rustfmt || true
+    python3 -c 'import standardwebhooks, httpx_sse, httpx' 2>/dev/null \
+        || python3 -m pip install --quiet --disable-pip-version-check standardwebhooks httpx-sse httpx
+
+# Build every guest component (release) and copy it where the host looks:
+# workflows → target/workflows/<name>.wasm, test fixtures → target/guest-fixtures/, examples → target/examples/.
+build-guests: setup
+    #!/usr/bin/env bash
+    set -euo pipefail
+    mkdir -p target/workflows target/guest-fixtures target/examples
+    (cd workflows && cargo build --release --quiet)
+    out=workflows/target/wasm32-wasip2/release
+    for manifest in workflows/*/Cargo.toml; do
+        crate=$(basename "$(dirname "$manifest")")
+        cp "$out/${crate//-/_}.wasm" "target/workflows/$crate.wasm"
+    done
+    for manifest in workflows/fixtures/*/Cargo.toml; do
+        crate=fixture-$(basename "$(dirname "$manifest")")
+        cp "$out/${crate//-/_}.wasm" "target/guest-fixtures/$crate.wasm"
+    done
+    for manifest in examples/*/Cargo.toml; do
+        dir=$(dirname "$manifest"); crate=$(basename "$dir")
+        (cd "$dir" && CARGO_TARGET_DIR=../../workflows/target cargo build --release --quiet)
+        cp "$out/${crate//-/_}.wasm" "target/examples/$crate.wasm"
+    done
+    ls -1 target/workflows
+
+# Guests and the release host binary.
+build: build-guests
+    cargo build --release -p capstan
+
+# Serve both APIs on localhost with embedded SQLite, simulated providers and development secrets.
+run: build
+    ./target/release/capstan serve
+
+# Every test: guest harness tests (native), host unit and integration tests, end-to-end tests.
+test: build-guests
+    (cd workflows && cargo test --quiet --target {{host_triple}})
+    for dir in examples/*/; do (cd "$dir" && CARGO_TARGET_DIR=../../workflows/target cargo test --quiet --target {{host_triple}}); done
+    (cd guest-sdk && CARGO_TARGET_DIR=../workflows/target cargo test --quiet --target {{host_triple}})
+    cargo build --quiet -p capstan
+    cargo test --workspace --quiet
+
+# Formatting and clippy (warnings denied) on the host and the guests.
+lint: setup
+    cargo fmt --all --check
+    (cd workflows && cargo fmt --all --check)
+    (cd guest-sdk && cargo fmt --check)
+    for dir in examples/*/; do (cd "$dir" && cargo fmt --check); done
+    cargo clippy --workspace --all-targets --quiet -- -D warnings
+    (cd workflows && cargo clippy --release --quiet -- -D warnings)
+
+# Apply formatting everywhere.
+fmt:
+    cargo fmt --all
+    (cd workflows && cargo fmt --all)
+    (cd guest-sdk && cargo fmt)
+    for dir in examples/*/; do (cd "$dir" && cargo fmt); done
+
+# Benchmarks (release): component compile vs cached load, instantiate + call.
+bench: build-guests
+    cargo run --release -p capstan -- bench

@@ -1,0 +1,135 @@
+//! Helpers for black-box tests: spawn the real `capstan` binary on port 0 with a fresh SQLite file
+//! and a workflows directory of the test's choosing, find its address in its JSON log, stop it.
+//!
+//! The binary is the one `cargo build -p capstan` put next to the test executable
+//! (`just test` builds it first).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// The repository root.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The `capstan` binary of this build profile.
+pub fn capstan_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>");
+    let bin = profile_dir.join("capstan");
+    assert!(
+        bin.is_file(),
+        "{} is missing: run `cargo build -p capstan` (just test does)",
+        bin.display()
+    );
+    bin
+}
+
+/// A built guest component under `target/`.
+pub fn component(relative: &str) -> PathBuf {
+    let path = repo().join("target").join(relative);
+    assert!(
+        path.is_file(),
+        "{} is missing: run `just build-guests` first",
+        path.display()
+    );
+    path
+}
+
+/// A `capstan` command with the test's database, workflows and data directories.
+pub fn capstan(home: &Path) -> Command {
+    let mut cmd = Command::new(capstan_bin());
+    cmd.arg("--database")
+        .arg(format!("sqlite://{}/capstan.db", home.display()))
+        .arg("--workflows")
+        .arg(home.join("workflows"))
+        .arg("--data-dir")
+        .arg(home.join("data"))
+        .arg("--log-format")
+        .arg("json")
+        .env_remove("RUST_LOG");
+    cmd
+}
+
+/// A running `capstan serve`.
+pub struct Server {
+    pub child: Child,
+    pub base: String,
+    pub sandbox: String,
+    pub logs: mpsc::Receiver<String>,
+}
+
+impl Server {
+    /// Starts `capstan serve` in `home` on ports chosen by the OS and waits until it listens.
+    pub fn start(home: &Path) -> Self {
+        let mut child = capstan(home)
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--sandbox-listen",
+                "127.0.0.1:0",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn capstan serve");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut seen = Vec::new();
+        loop {
+            let line = match rx.recv_timeout(Duration::from_secs(120)) {
+                Ok(line) => line,
+                Err(_) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!(
+                        "capstan serve did not report listening; log so far:\n{}",
+                        seen.join("\n")
+                    );
+                }
+            };
+            if let Ok(event) = serde_json::from_str::<serde_json::Value>(&line)
+                && event["message"] == "listening"
+            {
+                let addr = event["addr"].as_str().expect("addr").to_owned();
+                let sandbox = event["sandbox"].as_str().expect("sandbox").to_owned();
+                return Self {
+                    child,
+                    base: format!("http://{addr}"),
+                    sandbox: format!("http://{sandbox}"),
+                    logs: rx,
+                };
+            }
+            seen.push(line);
+        }
+    }
+
+    /// Sends SIGTERM and waits for the exit status.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        self.child.wait().expect("wait")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

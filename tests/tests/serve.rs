@@ -1,0 +1,185 @@
+//! `capstan serve` and friends as an operator meets them: a real process, real ports, a real file.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use capstan_e2e::{Server, capstan, component};
+use serde_json::Value;
+
+fn home_with_workflows() -> tempfile::TempDir {
+    let home = tempfile::tempdir().unwrap();
+    let workflows = home.path().join("workflows");
+    std::fs::create_dir_all(&workflows).unwrap();
+    std::fs::copy(
+        component("workflows/hello.wasm"),
+        workflows.join("hello.wasm"),
+    )
+    .unwrap();
+    std::fs::copy(
+        component("guest-fixtures/fixture-wrong-world.wasm"),
+        workflows.join("other.wasm"),
+    )
+    .unwrap();
+    std::fs::write(workflows.join("corrupt.wasm"), b"definitely not wasm").unwrap();
+    home
+}
+
+#[tokio::test]
+async fn serve_answers_health_and_readiness_and_says_which_files_failed() {
+    let home = home_with_workflows();
+    let server = Server::start(home.path());
+    let client = reqwest::Client::new();
+
+    let health = client
+        .get(format!("{}/healthz", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+    assert_eq!(health.json::<Value>().await.unwrap()["status"], "ok");
+
+    let ready = client
+        .get(format!("{}/readyz", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 200);
+    let ready: Value = ready.json().await.unwrap();
+    assert_eq!(ready["status"], "ready");
+    assert_eq!(ready["database"], "ok");
+    assert_eq!(ready["workflows"][0]["name"], "hello");
+    assert_eq!(
+        ready["workflows"][0]["stages"],
+        serde_json::json!(["greet", "farewell"])
+    );
+    let failed = ready["failedWorkflows"].as_array().unwrap();
+    assert_eq!(failed.len(), 2, "{failed:?}");
+    assert!(
+        failed[0]["file"]
+            .as_str()
+            .unwrap()
+            .ends_with("corrupt.wasm")
+    );
+    assert!(
+        failed[0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("not a valid component")
+    );
+    assert!(
+        failed[1]["error"]
+            .as_str()
+            .unwrap()
+            .contains("not a workflow component")
+    );
+
+    let sandbox = client
+        .get(format!("{}/healthz", server.sandbox))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sandbox.status(), 200);
+
+    let missing = client
+        .get(format!("{}/no/such/route", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), 404);
+    assert_eq!(missing.json::<Value>().await.unwrap()["error"], "not_found");
+    let wrong_method = client
+        .delete(format!("{}/healthz", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong_method.status(), 405);
+
+    assert!(
+        home.path().join("capstan.db").is_file(),
+        "the SQLite file exists"
+    );
+    let status = server.terminate();
+    assert!(
+        status.success(),
+        "graceful shutdown exits 0, got {status:?}"
+    );
+}
+
+#[test]
+fn a_restart_loads_components_from_the_cache_instead_of_compiling() {
+    let home = home_with_workflows();
+    let list = |home: &std::path::Path| {
+        let out = capstan(home)
+            .args(["workflows", "list", "--json"])
+            .output()
+            .unwrap();
+        serde_json::from_slice::<Value>(&out.stdout).unwrap()
+    };
+    let first = list(home.path());
+    assert_eq!(first["workflows"][0]["cached"], false);
+    let second = list(home.path());
+    assert_eq!(second["workflows"][0]["cached"], true);
+    assert_eq!(
+        first["workflows"][0]["digest"],
+        second["workflows"][0]["digest"]
+    );
+}
+
+#[test]
+fn workflows_list_names_each_component_and_each_failure() {
+    let home = home_with_workflows();
+    let out = capstan(home.path())
+        .args(["workflows", "list"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "a failed file makes the listing exit 3"
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("hello ") && l.contains("greet → farewell")),
+        "{text}"
+    );
+    assert!(
+        text.contains("FAILED") && text.contains("corrupt.wasm"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_bad_config_value_exits_non_zero_naming_key_value_and_expectation() {
+    let home = tempfile::tempdir().unwrap();
+    let config = home.path().join("capstan.toml");
+    std::fs::write(&config, "[runtime]\nmemory_limit_mib = \"lots\"\n").unwrap();
+    let out = capstan(home.path())
+        .arg("--config")
+        .arg(&config)
+        .arg("migrate")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains("memory_limit_mib") && err.contains("lots") && err.contains("u32"),
+        "{err}"
+    );
+}
+
+#[test]
+fn migrate_creates_the_database_and_is_idempotent() {
+    let home = tempfile::tempdir().unwrap();
+    for _ in 0..2 {
+        let out = capstan(home.path()).arg("migrate").output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            String::from_utf8(out.stdout)
+                .unwrap()
+                .contains("is at migration")
+        );
+    }
+}
