@@ -7,11 +7,14 @@
 //! # Layout
 //! - `clock` — [`Clock`], [`SystemClock`], [`ManualClock`] (tests move time by hand).
 //! - `workflow` — [`WorkflowDescriptor`] and the [`Capability`] set operators grant.
+//! - `execution` — execution and stage statuses and the status machine.
+//! - `store` — [`store::EngineStore`], the engine's storage contract, and its records.
 //! - `ids` — UUIDv7 identifiers (time-ordered, so lists sort by creation).
 
 pub mod clock;
 pub mod execution;
 pub mod ids;
+pub mod store;
 pub mod workflow;
 
 pub use clock::{Clock, ManualClock, SystemClock};

@@ -8,8 +8,10 @@
 //! - `config` — [`config::Settings`]: defaults → file → `CAPSTAN_*` env → flags.
 //! - `telemetry` — tracing subscriber (text or JSON).
 //! - `registry` — the loaded workflows and the files that failed.
+//! - `bench` — `capstan bench`, the measurements behind BENCHMARKS.md.
 //! - `serve` — [`serve::App`], the router, health and readiness, `run` with a shutdown future.
 
+pub mod bench;
 pub mod config;
 pub mod registry;
 pub mod serve;

@@ -48,6 +48,12 @@ enum Command {
     },
     /// Run pending database migrations and exit.
     Migrate,
+    /// Measure the runtime (release builds only give meaningful figures).
+    Bench {
+        /// A short smoke run (CI).
+        #[arg(long)]
+        quick: bool,
+    },
     /// Inspect workflow components.
     Workflows {
         #[command(subcommand)]
@@ -134,6 +140,10 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
                 settings.database,
                 applied.last().copied().unwrap_or(0)
             );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench { quick } => {
+            capstan_server::bench::run(&settings.workflows, quick).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Workflows {

@@ -75,7 +75,7 @@ CREATE TABLE receipts (
     created_ms          INTEGER NOT NULL,
     compensated_ms      INTEGER
 );
-CREATE UNIQUE INDEX receipts_by_call ON receipts (run_id, seq);
+CREATE INDEX receipts_by_call ON receipts (run_id, seq);
 CREATE INDEX receipts_by_execution ON receipts (execution_id, created_ms);
 
 -- Waits of a run: timer, approval, convergence.

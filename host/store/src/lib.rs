@@ -6,6 +6,8 @@
 //! This crate owns the schema and the SQL; it must not know about HTTP or wasmtime.
 
 use sqlx::SqlitePool;
+mod engine;
+
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use std::str::FromStr;
 use std::time::Duration;

@@ -1,0 +1,349 @@
+//! The storage contract of the durable engine. The engine talks only to [`EngineStore`]; SQLite
+//! implements it now and PostgreSQL next, each in its own crate, both held to one conformance suite.
+//!
+//! Writes are data ([`Write`]) applied atomically by [`EngineStore::apply`]: stage transitions,
+//! journal entries, receipts and outbox events that belong together commit in one transaction, and
+//! a [`Fence`] makes the transaction fail if the writer no longer holds the run's lease or the run
+//! was canceled meanwhile.
+
+use crate::execution::{ExecutionStatus, StageStatus};
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Milliseconds since the Unix epoch.
+pub type Millis = i64;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExecutionRecord {
+    pub id: String,
+    pub workflow: String,
+    pub principal_id: String,
+    pub status: ExecutionStatus,
+    /// Why it is paused or failed, e.g. `nondeterministic_replay`.
+    pub status_reason: Option<String>,
+    pub current_stage: Option<String>,
+    pub created_ms: Millis,
+    pub finished_ms: Option<Millis>,
+    pub cancellation_requested_ms: Option<Millis>,
+    pub input_json: Value,
+    pub output_json: Option<Value>,
+    pub outcome_json: Option<Value>,
+    /// The run serving the execution now.
+    pub run_id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StageRecord {
+    pub id: String,
+    pub execution_id: String,
+    pub position: i64,
+    pub stage_name: String,
+    pub status: StageStatus,
+    pub started_ms: Millis,
+    pub finished_ms: Option<Millis>,
+    pub output_json: Option<Value>,
+    pub error_json: Option<Value>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunKind {
+    Workflow,
+    Rollback,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunState {
+    /// Claimable once `wake_ms` has passed.
+    Runnable,
+    /// Waiting for something only a command or approval can give (not claimable).
+    Waiting,
+    Done,
+}
+
+/// One engine instance of a workflow component, pinned to the component's digest.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub id: String,
+    pub execution_id: String,
+    pub workflow: String,
+    pub digest: String,
+    pub kind: RunKind,
+    pub state: RunState,
+    pub wake_ms: Millis,
+    pub lease_owner: Option<String>,
+    pub lease_expires_ms: Option<Millis>,
+    pub activations: i64,
+    pub cancel_requested: bool,
+    pub created_ms: Millis,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EntryStatus {
+    /// Answered; replay returns `response`.
+    Done,
+    /// A side effect about to be attempted: replay repeats it with the same idempotency token.
+    Intent,
+    /// The run is waiting on this call (timer, approval, convergence).
+    Waiting,
+}
+
+/// One host call of a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JournalEntry {
+    pub run_id: String,
+    pub seq: i64,
+    /// `<interface>.<function>`
+    pub op: String,
+    pub request: Value,
+    pub response: Option<Value>,
+    pub status: EntryStatus,
+    pub at_ms: Millis,
+}
+
+/// What a side effect did, kept to undo it exactly.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Receipt {
+    pub id: String,
+    pub execution_id: String,
+    pub run_id: String,
+    pub seq: i64,
+    pub op: String,
+    pub request: Value,
+    pub response: Value,
+    pub created_ms: Millis,
+    pub compensated_ms: Option<Millis>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitKind {
+    Timer,
+    Approval,
+    Convergence,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WaitRecord {
+    pub run_id: String,
+    pub seq: i64,
+    pub kind: WaitKind,
+    pub name: Option<String>,
+    pub digest: Option<String>,
+    pub payload_json: Option<Value>,
+    pub wake_ms: Option<Millis>,
+    pub deadline_ms: Option<Millis>,
+    pub attempts: i64,
+    /// The approval body once approved.
+    pub resolved_json: Option<Value>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CommandStatus {
+    Queued,
+    Active,
+    Completed,
+    Failed,
+}
+
+impl CommandStatus {
+    pub fn is_pending(self) -> bool {
+        matches!(self, Self::Queued | Self::Active)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CommandRecord {
+    pub id: String,
+    pub execution_id: String,
+    /// `rollback`, `resume`, `retry-finalization`, `retry-maps-whitelist`, `cancel`
+    pub operation: String,
+    pub status: CommandStatus,
+    pub created_ms: Millis,
+    pub finished_ms: Option<Millis>,
+    pub error: Option<String>,
+}
+
+/// An outbox row. `seq` is assigned by the store (0 before insertion).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutboxRecord {
+    pub seq: i64,
+    pub event_id: String,
+    pub execution_id: String,
+    pub event_type: String,
+    pub event_version: String,
+    pub principal_id: String,
+    pub workflow: String,
+    pub payload_json: Value,
+    pub occurred_ms: Millis,
+    pub traceparent: Option<String>,
+    pub routed_ms: Option<Millis>,
+    pub stream_published_ms: Option<Millis>,
+    pub dispatched_ms: Option<Millis>,
+}
+
+/// A partial update of an execution; `expect` makes it conditional on the current status.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ExecutionPatch {
+    pub id: String,
+    /// Apply only if the execution is in one of these statuses (else the transaction fails
+    /// with [`StoreError::Conflict`]).
+    pub expect: Option<Vec<ExecutionStatus>>,
+    pub status: Option<ExecutionStatus>,
+    pub status_reason: Option<Option<String>>,
+    pub current_stage: Option<Option<String>>,
+    pub finished_ms: Option<Option<Millis>>,
+    pub cancellation_requested_ms: Option<Millis>,
+    pub output_json: Option<Value>,
+    pub outcome_json: Option<Value>,
+    pub run_id: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunPatch {
+    pub id: String,
+    pub state: Option<RunState>,
+    pub wake_ms: Option<Millis>,
+    pub release_lease: bool,
+    pub cancel_requested: Option<bool>,
+}
+
+/// One write of an atomic batch.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Write {
+    InsertExecution(ExecutionRecord),
+    UpdateExecution(ExecutionPatch),
+    PutStage(StageRecord),
+    /// Stages of the execution in `status` become `to` (e.g. waiting → running on resume).
+    RestageAll {
+        execution_id: String,
+        from: StageStatus,
+        to: StageStatus,
+    },
+    InsertRun(RunRecord),
+    UpdateRun(RunPatch),
+    PutJournal(JournalEntry),
+    /// Removes the run's journal entries (and waits) from `from_seq` on.
+    TruncateJournal {
+        run_id: String,
+        from_seq: i64,
+    },
+    InsertReceipt(Receipt),
+    MarkCompensated {
+        receipt_id: String,
+        at_ms: Millis,
+    },
+    PutWait(WaitRecord),
+    PutCommand(CommandRecord),
+    Event(OutboxRecord),
+    /// Completes an idempotency reservation with the execution it created and the response.
+    CompleteIdempotency {
+        principal_id: String,
+        workflow: String,
+        key: String,
+        execution_id: String,
+        response_json: Value,
+    },
+}
+
+/// Holds a batch to the writer's lease on a run: the batch fails if the lease was lost (another
+/// node took the run over) or an immediate cancel was requested. Applying it extends the lease.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fence {
+    pub run_id: String,
+    pub owner: String,
+    pub lease_until_ms: Millis,
+}
+
+/// Filters of the executions list.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ExecutionFilter {
+    /// Only these workflows (the caller's entitlements); `None` = all.
+    pub workflows: Option<Vec<String>>,
+    pub status: Option<ExecutionStatus>,
+    pub principal_id: Option<String>,
+    pub limit: i64,
+}
+
+/// The state of an idempotency reservation.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reservation {
+    /// Newly reserved by this caller.
+    New,
+    /// Completed earlier with the same body: replay this response.
+    Replay {
+        execution_id: String,
+        response_json: Value,
+    },
+    /// Same key, different body.
+    Conflict,
+    /// Same key, still being reserved by another request.
+    Pending,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("the run's lease is no longer held by this node")]
+    LeaseLost,
+    #[error("the run was canceled")]
+    Canceled,
+    #[error("conflict: {0}")]
+    Conflict(String),
+    #[error("storage unavailable: {0}")]
+    Unavailable(String),
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+}
+
+#[async_trait]
+pub trait EngineStore: Send + Sync + std::fmt::Debug {
+    /// Applies `writes` atomically, under `fence` if given.
+    async fn apply(&self, fence: Option<&Fence>, writes: Vec<Write>) -> Result<(), StoreError>;
+
+    async fn execution(&self, id: &str) -> Result<Option<ExecutionRecord>, StoreError>;
+    /// Newest first.
+    async fn list_executions(
+        &self,
+        filter: &ExecutionFilter,
+    ) -> Result<Vec<ExecutionRecord>, StoreError>;
+    async fn stages(&self, execution_id: &str) -> Result<Vec<StageRecord>, StoreError>;
+    async fn run(&self, id: &str) -> Result<Option<RunRecord>, StoreError>;
+    /// Claims up to `limit` runnable runs due at `now_ms` (or whose lease expired) for `owner`.
+    async fn claim_runs(
+        &self,
+        owner: &str,
+        now_ms: Millis,
+        lease_ms: Millis,
+        limit: i64,
+    ) -> Result<Vec<RunRecord>, StoreError>;
+    /// The earliest `wake_ms` of a runnable run, if any (for the scheduler's sleep).
+    async fn next_wake(&self) -> Result<Option<Millis>, StoreError>;
+    async fn journal(&self, run_id: &str) -> Result<Vec<JournalEntry>, StoreError>;
+    async fn receipts(&self, execution_id: &str) -> Result<Vec<Receipt>, StoreError>;
+    async fn waits(&self, run_id: &str) -> Result<Vec<WaitRecord>, StoreError>;
+    async fn commands(&self, execution_id: &str) -> Result<Vec<CommandRecord>, StoreError>;
+    /// The execution's events in order.
+    async fn events(&self, execution_id: &str) -> Result<Vec<OutboxRecord>, StoreError>;
+    /// Reserves `key` for (principal, workflow) unless it exists; reservations older than
+    /// `expired_before_ms` that never completed are taken over.
+    async fn reserve_idempotency(
+        &self,
+        principal_id: &str,
+        workflow: &str,
+        key: &str,
+        body_sha256: &str,
+        now_ms: Millis,
+        expired_before_ms: Millis,
+    ) -> Result<Reservation, StoreError>;
+    /// Drops a reservation that did not lead to an execution (the trigger failed).
+    async fn release_idempotency(
+        &self,
+        principal_id: &str,
+        workflow: &str,
+        key: &str,
+    ) -> Result<(), StoreError>;
+}

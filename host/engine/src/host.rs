@@ -1,0 +1,482 @@
+//! The journal: the engine's answer to every host call of a guest.
+//!
+//! A call at sequence number `n` that the journal already holds is answered from it (replay); a
+//! call that differs from the recorded one (another operation or request) is nondeterminism and
+//! stops the run. New calls are answered live and journaled. Writes are buffered and committed at
+//! durable points: before a side effect reaches a provider (its intent, with an idempotency token,
+//! and everything before it), and when the activation ends. A crash between an intent and the next
+//! commit repeats the effect with the same token on replay.
+
+use crate::effects::is_effect;
+use crate::events::event;
+use crate::{Inner, Suspension};
+use async_trait::async_trait;
+use capstan_core::execution::StageStatus;
+use capstan_core::store::*;
+use capstan_core::{CapabilityError, ErrorKind};
+use capstan_runtime::{HostCalls, Interrupt};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use tokio::sync::Mutex;
+
+/// The state of one activation, shared between the guest's host calls and the engine.
+#[derive(Debug)]
+pub(crate) struct Activation {
+    pub run: RunRecord,
+    pub execution: ExecutionRecord,
+    pub journal: Vec<JournalEntry>,
+    pub waits: Vec<WaitRecord>,
+    pub stages: Vec<StageRecord>,
+    pub cursor: usize,
+    pub pending: Vec<Write>,
+    pub suspension: Option<Suspension>,
+    /// Set when a commit failed because the lease was lost or the run was canceled.
+    pub fenced_out: Option<StoreError>,
+}
+
+pub(crate) struct JournalHost {
+    pub inner: Arc<Inner>,
+    pub state: Arc<Mutex<Activation>>,
+}
+
+fn ok(v: Value) -> Value {
+    json!({"Ok": v})
+}
+
+fn err(e: &CapabilityError) -> Value {
+    json!({"Err": e})
+}
+
+fn field<'a>(request: &'a Value, key: &str) -> &'a str {
+    request.get(key).and_then(Value::as_str).unwrap_or_default()
+}
+
+impl JournalHost {
+    async fn answer(
+        &self,
+        st: &mut Activation,
+        op: &'static str,
+        request: Value,
+    ) -> Result<Value, Interrupt> {
+        let now = self.inner.now();
+        let seq = st.cursor as i64;
+        st.cursor += 1;
+        if let Some(entry) = st.journal.get(seq as usize).cloned() {
+            if entry.op != op || entry.request != request {
+                return Err(Interrupt::Nondeterminism(format!(
+                    "call {seq}: the journal recorded `{}` {} but the component called `{op}` {request}",
+                    entry.op, entry.request
+                )));
+            }
+            return match entry.status {
+                EntryStatus::Done => Ok(entry.response.unwrap_or(Value::Null)),
+                EntryStatus::Intent => {
+                    let token = entry
+                        .response
+                        .as_ref()
+                        .map(|r| field(r, "token").to_owned())
+                        .unwrap_or_default();
+                    self.effect(st, seq, op, request, token, now).await
+                }
+                EntryStatus::Waiting => self.resume_wait(st, seq, op, request, now).await,
+            };
+        }
+        self.live(st, seq, op, request, now).await
+    }
+
+    fn record(
+        &self,
+        st: &mut Activation,
+        seq: i64,
+        op: &str,
+        request: Value,
+        response: Value,
+        now: Millis,
+    ) {
+        let entry = JournalEntry {
+            run_id: st.run.id.clone(),
+            seq,
+            op: op.to_owned(),
+            request,
+            response: Some(response),
+            status: EntryStatus::Done,
+            at_ms: now,
+        };
+        if let Some(slot) = st.journal.get_mut(seq as usize) {
+            *slot = entry.clone();
+        } else {
+            st.journal.push(entry.clone());
+        }
+        st.pending.push(Write::PutJournal(entry));
+    }
+
+    async fn live(
+        &self,
+        st: &mut Activation,
+        seq: i64,
+        op: &'static str,
+        request: Value,
+        now: Millis,
+    ) -> Result<Value, Interrupt> {
+        let response = match op {
+            "context.info" => json!({
+                "execution_id": st.execution.id,
+                "workflow_run_id": st.run.id,
+                "workflow": st.execution.workflow,
+                "principal_id": st.execution.principal_id,
+            }),
+            "context.stage-begin" => {
+                let name = field(&request, "name").to_owned();
+                let stage = StageRecord {
+                    id: capstan_core::ids::new_id(),
+                    execution_id: st.execution.id.clone(),
+                    position: st.stages.len() as i64,
+                    stage_name: name.clone(),
+                    status: StageStatus::Running,
+                    started_ms: now,
+                    finished_ms: None,
+                    output_json: None,
+                    error_json: None,
+                };
+                st.stages.push(stage.clone());
+                st.execution.current_stage = Some(name.clone());
+                st.pending.push(Write::PutStage(stage));
+                st.pending.push(Write::UpdateExecution(ExecutionPatch {
+                    id: st.execution.id.clone(),
+                    current_stage: Some(Some(name.clone())),
+                    ..ExecutionPatch::default()
+                }));
+                st.pending.push(Write::Event(event(
+                    &st.execution,
+                    "StageStarted",
+                    "running",
+                    json!({"stage": name}),
+                    now,
+                )));
+                Value::Null
+            }
+            "context.stage-succeeded" | "context.stage-failed" => {
+                let name = field(&request, "name").to_owned();
+                let succeeded = op == "context.stage-succeeded";
+                if let Some(stage) = st.stages.iter_mut().rev().find(|s| s.stage_name == name) {
+                    stage.finished_ms = Some(now);
+                    if succeeded {
+                        stage.status = StageStatus::Succeeded;
+                        stage.output_json = request
+                            .get("output")
+                            .and_then(Value::as_str)
+                            .and_then(|t| serde_json::from_str(t).ok());
+                    } else {
+                        stage.status = StageStatus::Failed;
+                        stage.error_json = request.get("error").map(guest_error_json);
+                    }
+                    let stage = stage.clone();
+                    st.pending.push(Write::PutStage(stage));
+                }
+                let (ty, extra) = if succeeded {
+                    ("StageSucceeded", json!({"stage": name}))
+                } else {
+                    (
+                        "StageFailed",
+                        json!({"stage": name, "error": request.get("error").map(guest_error_json)}),
+                    )
+                };
+                st.pending.push(Write::Event(event(
+                    &st.execution,
+                    ty,
+                    "running",
+                    extra,
+                    now,
+                )));
+                Value::Null
+            }
+            "context.log" => {
+                tracing::info!(run = %st.run.id, execution = %st.execution.id, level = ?request.get("level"), "guest: {}", field(&request, "message"));
+                Value::Null
+            }
+            "context.emit" => {
+                let payload: Value =
+                    serde_json::from_str(field(&request, "payload")).unwrap_or(Value::Null);
+                let ty = field(&request, "event_type").to_owned();
+                st.pending.push(Write::Event(event(
+                    &st.execution,
+                    &ty,
+                    "running",
+                    json!({"data": payload}),
+                    now,
+                )));
+                Value::Null
+            }
+            "context.cancellation-requested" => {
+                let requested = match self.inner.store.execution(&st.execution.id).await {
+                    Ok(Some(e)) => e.cancellation_requested_ms.is_some(),
+                    Ok(None) => false,
+                    Err(e) => return Err(Interrupt::Host(e.to_string())),
+                };
+                json!(requested)
+            }
+            "time.now" => json!(now),
+            "time.sleep" => {
+                let millis = request.get("millis").and_then(Value::as_i64).unwrap_or(0);
+                if millis > 0 {
+                    return self.wait(
+                        st,
+                        seq,
+                        op,
+                        request,
+                        WaitKind::Timer,
+                        Some(now.saturating_add(millis)),
+                        None,
+                        now,
+                    );
+                }
+                Value::Null
+            }
+            "approvals.await-approval" => {
+                return self.wait(st, seq, op, request, WaitKind::Approval, None, None, now);
+            }
+            "convergence.await-converged" => {
+                let condition = request.get("condition").cloned().unwrap_or(Value::Null);
+                match self.inner.converged(&condition).await {
+                    Ok(true) => ok(Value::Null),
+                    Ok(false) => {
+                        let timeout = request
+                            .get("timeout_ms")
+                            .and_then(Value::as_i64)
+                            .unwrap_or(0);
+                        let wake = now.saturating_add(self.inner.config.convergence.delay_ms(0));
+                        return self.wait(
+                            st,
+                            seq,
+                            op,
+                            request,
+                            WaitKind::Convergence,
+                            Some(wake),
+                            Some(now.saturating_add(timeout)),
+                            now,
+                        );
+                    }
+                    Err(e) => err(&e),
+                }
+            }
+            op if is_effect(op) => {
+                let token = format!("{}:{seq}:{}", st.run.id, &capstan_core::ids::new_id()[24..]);
+                let intent = JournalEntry {
+                    run_id: st.run.id.clone(),
+                    seq,
+                    op: op.to_owned(),
+                    request: request.clone(),
+                    response: Some(json!({"token": token})),
+                    status: EntryStatus::Intent,
+                    at_ms: now,
+                };
+                st.journal.push(intent.clone());
+                st.pending.push(Write::PutJournal(intent));
+                self.flush(st).await?;
+                return self.effect(st, seq, op, request, token, now).await;
+            }
+            op if op.contains('.') => match self.inner.provide(op, &request, "").await {
+                Ok(v) => ok(v),
+                Err(e) => err(&e),
+            },
+            other => return Err(Interrupt::Host(format!("unknown host call `{other}`"))),
+        };
+        self.record(st, seq, op, request, response.clone(), now);
+        Ok(response)
+    }
+
+    /// Performs a side effect whose intent is committed, records its answer and receipt.
+    async fn effect(
+        &self,
+        st: &mut Activation,
+        seq: i64,
+        op: &'static str,
+        request: Value,
+        token: String,
+        now: Millis,
+    ) -> Result<Value, Interrupt> {
+        let response = match self.inner.provide(op, &request, &token).await {
+            Ok(v) => {
+                st.pending.push(Write::InsertReceipt(Receipt {
+                    id: token.clone(),
+                    execution_id: st.execution.id.clone(),
+                    run_id: st.run.id.clone(),
+                    seq,
+                    op: op.to_owned(),
+                    request: request.clone(),
+                    response: v.clone(),
+                    created_ms: now,
+                    compensated_ms: None,
+                }));
+                ok(v)
+            }
+            Err(e) => err(&e),
+        };
+        self.record(st, seq, op, request, response.clone(), now);
+        Ok(response)
+    }
+
+    /// Persists a wait at `seq` and suspends the run.
+    #[allow(clippy::too_many_arguments)]
+    fn wait(
+        &self,
+        st: &mut Activation,
+        seq: i64,
+        op: &str,
+        request: Value,
+        kind: WaitKind,
+        wake_ms: Option<Millis>,
+        deadline_ms: Option<Millis>,
+        now: Millis,
+    ) -> Result<Value, Interrupt> {
+        let entry = JournalEntry {
+            run_id: st.run.id.clone(),
+            seq,
+            op: op.to_owned(),
+            request: request.clone(),
+            response: None,
+            status: EntryStatus::Waiting,
+            at_ms: now,
+        };
+        st.journal.push(entry.clone());
+        st.pending.push(Write::PutJournal(entry));
+        let wait = WaitRecord {
+            run_id: st.run.id.clone(),
+            seq,
+            kind,
+            name: request
+                .get("name")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            digest: request
+                .get("digest")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            payload_json: request
+                .get("payload")
+                .and_then(Value::as_str)
+                .and_then(|p| serde_json::from_str(p).ok()),
+            wake_ms,
+            deadline_ms,
+            attempts: 1,
+            resolved_json: None,
+        };
+        st.waits.push(wait.clone());
+        st.pending.push(Write::PutWait(wait));
+        st.suspension = Some(Suspension { wake_ms, kind });
+        Err(Interrupt::Suspend(format!("{kind:?} at call {seq}")))
+    }
+
+    /// A replayed call that was waiting: satisfied now, or still waiting.
+    async fn resume_wait(
+        &self,
+        st: &mut Activation,
+        seq: i64,
+        op: &'static str,
+        request: Value,
+        now: Millis,
+    ) -> Result<Value, Interrupt> {
+        let Some(wait) = st.waits.iter().find(|w| w.seq == seq).cloned() else {
+            return Err(Interrupt::Host(format!(
+                "call {seq} is waiting but its wait is missing"
+            )));
+        };
+        let response = match wait.kind {
+            WaitKind::Timer => {
+                if now < wait.wake_ms.unwrap_or(0) {
+                    st.suspension = Some(Suspension {
+                        wake_ms: wait.wake_ms,
+                        kind: wait.kind,
+                    });
+                    return Err(Interrupt::Suspend("timer not due".to_owned()));
+                }
+                Value::Null
+            }
+            WaitKind::Approval => match wait.resolved_json {
+                Some(body) => ok(Value::String(body.to_string())),
+                None => {
+                    st.suspension = Some(Suspension {
+                        wake_ms: None,
+                        kind: wait.kind,
+                    });
+                    return Err(Interrupt::Suspend("awaiting approval".to_owned()));
+                }
+            },
+            WaitKind::Convergence => {
+                let condition = request.get("condition").cloned().unwrap_or(Value::Null);
+                match self.inner.converged(&condition).await {
+                    Ok(true) => ok(Value::Null),
+                    Err(e) => err(&e),
+                    Ok(false) if now >= wait.deadline_ms.unwrap_or(0) => err(&CapabilityError {
+                        kind: ErrorKind::Transient,
+                        code: "timeout".to_owned(),
+                        message: format!("{condition} did not hold within the timeout"),
+                    }),
+                    Ok(false) => {
+                        let wake = now.saturating_add(
+                            self.inner.config.convergence.delay_ms(wait.attempts as u32),
+                        );
+                        let next = WaitRecord {
+                            wake_ms: Some(wake),
+                            attempts: wait.attempts + 1,
+                            ..wait
+                        };
+                        if let Some(w) = st.waits.iter_mut().find(|w| w.seq == seq) {
+                            *w = next.clone();
+                        }
+                        st.pending.push(Write::PutWait(next));
+                        st.suspension = Some(Suspension {
+                            wake_ms: Some(wake),
+                            kind: WaitKind::Convergence,
+                        });
+                        return Err(Interrupt::Suspend("not converged yet".to_owned()));
+                    }
+                }
+            }
+        };
+        self.record(st, seq, op, request, response.clone(), now);
+        Ok(response)
+    }
+
+    /// Commits the buffered writes under the run's lease.
+    async fn flush(&self, st: &mut Activation) -> Result<(), Interrupt> {
+        let writes = std::mem::take(&mut st.pending);
+        match self
+            .inner
+            .store
+            .apply(Some(&self.inner.fence(&st.run.id)), writes)
+            .await
+        {
+            Ok(()) => Ok(()),
+            Err(StoreError::Canceled) => {
+                st.fenced_out = Some(StoreError::Canceled);
+                Err(Interrupt::Cancel)
+            }
+            Err(StoreError::LeaseLost) => {
+                st.fenced_out = Some(StoreError::LeaseLost);
+                Err(Interrupt::Host("the run's lease was lost".to_owned()))
+            }
+            Err(e) => Err(Interrupt::Host(e.to_string())),
+        }
+    }
+}
+
+/// A guest error as `errorJson`: `{error, message, kind}`.
+pub(crate) fn guest_error_json(error: &Value) -> Value {
+    json!({
+        "error": error.get("code").cloned().unwrap_or(Value::Null),
+        "message": error.get("message").cloned().unwrap_or(Value::Null),
+        "kind": error.get("kind").and_then(Value::as_str).map(str::to_lowercase),
+    })
+}
+
+#[async_trait]
+impl HostCalls for JournalHost {
+    async fn call(&mut self, op: &'static str, request: Value) -> Result<Value, Interrupt> {
+        let mut st = self.state.lock().await;
+        if self.inner.is_cancel_requested_locally(&st.run.id) {
+            return Err(Interrupt::Cancel);
+        }
+        self.answer(&mut st, op, request).await
+    }
+}

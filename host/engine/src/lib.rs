@@ -1,0 +1,1706 @@
+//! # capstan-engine
+//!
+//! Durable executions. An execution is the API resource; a run is one engine instance of a
+//! workflow component pinned to its digest. Every host call of a run is journaled; a run that
+//! waits (timer, approval, convergence) is suspended and its instance dropped, and it resumes by
+//! replaying the journal. Side effects write an intent with an idempotency token before they reach
+//! a provider and a receipt after, so a crash repeats them safely and rollback undoes them exactly.
+//!
+//! The engine reaches storage only through [`capstan_core::store::EngineStore`] and the outside
+//! world only through [`Providers`]; it never sees HTTP.
+//!
+//! # Layout
+//! - `lib.rs` — [`Engine`]: triggers, workers and leases, activation outcomes, commands.
+//! - `host` — the journal: replay, live calls, waits, intents and receipts.
+//! - `effects` — which calls are side effects and how each is compensated.
+//! - `events` — outbox events.
+
+pub mod effects;
+pub mod events;
+mod host;
+
+use async_trait::async_trait;
+use capstan_core::execution::{ExecutionStatus, StageStatus};
+use capstan_core::store::*;
+use capstan_core::{CancelMode, CapabilityError, Clock, ErrorKind};
+use capstan_runtime::{Activation as Outcome, Interrupt, LoadedWorkflow, Runtime};
+use effects::Compensation;
+use events::event;
+use serde_json::{Value, json};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+/// The outside world: one call per capability operation (`dns.change-records`, ...). A side
+/// effect must treat a repeated `token` as the same request (answer it again, do it once).
+#[async_trait]
+pub trait Providers: Send + Sync {
+    /// The `Ok` payload of the WIT result, or the capability error.
+    async fn call(&self, op: &str, request: &Value, token: &str) -> Result<Value, CapabilityError>;
+}
+
+/// Exponential backoff with jitter.
+#[derive(Debug, Clone, Copy)]
+pub struct Backoff {
+    pub initial_ms: i64,
+    pub max_ms: i64,
+    /// Attempts in all (for provider retries).
+    pub max_attempts: u32,
+}
+
+impl Backoff {
+    /// The delay before attempt `n + 1` (n from 0), with up to 20 % jitter.
+    pub fn delay_ms(&self, n: u32) -> i64 {
+        let base = self
+            .initial_ms
+            .saturating_mul(1_i64 << n.min(30))
+            .min(self.max_ms);
+        let jitter = if base > 4 {
+            (uuid::Uuid::now_v7().as_u128() % (base as u128 / 5)) as i64
+        } else {
+            0
+        };
+        base + jitter
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// This node's name in leases.
+    pub node_id: String,
+    pub lease_ms: i64,
+    pub workers: usize,
+    /// How often idle workers look for due runs.
+    pub poll: Duration,
+    /// Retries of transient provider errors within one call.
+    pub provider_retry: Backoff,
+    /// Polling of `await-converged` conditions.
+    pub convergence: Backoff,
+    /// How long an idempotency reservation that never completed blocks its key.
+    pub reservation_timeout_ms: i64,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            node_id: format!("node-{}", &capstan_core::ids::new_id()[24..]),
+            lease_ms: 30_000,
+            workers: 4,
+            poll: Duration::from_millis(25),
+            provider_retry: Backoff {
+                initial_ms: 200,
+                max_ms: 5_000,
+                max_attempts: 4,
+            },
+            convergence: Backoff {
+                initial_ms: 1_000,
+                max_ms: 30_000,
+                max_attempts: u32::MAX,
+            },
+            reservation_timeout_ms: 60_000,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("execution {0} not found")]
+    NotFound(String),
+    #[error("no workflow named `{0}` is loaded")]
+    UnknownWorkflow(String),
+    /// The control operation does not apply in the execution's state.
+    #[error("{message}")]
+    StateInvalid {
+        reason: &'static str,
+        message: String,
+    },
+    #[error("this Idempotency-Key was used with a different request body")]
+    IdempotencyConflict,
+    #[error("a request with this Idempotency-Key is still being processed")]
+    ReservationPending,
+    #[error("the plan changed: approve the current hash {current}")]
+    StaleApproval { current: String },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+fn invalid(reason: &'static str, message: impl Into<String>) -> EngineError {
+    EngineError::StateInvalid {
+        reason,
+        message: message.into(),
+    }
+}
+
+/// Where a suspended run waits.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Suspension {
+    pub wake_ms: Option<Millis>,
+    pub kind: WaitKind,
+}
+
+/// A trigger: which workflow, for whom, with what input.
+#[derive(Debug, Clone)]
+pub struct TriggerRequest {
+    pub workflow: String,
+    pub principal_id: String,
+    pub input: Value,
+    /// `Idempotency-Key` and the sha256 of the request body.
+    pub idempotency: Option<(String, String)>,
+    pub traceparent: Option<String>,
+}
+
+/// A trigger's result: the execution and whether it was an idempotent replay.
+#[derive(Debug, Clone)]
+pub struct Triggered {
+    pub execution: ExecutionRecord,
+    pub replayed: bool,
+    /// The response stored with the reservation on replay.
+    pub replay_response: Option<Value>,
+}
+
+/// What a cancel did.
+#[derive(Debug, Clone)]
+pub struct Canceled {
+    pub execution: ExecutionRecord,
+    /// Cooperative mode: recorded, the workflow decides.
+    pub cancellation_requested: bool,
+}
+
+/// A command's state, as the control routes report it.
+#[derive(Debug, Clone)]
+pub struct CommandOutcome {
+    pub command: Option<CommandRecord>,
+    pub execution: ExecutionRecord,
+    /// A pending duplicate was returned instead of a new command.
+    pub reused: bool,
+    /// Completed synchronously (rollback of an execution without receipts).
+    pub immediate: bool,
+}
+
+pub(crate) struct Inner {
+    pub store: Arc<dyn EngineStore>,
+    pub runtime: Arc<Runtime>,
+    pub providers: Arc<dyn Providers>,
+    pub clock: Arc<dyn Clock>,
+    pub config: EngineConfig,
+    /// Current build per workflow name.
+    current: RwLock<HashMap<String, Arc<LoadedWorkflow>>>,
+    /// Every build by digest (runs are pinned to one).
+    builds: RwLock<HashMap<String, Arc<LoadedWorkflow>>>,
+    local_cancels: Mutex<HashSet<String>>,
+    wake: tokio::sync::Notify,
+}
+
+impl Inner {
+    pub fn now(&self) -> Millis {
+        self.clock.now_millis() as Millis
+    }
+
+    pub fn fence(&self, run_id: &str) -> Fence {
+        Fence {
+            run_id: run_id.to_owned(),
+            owner: self.config.node_id.clone(),
+            lease_until_ms: self.now() + self.config.lease_ms,
+        }
+    }
+
+    pub fn is_cancel_requested_locally(&self, run_id: &str) -> bool {
+        self.local_cancels
+            .lock()
+            .map(|s| s.contains(run_id))
+            .unwrap_or(false)
+    }
+
+    /// A provider call with retries of transient errors under the backoff policy.
+    pub async fn provide(
+        &self,
+        op: &str,
+        request: &Value,
+        token: &str,
+    ) -> Result<Value, CapabilityError> {
+        let policy = self.config.provider_retry;
+        let mut attempt = 0;
+        loop {
+            match self.providers.call(op, request, token).await {
+                Err(e) if e.is_transient() && attempt + 1 < policy.max_attempts => {
+                    let delay = policy.delay_ms(attempt);
+                    tracing::debug!(op, attempt, delay, error = %e, "retrying a transient provider error");
+                    if delay > 0 {
+                        tokio::time::sleep(Duration::from_millis(delay as u64)).await;
+                    }
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Whether an `await-converged` condition holds now.
+    pub async fn converged(&self, condition: &Value) -> Result<bool, CapabilityError> {
+        let (op, request, holds): (&str, Value, fn(&Value) -> bool) =
+            if let Some(id) = condition.get("DnsChangeInsync") {
+                ("dns.get-change", json!({"change_id": id}), |v| {
+                    v == "Insync"
+                })
+            } else if let Some(arn) = condition.get("CertificateIssued") {
+                (
+                    "certificates.describe-certificate",
+                    json!({"arn": arn}),
+                    |v| v.get("status").is_some_and(|s| s == "Issued"),
+                )
+            } else if let Some(id) = condition.get("DistributionDeployed") {
+                ("cdn.get-distribution", json!({"id": id}), |v| {
+                    v.get("status").is_some_and(|s| s == "Deployed")
+                })
+            } else {
+                return Err(CapabilityError::permanent(
+                    "invalid-condition",
+                    format!("unknown condition {condition}"),
+                ));
+            };
+        self.provide(op, &request, "").await.map(|v| holds(&v))
+    }
+}
+
+/// The durable engine. Cheap to clone.
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("node", &self.inner.config.node_id)
+            .finish_non_exhaustive()
+    }
+}
+
+fn seed_of(run_id: &str) -> u64 {
+    use sha2::{Digest, Sha256};
+    let d = Sha256::digest(run_id.as_bytes());
+    u64::from_le_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]])
+}
+
+impl Engine {
+    pub fn new(
+        store: Arc<dyn EngineStore>,
+        runtime: Arc<Runtime>,
+        providers: Arc<dyn Providers>,
+        clock: Arc<dyn Clock>,
+        config: EngineConfig,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                store,
+                runtime,
+                providers,
+                clock,
+                config,
+                current: RwLock::new(HashMap::new()),
+                builds: RwLock::new(HashMap::new()),
+                local_cancels: Mutex::new(HashSet::new()),
+                wake: tokio::sync::Notify::new(),
+            }),
+        }
+    }
+
+    pub fn store(&self) -> &Arc<dyn EngineStore> {
+        &self.inner.store
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.inner.config
+    }
+
+    /// Makes `workflow` the current build of its name. Earlier builds stay loaded for the runs
+    /// pinned to them.
+    pub fn register(&self, workflow: Arc<LoadedWorkflow>) {
+        if let Ok(mut builds) = self.inner.builds.write() {
+            builds.insert(workflow.digest.clone(), workflow.clone());
+        }
+        if let Ok(mut current) = self.inner.current.write() {
+            current.insert(workflow.descriptor.name.clone(), workflow);
+        }
+    }
+
+    /// The current build of `name`.
+    pub fn workflow(&self, name: &str) -> Option<Arc<LoadedWorkflow>> {
+        self.inner.current.read().ok()?.get(name).cloned()
+    }
+
+    /// Every current build, by name.
+    pub fn workflows(&self) -> Vec<Arc<LoadedWorkflow>> {
+        let mut all: Vec<_> = self
+            .inner
+            .current
+            .read()
+            .map(|c| c.values().cloned().collect())
+            .unwrap_or_default();
+        all.sort_by(|a, b| a.descriptor.name.cmp(&b.descriptor.name));
+        all
+    }
+
+    fn build(&self, digest: &str) -> Option<Arc<LoadedWorkflow>> {
+        self.inner.builds.read().ok()?.get(digest).cloned()
+    }
+
+    fn now(&self) -> Millis {
+        self.inner.now()
+    }
+
+    async fn get(&self, id: &str) -> Result<ExecutionRecord, EngineError> {
+        self.inner
+            .store
+            .execution(id)
+            .await?
+            .ok_or_else(|| EngineError::NotFound(id.to_owned()))
+    }
+
+    /// An execution and its stages.
+    pub async fn execution(
+        &self,
+        id: &str,
+    ) -> Result<Option<(ExecutionRecord, Vec<StageRecord>)>, EngineError> {
+        let Some(execution) = self.inner.store.execution(id).await? else {
+            return Ok(None);
+        };
+        let stages = self.inner.store.stages(id).await?;
+        Ok(Some((execution, stages)))
+    }
+
+    /// Creates an execution (status `queued`) and its run, pinned to the current build; with an
+    /// idempotency key, a repeat of the same request returns the original execution.
+    pub async fn trigger(&self, request: TriggerRequest) -> Result<Triggered, EngineError> {
+        let workflow = self
+            .workflow(&request.workflow)
+            .ok_or_else(|| EngineError::UnknownWorkflow(request.workflow.clone()))?;
+        let now = self.now();
+        if let Some((key, body)) = &request.idempotency {
+            let expired = now - self.inner.config.reservation_timeout_ms;
+            match self
+                .inner
+                .store
+                .reserve_idempotency(
+                    &request.principal_id,
+                    &request.workflow,
+                    key,
+                    body,
+                    now,
+                    expired,
+                )
+                .await?
+            {
+                Reservation::New => {}
+                Reservation::Replay {
+                    execution_id,
+                    response_json,
+                } => {
+                    let execution = self.get(&execution_id).await?;
+                    return Ok(Triggered {
+                        execution,
+                        replayed: true,
+                        replay_response: Some(response_json),
+                    });
+                }
+                Reservation::Conflict => return Err(EngineError::IdempotencyConflict),
+                Reservation::Pending => return Err(EngineError::ReservationPending),
+            }
+        }
+        let execution = ExecutionRecord {
+            id: capstan_core::ids::new_id(),
+            workflow: request.workflow.clone(),
+            principal_id: request.principal_id.clone(),
+            status: ExecutionStatus::Queued,
+            status_reason: None,
+            current_stage: None,
+            created_ms: now,
+            finished_ms: None,
+            cancellation_requested_ms: None,
+            input_json: request.input.clone(),
+            output_json: None,
+            outcome_json: None,
+            run_id: capstan_core::ids::new_id(),
+        };
+        let run = RunRecord {
+            id: execution.run_id.clone(),
+            execution_id: execution.id.clone(),
+            workflow: request.workflow.clone(),
+            digest: workflow.digest.clone(),
+            kind: RunKind::Workflow,
+            state: RunState::Runnable,
+            wake_ms: now,
+            lease_owner: None,
+            lease_expires_ms: None,
+            activations: 0,
+            cancel_requested: false,
+            created_ms: now,
+        };
+        let mut queued = event(
+            &execution,
+            "ExecutionQueued",
+            "queued",
+            json!({"workflowRunId": run.id}),
+            now,
+        );
+        queued.traceparent = request.traceparent.clone();
+        let mut writes = vec![
+            Write::InsertExecution(execution.clone()),
+            Write::InsertRun(run),
+            Write::Event(queued),
+        ];
+        if let Some((key, _)) = &request.idempotency {
+            writes.push(Write::CompleteIdempotency {
+                principal_id: request.principal_id.clone(),
+                workflow: request.workflow.clone(),
+                key: key.clone(),
+                execution_id: execution.id.clone(),
+                response_json: json!({"executionId": execution.id}),
+            });
+        }
+        if let Err(e) = self.inner.store.apply(None, writes).await {
+            if let Some((key, _)) = &request.idempotency {
+                let _ = self
+                    .inner
+                    .store
+                    .release_idempotency(&request.principal_id, &request.workflow, key)
+                    .await;
+            }
+            return Err(e.into());
+        }
+        self.inner.wake.notify_waiters();
+        Ok(Triggered {
+            execution,
+            replayed: false,
+            replay_response: None,
+        })
+    }
+
+    /// Claims due runs and activates them, one after the other; returns how many ran.
+    pub async fn run_once(&self) -> Result<usize, EngineError> {
+        let now = self.now();
+        let runs = self
+            .inner
+            .store
+            .claim_runs(
+                &self.inner.config.node_id,
+                now,
+                self.inner.config.lease_ms,
+                8,
+            )
+            .await?;
+        let n = runs.len();
+        for run in runs {
+            self.activate(run).await;
+        }
+        Ok(n)
+    }
+
+    /// Runs due work until none is left (tests and tools; servers use [`Engine::spawn_workers`]).
+    pub async fn run_until_idle(&self) -> Result<usize, EngineError> {
+        let mut total = 0;
+        loop {
+            let n = self.run_once().await?;
+            if n == 0 {
+                return Ok(total);
+            }
+            total += n;
+        }
+    }
+
+    /// Starts `config.workers` worker tasks that claim and activate runs until `shutdown` flips.
+    pub fn spawn_workers(
+        &self,
+        shutdown: tokio::sync::watch::Receiver<bool>,
+    ) -> Vec<tokio::task::JoinHandle<()>> {
+        (0..self.inner.config.workers.max(1))
+            .map(|_| {
+                let engine = self.clone();
+                let mut shutdown = shutdown.clone();
+                tokio::spawn(async move {
+                    loop {
+                        if *shutdown.borrow() {
+                            return;
+                        }
+                        let now = engine.now();
+                        let claimed = engine
+                            .inner
+                            .store
+                            .claim_runs(
+                                &engine.inner.config.node_id,
+                                now,
+                                engine.inner.config.lease_ms,
+                                1,
+                            )
+                            .await;
+                        match claimed {
+                            Ok(runs) if !runs.is_empty() => {
+                                for run in runs {
+                                    engine.activate(run).await;
+                                }
+                                continue;
+                            }
+                            Ok(_) => {}
+                            Err(e) => tracing::warn!(error = %e, "claiming runs failed; retrying"),
+                        }
+                        tokio::select! {
+                            _ = tokio::time::sleep(engine.inner.config.poll) => {}
+                            _ = engine.inner.wake.notified() => {}
+                            _ = shutdown.changed() => {}
+                        }
+                    }
+                })
+            })
+            .collect()
+    }
+
+    /// One activation of a claimed run, and what its outcome means for the execution.
+    async fn activate(&self, run: RunRecord) {
+        let run_id = run.id.clone();
+        if let Err(e) = self.activate_inner(run).await {
+            match e {
+                EngineError::Store(StoreError::LeaseLost) => {
+                    tracing::info!(run = %run_id, "lease lost; another node has the run")
+                }
+                e => {
+                    tracing::warn!(run = %run_id, error = %e, "activation failed; the run will be retried");
+                    let _ = self
+                        .inner
+                        .store
+                        .apply(
+                            None,
+                            vec![Write::UpdateRun(RunPatch {
+                                id: run_id,
+                                wake_ms: Some(self.now() + 1_000),
+                                release_lease: true,
+                                ..RunPatch::default()
+                            })],
+                        )
+                        .await;
+                }
+            }
+        }
+    }
+
+    async fn activate_inner(&self, run: RunRecord) -> Result<(), EngineError> {
+        let store = &self.inner.store;
+        let Some(execution) = store.execution(&run.execution_id).await? else {
+            return self.finish_run(&run, vec![]).await;
+        };
+        if run.kind == RunKind::Rollback {
+            return self.roll_back(run, execution).await;
+        }
+        if run.cancel_requested {
+            return self.finish_cancel(&execution, &run).await;
+        }
+        if execution.status.is_terminal() || execution.status == ExecutionStatus::Paused {
+            return self.finish_run(&run, vec![]).await;
+        }
+        let Some(workflow) = self.build(&run.digest) else {
+            let now = self.now();
+            let reason = format!(
+                "component {} is not loaded",
+                &run.digest[..12.min(run.digest.len())]
+            );
+            let writes = vec![
+                Write::UpdateExecution(ExecutionPatch {
+                    id: execution.id.clone(),
+                    status: Some(ExecutionStatus::Paused),
+                    status_reason: Some(Some("component_missing".to_owned())),
+                    ..ExecutionPatch::default()
+                }),
+                Write::Event(event(
+                    &execution,
+                    "ExecutionPaused",
+                    "paused",
+                    json!({"reason": "component_missing", "message": reason}),
+                    now,
+                )),
+            ];
+            return self.finish_run(&run, writes).await;
+        };
+
+        // queued/waiting → running
+        let now = self.now();
+        let mut start = vec![
+            Write::UpdateExecution(ExecutionPatch {
+                id: execution.id.clone(),
+                expect: Some(vec![
+                    ExecutionStatus::Queued,
+                    ExecutionStatus::Waiting,
+                    ExecutionStatus::Running,
+                ]),
+                status: Some(ExecutionStatus::Running),
+                ..ExecutionPatch::default()
+            }),
+            Write::RestageAll {
+                execution_id: execution.id.clone(),
+                from: StageStatus::Waiting,
+                to: StageStatus::Running,
+            },
+        ];
+        if execution.status != ExecutionStatus::Running {
+            start.push(Write::Event(event(
+                &execution,
+                "ExecutionStarted",
+                "running",
+                json!({"workflowRunId": run.id}),
+                now,
+            )));
+        }
+        match store.apply(Some(&self.inner.fence(&run.id)), start).await {
+            Ok(()) => {}
+            Err(StoreError::Canceled) => return self.finish_cancel(&execution, &run).await,
+            Err(StoreError::Conflict(_)) => return self.finish_run(&run, vec![]).await,
+            Err(e) => return Err(e.into()),
+        }
+        let mut execution = execution;
+        execution.status = ExecutionStatus::Running;
+
+        let state = Arc::new(tokio::sync::Mutex::new(host::Activation {
+            journal: store.journal(&run.id).await?,
+            waits: store.waits(&run.id).await?,
+            stages: store.stages(&execution.id).await?,
+            run: run.clone(),
+            execution: execution.clone(),
+            cursor: 0,
+            pending: Vec::new(),
+            suspension: None,
+            fenced_out: None,
+        }));
+        let journal_host = host::JournalHost {
+            inner: self.inner.clone(),
+            state: state.clone(),
+        };
+        let input = execution.input_json.to_string();
+        let span = tracing::info_span!("run", run = %run.id, execution = %execution.id, workflow = %execution.workflow);
+        let outcome = {
+            let _entered = span.enter();
+            workflow.activate(
+                &self.inner.runtime,
+                Box::new(journal_host),
+                seed_of(&run.id),
+                &input,
+            )
+        }
+        .await;
+        let mut st = state.lock().await;
+        let execution = st.execution.clone();
+        let now = self.now();
+        let mut writes = std::mem::take(&mut st.pending);
+        let running_stage = st
+            .stages
+            .iter()
+            .rev()
+            .find(|s| s.status == StageStatus::Running)
+            .cloned();
+        match outcome {
+            Outcome::Completed(Ok(output)) => {
+                let output: Value = serde_json::from_str(&output).unwrap_or(Value::Null);
+                let outcome = output.get("outcome").cloned();
+                writes.push(Write::UpdateExecution(ExecutionPatch {
+                    id: execution.id.clone(),
+                    status: Some(ExecutionStatus::Succeeded),
+                    status_reason: Some(None),
+                    current_stage: Some(None),
+                    finished_ms: Some(Some(now)),
+                    output_json: Some(output),
+                    outcome_json: outcome,
+                    ..ExecutionPatch::default()
+                }));
+                writes.push(Write::Event(event(
+                    &execution,
+                    "ExecutionSucceeded",
+                    "succeeded",
+                    json!({}),
+                    now,
+                )));
+                self.end_run(&run, writes).await
+            }
+            Outcome::Completed(Err(error)) => {
+                let (status, ty) = match error.kind {
+                    ErrorKind::Transient => (ExecutionStatus::Paused, "ExecutionPaused"),
+                    ErrorKind::Permanent => (ExecutionStatus::Failed, "ExecutionFailed"),
+                };
+                let error_json = json!({"error": error.code, "message": error.message, "kind": if error.is_transient() { "transient" } else { "permanent" }});
+                if let Some(mut stage) = running_stage {
+                    stage.status = StageStatus::Failed;
+                    stage.finished_ms = Some(now);
+                    stage.error_json = Some(error_json.clone());
+                    writes.push(Write::PutStage(stage));
+                }
+                writes.push(Write::UpdateExecution(ExecutionPatch {
+                    id: execution.id.clone(),
+                    status: Some(status),
+                    status_reason: Some(Some(error.code.clone())),
+                    finished_ms: Some((status == ExecutionStatus::Failed).then_some(now)),
+                    ..ExecutionPatch::default()
+                }));
+                writes.push(Write::Event(event(
+                    &execution,
+                    ty,
+                    status.as_str(),
+                    json!({"reason": error.code, "error": error_json}),
+                    now,
+                )));
+                self.end_run(&run, writes).await
+            }
+            Outcome::Interrupted(Interrupt::Suspend(_)) => {
+                let suspension = st.suspension.unwrap_or(Suspension {
+                    wake_ms: Some(now),
+                    kind: WaitKind::Timer,
+                });
+                if let Some(mut stage) = running_stage {
+                    stage.status = StageStatus::Waiting;
+                    writes.push(Write::PutStage(stage));
+                }
+                writes.push(Write::UpdateExecution(ExecutionPatch {
+                    id: execution.id.clone(),
+                    status: Some(ExecutionStatus::Waiting),
+                    ..ExecutionPatch::default()
+                }));
+                let waiting_for = match suspension.kind {
+                    WaitKind::Timer => "timer",
+                    WaitKind::Approval => "approval",
+                    WaitKind::Convergence => "convergence",
+                };
+                writes.push(Write::Event(event(
+                    &execution,
+                    "ExecutionWaiting",
+                    "waiting",
+                    json!({"waitingFor": waiting_for}),
+                    now,
+                )));
+                let (state, wake) = match suspension.wake_ms {
+                    Some(wake) => (RunState::Runnable, wake),
+                    None => (RunState::Waiting, now),
+                };
+                writes.push(Write::UpdateRun(RunPatch {
+                    id: run.id.clone(),
+                    state: Some(state),
+                    wake_ms: Some(wake),
+                    release_lease: true,
+                    ..RunPatch::default()
+                }));
+                self.commit_end(&run, writes).await
+            }
+            Outcome::Interrupted(Interrupt::Cancel) => {
+                drop(st);
+                self.finish_cancel(&execution, &run).await
+            }
+            Outcome::Interrupted(Interrupt::Nondeterminism(message)) => {
+                tracing::warn!(run = %run.id, %message, "nondeterministic replay: execution paused");
+                let writes = vec![
+                    Write::UpdateExecution(ExecutionPatch {
+                        id: execution.id.clone(),
+                        status: Some(ExecutionStatus::Paused),
+                        status_reason: Some(Some("nondeterministic_replay".to_owned())),
+                        ..ExecutionPatch::default()
+                    }),
+                    Write::Event(event(
+                        &execution,
+                        "ExecutionPaused",
+                        "paused",
+                        json!({"reason": "nondeterministic_replay", "message": message}),
+                        now,
+                    )),
+                ];
+                self.end_run(&run, writes).await
+            }
+            Outcome::Interrupted(Interrupt::Host(message)) => {
+                if matches!(st.fenced_out, Some(StoreError::LeaseLost)) {
+                    return Ok(());
+                }
+                Err(EngineError::Store(StoreError::Unavailable(message)))
+            }
+            Outcome::Limit(limit) => {
+                self.fail_guest(
+                    &run,
+                    &execution,
+                    running_stage,
+                    writes,
+                    "limit_exceeded",
+                    limit.to_string(),
+                    now,
+                )
+                .await
+            }
+            Outcome::Trapped(message) => {
+                self.fail_guest(
+                    &run,
+                    &execution,
+                    running_stage,
+                    writes,
+                    "guest_trap",
+                    message,
+                    now,
+                )
+                .await
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn fail_guest(
+        &self,
+        run: &RunRecord,
+        execution: &ExecutionRecord,
+        running_stage: Option<StageRecord>,
+        mut writes: Vec<Write>,
+        code: &str,
+        message: String,
+        now: Millis,
+    ) -> Result<(), EngineError> {
+        let error_json = json!({"error": code, "message": message, "kind": "permanent"});
+        if let Some(mut stage) = running_stage {
+            stage.status = StageStatus::Failed;
+            stage.finished_ms = Some(now);
+            stage.error_json = Some(error_json.clone());
+            writes.push(Write::PutStage(stage.clone()));
+            writes.push(Write::Event(event(
+                execution,
+                "StageFailed",
+                "failed",
+                json!({"stage": stage.stage_name, "error": error_json}),
+                now,
+            )));
+        }
+        writes.push(Write::UpdateExecution(ExecutionPatch {
+            id: execution.id.clone(),
+            status: Some(ExecutionStatus::Failed),
+            status_reason: Some(Some(code.to_owned())),
+            finished_ms: Some(Some(now)),
+            ..ExecutionPatch::default()
+        }));
+        writes.push(Write::Event(event(
+            execution,
+            "ExecutionFailed",
+            "failed",
+            json!({"reason": code, "error": error_json}),
+            now,
+        )));
+        self.end_run(run, writes).await
+    }
+
+    /// Commits the activation's last writes and marks the run done.
+    async fn end_run(&self, run: &RunRecord, mut writes: Vec<Write>) -> Result<(), EngineError> {
+        writes.push(Write::UpdateRun(RunPatch {
+            id: run.id.clone(),
+            state: Some(RunState::Done),
+            release_lease: true,
+            ..RunPatch::default()
+        }));
+        self.commit_end(run, writes).await
+    }
+
+    async fn commit_end(&self, run: &RunRecord, writes: Vec<Write>) -> Result<(), EngineError> {
+        match self
+            .inner
+            .store
+            .apply(Some(&self.inner.fence(&run.id)), writes)
+            .await
+        {
+            Ok(()) => Ok(()),
+            Err(StoreError::Canceled) => {
+                let execution = self.get(&run.execution_id).await?;
+                self.finish_cancel(&execution, run).await
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn finish_run(&self, run: &RunRecord, mut writes: Vec<Write>) -> Result<(), EngineError> {
+        writes.push(Write::UpdateRun(RunPatch {
+            id: run.id.clone(),
+            state: Some(RunState::Done),
+            release_lease: true,
+            ..RunPatch::default()
+        }));
+        self.inner
+            .store
+            .apply(None, writes)
+            .await
+            .map_err(Into::into)
+    }
+
+    fn cancel_writes(&self, execution: &ExecutionRecord, run_id: &str, now: Millis) -> Vec<Write> {
+        vec![
+            Write::UpdateExecution(ExecutionPatch {
+                id: execution.id.clone(),
+                expect: Some(vec![
+                    ExecutionStatus::Queued,
+                    ExecutionStatus::Running,
+                    ExecutionStatus::Waiting,
+                    ExecutionStatus::Paused,
+                ]),
+                status: Some(ExecutionStatus::Canceled),
+                status_reason: Some(Some("canceled".to_owned())),
+                finished_ms: Some(Some(now)),
+                ..ExecutionPatch::default()
+            }),
+            Write::RestageAll {
+                execution_id: execution.id.clone(),
+                from: StageStatus::Running,
+                to: StageStatus::Failed,
+            },
+            Write::RestageAll {
+                execution_id: execution.id.clone(),
+                from: StageStatus::Waiting,
+                to: StageStatus::Failed,
+            },
+            Write::UpdateRun(RunPatch {
+                id: run_id.to_owned(),
+                state: Some(RunState::Done),
+                release_lease: true,
+                cancel_requested: Some(true),
+                ..RunPatch::default()
+            }),
+            Write::Event(event(
+                execution,
+                "ExecutionCanceled",
+                "canceled",
+                json!({}),
+                now,
+            )),
+        ]
+    }
+
+    async fn finish_cancel(
+        &self,
+        execution: &ExecutionRecord,
+        run: &RunRecord,
+    ) -> Result<(), EngineError> {
+        if let Ok(mut local) = self.inner.local_cancels.lock() {
+            local.remove(&run.id);
+        }
+        match self
+            .inner
+            .store
+            .apply(None, self.cancel_writes(execution, &run.id, self.now()))
+            .await
+        {
+            Ok(()) | Err(StoreError::Conflict(_)) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn cancel_mode(&self, run: Option<&RunRecord>, workflow: &str) -> CancelMode {
+        run.and_then(|r| self.build(&r.digest))
+            .or_else(|| self.workflow(workflow))
+            .map_or(CancelMode::Immediate, |w| w.descriptor.cancel_mode)
+    }
+
+    /// Cancels an execution: immediately (at the next host call or while waiting), or — for
+    /// workflows whose cancel mode is cooperative — by recording the request for the workflow.
+    pub async fn cancel(&self, id: &str) -> Result<Canceled, EngineError> {
+        let execution = self.get(id).await?;
+        let run = self.inner.store.run(&execution.run_id).await?;
+        let now = self.now();
+        if self.cancel_mode(run.as_ref(), &execution.workflow) == CancelMode::Cooperative {
+            if !execution.status.can_cancel() {
+                return Err(invalid(
+                    "not_cancelable",
+                    format!(
+                        "execution is {}; only queued, running, waiting or paused executions can be canceled",
+                        execution.status
+                    ),
+                ));
+            }
+            if execution.cancellation_requested_ms.is_none() {
+                self.inner
+                    .store
+                    .apply(
+                        None,
+                        vec![
+                            Write::UpdateExecution(ExecutionPatch {
+                                id: id.to_owned(),
+                                cancellation_requested_ms: Some(now),
+                                ..ExecutionPatch::default()
+                            }),
+                            Write::Event(event(
+                                &execution,
+                                "ExecutionCancellationRequested",
+                                execution.status.as_str(),
+                                json!({}),
+                                now,
+                            )),
+                        ],
+                    )
+                    .await?;
+            }
+            return Ok(Canceled {
+                execution: self.get(id).await?,
+                cancellation_requested: true,
+            });
+        }
+        if !execution.status.can_cancel() {
+            return Err(invalid(
+                "not_cancelable",
+                format!(
+                    "execution is {}; only queued, running, waiting or paused executions can be canceled",
+                    execution.status
+                ),
+            ));
+        }
+        let leased = run
+            .as_ref()
+            .is_some_and(|r| r.lease_owner.is_some() && r.lease_expires_ms.unwrap_or(0) >= now);
+        if leased {
+            // A worker holds the run: flag it; the worker stops at its next host call or commit.
+            if let Ok(mut local) = self.inner.local_cancels.lock() {
+                local.insert(execution.run_id.clone());
+            }
+            self.inner
+                .store
+                .apply(
+                    None,
+                    vec![Write::UpdateRun(RunPatch {
+                        id: execution.run_id.clone(),
+                        cancel_requested: Some(true),
+                        ..RunPatch::default()
+                    })],
+                )
+                .await?;
+        } else {
+            match self
+                .inner
+                .store
+                .apply(None, self.cancel_writes(&execution, &execution.run_id, now))
+                .await
+            {
+                Ok(()) => {}
+                Err(StoreError::Conflict(_)) => {
+                    let now_state = self.get(id).await?;
+                    if now_state.status != ExecutionStatus::Canceled {
+                        return Err(invalid(
+                            "not_cancelable",
+                            format!("execution is {}", now_state.status),
+                        ));
+                    }
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(Canceled {
+            execution: self.get(id).await?,
+            cancellation_requested: false,
+        })
+    }
+
+    /// A pending command of the execution, if any.
+    async fn pending_command(&self, id: &str) -> Result<Option<CommandRecord>, EngineError> {
+        Ok(self
+            .inner
+            .store
+            .commands(id)
+            .await?
+            .into_iter()
+            .rev()
+            .find(|c| c.status.is_pending()))
+    }
+
+    fn new_command(
+        &self,
+        execution_id: &str,
+        operation: &str,
+        status: CommandStatus,
+    ) -> CommandRecord {
+        CommandRecord {
+            id: capstan_core::ids::new_id(),
+            execution_id: execution_id.to_owned(),
+            operation: operation.to_owned(),
+            status,
+            created_ms: self.now(),
+            finished_ms: None,
+            error: None,
+        }
+    }
+
+    /// Re-queues a run from `from_seq` of its journal: entries before it replay, the rest runs live.
+    async fn requeue(
+        &self,
+        execution: &ExecutionRecord,
+        operation: &str,
+        from_seq: Option<i64>,
+        expect: Vec<ExecutionStatus>,
+        mut extra: Vec<Write>,
+    ) -> Result<CommandOutcome, EngineError> {
+        let now = self.now();
+        let mut command = self.new_command(&execution.id, operation, CommandStatus::Completed);
+        command.finished_ms = Some(now);
+        let mut writes = Vec::new();
+        if let Some(seq) = from_seq {
+            writes.push(Write::TruncateJournal {
+                run_id: execution.run_id.clone(),
+                from_seq: seq,
+            });
+        }
+        writes.append(&mut extra);
+        writes.extend([
+            Write::UpdateExecution(ExecutionPatch {
+                id: execution.id.clone(),
+                expect: Some(expect),
+                status: Some(ExecutionStatus::Queued),
+                status_reason: Some(None),
+                finished_ms: Some(None),
+                ..ExecutionPatch::default()
+            }),
+            Write::UpdateRun(RunPatch {
+                id: execution.run_id.clone(),
+                state: Some(RunState::Runnable),
+                wake_ms: Some(now),
+                cancel_requested: Some(false),
+                release_lease: true,
+            }),
+            Write::PutCommand(command.clone()),
+            Write::Event(event(
+                execution,
+                "CommandQueued",
+                "queued",
+                json!({"commandId": command.id, "operation": operation}),
+                now,
+            )),
+            Write::Event(event(
+                execution,
+                "ExecutionQueued",
+                "queued",
+                json!({"workflowRunId": execution.run_id}),
+                now,
+            )),
+        ]);
+        match self.inner.store.apply(None, writes).await {
+            Ok(()) => {}
+            Err(StoreError::Conflict(m)) => return Err(invalid("state_changed", m)),
+            Err(e) => return Err(e.into()),
+        }
+        self.inner.wake.notify_waiters();
+        Ok(CommandOutcome {
+            command: Some(command),
+            execution: self.get(&execution.id).await?,
+            reused: false,
+            immediate: false,
+        })
+    }
+
+    /// Resumes a paused execution (or a failed/canceled one whose workflow declares it resumable):
+    /// the failed call is attempted again; everything before it replays.
+    pub async fn resume(&self, id: &str) -> Result<CommandOutcome, EngineError> {
+        let execution = self.get(id).await?;
+        if let Some(pending) = self.pending_command(id).await? {
+            return Ok(CommandOutcome {
+                command: Some(pending),
+                execution,
+                reused: true,
+                immediate: false,
+            });
+        }
+        if execution.status == ExecutionStatus::Queued {
+            return Ok(CommandOutcome {
+                command: None,
+                execution,
+                reused: true,
+                immediate: false,
+            });
+        }
+        let run = self.inner.store.run(&execution.run_id).await?;
+        let resumable_when_failed = run
+            .as_ref()
+            .and_then(|r| self.build(&r.digest))
+            .is_some_and(|w| w.descriptor.resumable_when_failed);
+        let allowed = match execution.status {
+            ExecutionStatus::Paused => true,
+            ExecutionStatus::Failed | ExecutionStatus::Canceled => resumable_when_failed,
+            _ => false,
+        };
+        if !allowed || run.as_ref().is_some_and(|r| r.kind != RunKind::Workflow) {
+            return Err(invalid(
+                "not_resumable",
+                format!(
+                    "execution is {}; only paused executions can be resumed",
+                    execution.status
+                ),
+            ));
+        }
+        let journal = self.inner.store.journal(&execution.run_id).await?;
+        // Retry from the last failed call; if none failed (a guest error without a failed call),
+        // from the beginning of the last failed stage.
+        let failed_call = journal
+            .iter()
+            .rev()
+            .find(|e| e.response.as_ref().is_some_and(|r| r.get("Err").is_some()))
+            .map(|e| e.seq);
+        let from = failed_call.or_else(|| {
+            journal
+                .iter()
+                .rev()
+                .find(|e| e.op == "context.stage-failed")
+                .map(|e| e.seq)
+        });
+        let stages = self.inner.store.stages(id).await?;
+        let mut extra = Vec::new();
+        if let Some(mut stage) = stages
+            .into_iter()
+            .rev()
+            .find(|s| s.status == StageStatus::Failed)
+        {
+            stage.status = StageStatus::Running;
+            stage.finished_ms = None;
+            stage.error_json = None;
+            extra.push(Write::PutStage(stage));
+        }
+        self.requeue(&execution, "resume", from, vec![execution.status], extra)
+            .await
+    }
+
+    /// A recovery operation declared by the workflow (`retry-finalization`, ...): re-runs the run
+    /// from the declared stage with every earlier output replayed, not repeated.
+    pub async fn recover(
+        &self,
+        id: &str,
+        operation: &str,
+        allowed_from: &[ExecutionStatus],
+    ) -> Result<CommandOutcome, EngineError> {
+        let execution = self.get(id).await?;
+        if let Some(pending) = self.pending_command(id).await? {
+            if pending.operation == operation {
+                return Ok(CommandOutcome {
+                    command: Some(pending),
+                    execution,
+                    reused: true,
+                    immediate: false,
+                });
+            }
+            return Err(invalid(
+                "command_pending",
+                format!("a {} command is pending", pending.operation),
+            ));
+        }
+        if let Some(last) = self.inner.store.commands(id).await?.into_iter().last()
+            && last.operation == operation
+            && execution.status.is_active()
+        {
+            return Ok(CommandOutcome {
+                command: Some(last),
+                execution,
+                reused: true,
+                immediate: false,
+            });
+        }
+        if !allowed_from.contains(&execution.status) {
+            return Err(invalid(
+                "not_eligible",
+                format!(
+                    "execution is {}; {operation} does not apply",
+                    execution.status
+                ),
+            ));
+        }
+        let run = self
+            .inner
+            .store
+            .run(&execution.run_id)
+            .await?
+            .ok_or_else(|| invalid("no_source_run", "the execution has no source run"))?;
+        let workflow = self
+            .build(&run.digest)
+            .ok_or_else(|| invalid("component_missing", "the run's component is not loaded"))?;
+        let Some(recovery) = workflow
+            .descriptor
+            .recovery_operations
+            .iter()
+            .find(|r| r.name == operation)
+        else {
+            return Err(invalid(
+                "not_supported",
+                format!(
+                    "workflow {} does not declare {operation}",
+                    execution.workflow
+                ),
+            ));
+        };
+        let journal = self.inner.store.journal(&run.id).await?;
+        let from = journal
+            .iter()
+            .rev()
+            .find(|e| {
+                e.op == "context.stage-begin"
+                    && e.request.get("name").and_then(Value::as_str)
+                        == Some(recovery.from_stage.as_str())
+            })
+            .map(|e| e.seq)
+            .ok_or_else(|| {
+                invalid(
+                    "not_eligible",
+                    format!("the run never reached stage {}", recovery.from_stage),
+                )
+            })?;
+        self.requeue(
+            &execution,
+            operation,
+            Some(from),
+            allowed_from.to_vec(),
+            Vec::new(),
+        )
+        .await
+    }
+
+    /// Rolls back an execution by compensating its receipts in reverse order, as visible stages.
+    /// With nothing to compensate it is `rolled_back` at once.
+    pub async fn rollback(&self, id: &str) -> Result<CommandOutcome, EngineError> {
+        let execution = self.get(id).await?;
+        if let Some(pending) = self.pending_command(id).await? {
+            if pending.operation == "rollback" {
+                return Ok(CommandOutcome {
+                    command: Some(pending),
+                    execution,
+                    reused: true,
+                    immediate: false,
+                });
+            }
+            return Err(invalid(
+                "command_pending",
+                format!("a {} command is pending", pending.operation),
+            ));
+        }
+        if !execution.status.can_roll_back() {
+            let hint = if execution.status.is_active() {
+                "; cancel it first"
+            } else {
+                ""
+            };
+            return Err(invalid(
+                "not_rollbackable",
+                format!("execution is {}{hint}", execution.status),
+            ));
+        }
+        let receipts = self.inner.store.receipts(id).await?;
+        let now = self.now();
+        if receipts.iter().all(|r| r.compensated_ms.is_some()) {
+            let writes = vec![
+                Write::UpdateExecution(ExecutionPatch {
+                    id: id.to_owned(),
+                    expect: Some(vec![execution.status]),
+                    status: Some(ExecutionStatus::RolledBack),
+                    finished_ms: Some(Some(now)),
+                    ..ExecutionPatch::default()
+                }),
+                Write::Event(event(
+                    &execution,
+                    "ExecutionRolledBack",
+                    "rolled_back",
+                    json!({"compensated": 0}),
+                    now,
+                )),
+            ];
+            match self.inner.store.apply(None, writes).await {
+                Ok(()) => {}
+                Err(StoreError::Conflict(m)) => return Err(invalid("state_changed", m)),
+                Err(e) => return Err(e.into()),
+            }
+            return Ok(CommandOutcome {
+                command: None,
+                execution: self.get(id).await?,
+                reused: false,
+                immediate: true,
+            });
+        }
+        let command = self.new_command(id, "rollback", CommandStatus::Queued);
+        let rollback_run = RunRecord {
+            id: command.id.clone(),
+            execution_id: id.to_owned(),
+            workflow: execution.workflow.clone(),
+            digest: String::new(),
+            kind: RunKind::Rollback,
+            state: RunState::Runnable,
+            wake_ms: now,
+            lease_owner: None,
+            lease_expires_ms: None,
+            activations: 0,
+            cancel_requested: false,
+            created_ms: now,
+        };
+        self.inner
+            .store
+            .apply(
+                None,
+                vec![
+                    Write::InsertRun(rollback_run),
+                    Write::PutCommand(command.clone()),
+                    Write::Event(event(
+                        &execution,
+                        "CommandQueued",
+                        execution.status.as_str(),
+                        json!({"commandId": command.id, "operation": "rollback"}),
+                        now,
+                    )),
+                    Write::Event(event(
+                        &execution,
+                        "RollbackStarted",
+                        execution.status.as_str(),
+                        json!({"commandId": command.id}),
+                        now,
+                    )),
+                ],
+            )
+            .await?;
+        self.inner.wake.notify_waiters();
+        Ok(CommandOutcome {
+            command: Some(command),
+            execution,
+            reused: false,
+            immediate: false,
+        })
+    }
+
+    /// The rollback run: one stage per receipt, newest first; each compensation is journaled under
+    /// the rollback run and idempotent (token = the receipt's id).
+    async fn roll_back(
+        &self,
+        run: RunRecord,
+        execution: ExecutionRecord,
+    ) -> Result<(), EngineError> {
+        let store = &self.inner.store;
+        let mut command = store
+            .commands(&execution.id)
+            .await?
+            .into_iter()
+            .find(|c| c.id == run.id);
+        if let Some(c) = command.as_mut()
+            && c.status == CommandStatus::Queued
+        {
+            c.status = CommandStatus::Active;
+            store
+                .apply(
+                    Some(&self.inner.fence(&run.id)),
+                    vec![Write::PutCommand(c.clone())],
+                )
+                .await?;
+        }
+        let mut stages = store.stages(&execution.id).await?;
+        let receipts = store.receipts(&execution.id).await?;
+        for receipt in receipts.iter().rev().filter(|r| r.compensated_ms.is_none()) {
+            let now = self.now();
+            let name = format!("rollback:{}", receipt.op);
+            let stage = match stages.iter().find(|s| {
+                s.stage_name == name
+                    && s.status == StageStatus::Running
+                    && s.started_ms >= run.created_ms
+            }) {
+                Some(stage) => stage.clone(),
+                None => {
+                    let stage = StageRecord {
+                        id: capstan_core::ids::new_id(),
+                        execution_id: execution.id.clone(),
+                        position: stages.len() as i64,
+                        stage_name: name.clone(),
+                        status: StageStatus::Running,
+                        started_ms: now,
+                        finished_ms: None,
+                        output_json: None,
+                        error_json: None,
+                    };
+                    stages.push(stage.clone());
+                    store
+                        .apply(
+                            Some(&self.inner.fence(&run.id)),
+                            vec![
+                                Write::PutStage(stage.clone()),
+                                Write::Event(event(
+                                    &execution,
+                                    "StageStarted",
+                                    execution.status.as_str(),
+                                    json!({"stage": name}),
+                                    now,
+                                )),
+                            ],
+                        )
+                        .await?;
+                    stage
+                }
+            };
+            let ok = receipt.response.clone();
+            let result = match effects::compensation(&receipt.op, &receipt.request, &ok) {
+                Compensation::Call { op, request } => self
+                    .inner
+                    .provide(op, &request, &format!("rollback:{}", receipt.id))
+                    .await
+                    .map(|answer| json!({"compensation": op, "request": request, "response": answer})),
+                Compensation::Nothing => Ok(json!({"compensation": null, "note": "the effect changed nothing"})),
+                Compensation::Irreversible(why) => Ok(json!({"compensation": null, "irreversible": why})),
+            };
+            let now = self.now();
+            match result {
+                Ok(output) => {
+                    let done = StageRecord {
+                        status: StageStatus::Succeeded,
+                        finished_ms: Some(now),
+                        output_json: Some(output),
+                        ..stage
+                    };
+                    if let Some(s) = stages.iter_mut().find(|s| s.id == done.id) {
+                        *s = done.clone();
+                    }
+                    store
+                        .apply(
+                            Some(&self.inner.fence(&run.id)),
+                            vec![
+                                Write::PutStage(done),
+                                Write::MarkCompensated {
+                                    receipt_id: receipt.id.clone(),
+                                    at_ms: now,
+                                },
+                                Write::Event(event(
+                                    &execution,
+                                    "StageSucceeded",
+                                    execution.status.as_str(),
+                                    json!({"stage": name}),
+                                    now,
+                                )),
+                            ],
+                        )
+                        .await?;
+                }
+                Err(error) if error.is_transient() => {
+                    // Try again later; the stage stays running.
+                    let wake = now
+                        + self
+                            .inner
+                            .config
+                            .convergence
+                            .delay_ms(run.activations.clamp(0, 20) as u32);
+                    store
+                        .apply(
+                            None,
+                            vec![Write::UpdateRun(RunPatch {
+                                id: run.id.clone(),
+                                wake_ms: Some(wake),
+                                release_lease: true,
+                                ..RunPatch::default()
+                            })],
+                        )
+                        .await?;
+                    return Ok(());
+                }
+                Err(error) => {
+                    let error_json =
+                        json!({"error": error.code, "message": error.message, "kind": "permanent"});
+                    let failed = StageRecord {
+                        status: StageStatus::Failed,
+                        finished_ms: Some(now),
+                        error_json: Some(error_json.clone()),
+                        ..stage
+                    };
+                    let mut writes = vec![
+                        Write::PutStage(failed),
+                        Write::Event(event(
+                            &execution,
+                            "StageFailed",
+                            execution.status.as_str(),
+                            json!({"stage": name, "error": error_json}),
+                            now,
+                        )),
+                        Write::UpdateExecution(ExecutionPatch {
+                            id: execution.id.clone(),
+                            status_reason: Some(Some("rollback_failed".to_owned())),
+                            ..ExecutionPatch::default()
+                        }),
+                    ];
+                    if let Some(mut c) = command.clone() {
+                        c.status = CommandStatus::Failed;
+                        c.finished_ms = Some(now);
+                        c.error = Some(format!("{}: {}", error.code, error.message));
+                        writes.push(Write::PutCommand(c));
+                    }
+                    return self.end_run(&run, writes).await;
+                }
+            }
+        }
+        let now = self.now();
+        let mut writes = vec![
+            Write::UpdateExecution(ExecutionPatch {
+                id: execution.id.clone(),
+                status: Some(ExecutionStatus::RolledBack),
+                status_reason: Some(None),
+                current_stage: Some(None),
+                finished_ms: Some(Some(now)),
+                ..ExecutionPatch::default()
+            }),
+            Write::Event(event(
+                &execution,
+                "ExecutionRolledBack",
+                "rolled_back",
+                json!({"commandId": run.id}),
+                now,
+            )),
+        ];
+        if let Some(mut c) = command {
+            c.status = CommandStatus::Completed;
+            c.finished_ms = Some(now);
+            writes.push(Write::PutCommand(c));
+        }
+        self.end_run(&run, writes).await
+    }
+
+    /// Approves the approval the execution waits on; `digest` must be the one the workflow
+    /// published (a stale digest is refused with the current one).
+    pub async fn approve(
+        &self,
+        id: &str,
+        digest: &str,
+        body: Value,
+    ) -> Result<ExecutionRecord, EngineError> {
+        let execution = self.get(id).await?;
+        let waits = self.inner.store.waits(&execution.run_id).await?;
+        let Some(wait) = waits
+            .into_iter()
+            .rev()
+            .find(|w| w.kind == WaitKind::Approval)
+        else {
+            return Err(invalid(
+                "not_waiting",
+                "the execution is not waiting for an approval",
+            ));
+        };
+        if wait.resolved_json.is_some() {
+            return Err(invalid(
+                "already_approved",
+                "the approval was already given",
+            ));
+        }
+        let current = wait.digest.clone().unwrap_or_default();
+        if current != digest {
+            return Err(EngineError::StaleApproval { current });
+        }
+        let now = self.now();
+        self.inner
+            .store
+            .apply(
+                None,
+                vec![
+                    Write::PutWait(WaitRecord {
+                        resolved_json: Some(body),
+                        ..wait
+                    }),
+                    Write::UpdateRun(RunPatch {
+                        id: execution.run_id.clone(),
+                        state: Some(RunState::Runnable),
+                        wake_ms: Some(now),
+                        ..RunPatch::default()
+                    }),
+                ],
+            )
+            .await?;
+        self.inner.wake.notify_waiters();
+        self.get(id).await
+    }
+
+    /// The approval the execution waits on: (name, digest, payload), if any.
+    pub async fn pending_approval(&self, id: &str) -> Result<Option<WaitRecord>, EngineError> {
+        let execution = self.get(id).await?;
+        let waits = self.inner.store.waits(&execution.run_id).await?;
+        Ok(waits
+            .into_iter()
+            .rev()
+            .find(|w| w.kind == WaitKind::Approval))
+    }
+}

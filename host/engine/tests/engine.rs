@@ -1,0 +1,823 @@
+//! The durable engine through real parts: real components, a real SQLite file, a manual clock,
+//! and an in-memory cloud that records every call and deduplicates effects by idempotency token.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use async_trait::async_trait;
+use capstan_core::execution::{ExecutionStatus, StageStatus};
+use capstan_core::store::{EngineStore, RunKind};
+use capstan_core::{Capability, CapabilityError, CapabilityGrants, ManualClock};
+use capstan_engine::{Backoff, Engine, EngineConfig, EngineError, Providers, TriggerRequest};
+use capstan_runtime::{LoadedWorkflow, Runtime, RuntimeConfig};
+use capstan_store::Store;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+
+const T0: u64 = 1_767_225_600_000;
+
+fn component(relative: &str) -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../target")
+        .join(relative);
+    assert!(
+        path.is_file(),
+        "{} is missing: run `just build-guests` first",
+        path.display()
+    );
+    path
+}
+
+fn runtime() -> Arc<Runtime> {
+    static RUNTIME: OnceLock<Arc<Runtime>> = OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            let cache =
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/component-cache-tests");
+            Arc::new(
+                Runtime::new(RuntimeConfig {
+                    fuel_per_activation: 200_000_000,
+                    cache_dir: Some(cache),
+                    ..RuntimeConfig::default()
+                })
+                .unwrap(),
+            )
+        })
+        .clone()
+}
+
+async fn load(relative: &str) -> Arc<LoadedWorkflow> {
+    let all = [Capability::Dns, Capability::Convergence];
+    let grants: CapabilityGrants = ["fixture-steps", "point-record", "fixture-misbehave"]
+        .iter()
+        .map(|n| ((*n).to_owned(), all.iter().copied().collect()))
+        .collect();
+    Arc::new(
+        runtime()
+            .load_file(&component(relative), &grants)
+            .await
+            .unwrap(),
+    )
+}
+
+/// An in-memory cloud: DNS records per name, changes that go in sync after `insync_after` polls,
+/// effects deduplicated by token, scripted failures.
+#[derive(Default)]
+struct Cloud {
+    records: BTreeMap<String, Value>,
+    changes: HashMap<String, u32>,
+    by_token: HashMap<String, Value>,
+    effects: Vec<(String, String)>,
+    fail: HashMap<String, (u32, CapabilityError)>,
+    insync_after: u32,
+}
+
+#[derive(Clone, Default)]
+struct FakeCloud(Arc<Mutex<Cloud>>);
+
+impl FakeCloud {
+    fn fail(&self, op: &str, times: u32, error: CapabilityError) {
+        self.0
+            .lock()
+            .unwrap()
+            .fail
+            .insert(op.to_owned(), (times, error));
+    }
+    fn effects(&self) -> Vec<(String, String)> {
+        self.0.lock().unwrap().effects.clone()
+    }
+    fn records(&self) -> BTreeMap<String, Value> {
+        self.0.lock().unwrap().records.clone()
+    }
+}
+
+#[async_trait]
+impl Providers for FakeCloud {
+    async fn call(&self, op: &str, request: &Value, token: &str) -> Result<Value, CapabilityError> {
+        let mut cloud = self.0.lock().unwrap();
+        if let Some((left, error)) = cloud.fail.get_mut(op)
+            && *left > 0
+        {
+            *left -= 1;
+            return Err(error.clone());
+        }
+        if !token.is_empty()
+            && let Some(done) = cloud.by_token.get(token)
+        {
+            return Ok(done.clone());
+        }
+        let answer = match op {
+            "dns.find-zone" => {
+                if request["domain"].as_str().unwrap().ends_with("example.com") {
+                    json!({"id": "Z1", "name": "example.com"})
+                } else {
+                    Value::Null
+                }
+            }
+            "dns.change-records" => {
+                let mut prior = Vec::new();
+                for change in request["changes"].as_array().unwrap() {
+                    let (set, upsert) = match change.get("Upsert") {
+                        Some(set) => (set, true),
+                        None => (&change["Delete"], false),
+                    };
+                    let name = set["name"].as_str().unwrap().to_owned();
+                    if let Some(old) = cloud.records.get(&name) {
+                        prior.push(old.clone());
+                    }
+                    if upsert {
+                        cloud.records.insert(name, set.clone());
+                    } else {
+                        cloud.records.remove(&name);
+                    }
+                }
+                let id = format!("C{}", cloud.changes.len() + 1);
+                let polls = cloud.insync_after;
+                cloud.changes.insert(id.clone(), polls);
+                json!({"change_id": id, "zone_id": request["zone_id"], "status": "Pending", "prior": prior})
+            }
+            "dns.get-change" => {
+                let id = request["change_id"].as_str().unwrap().to_owned();
+                match cloud.changes.get_mut(&id) {
+                    Some(0) => json!("Insync"),
+                    Some(n) => {
+                        *n -= 1;
+                        json!("Pending")
+                    }
+                    None => {
+                        return Err(CapabilityError::permanent(
+                            "not-found",
+                            format!("no change {id}"),
+                        ));
+                    }
+                }
+            }
+            other => {
+                return Err(CapabilityError::permanent(
+                    "unsupported",
+                    format!("the fake cloud has no {other}"),
+                ));
+            }
+        };
+        if !token.is_empty() {
+            cloud.by_token.insert(token.to_owned(), answer.clone());
+            cloud.effects.push((op.to_owned(), token.to_owned()));
+        }
+        Ok(answer)
+    }
+}
+
+struct World {
+    engine: Engine,
+    store: Store,
+    clock: ManualClock,
+    cloud: FakeCloud,
+    _dir: tempfile::TempDir,
+}
+
+fn config(node: &str) -> EngineConfig {
+    EngineConfig {
+        node_id: node.to_owned(),
+        provider_retry: Backoff {
+            initial_ms: 0,
+            max_ms: 0,
+            max_attempts: 3,
+        },
+        convergence: Backoff {
+            initial_ms: 1_000,
+            max_ms: 4_000,
+            max_attempts: u32::MAX,
+        },
+        ..EngineConfig::default()
+    }
+}
+
+async fn world() -> World {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&format!("sqlite://{}/capstan.db", dir.path().display()))
+        .await
+        .unwrap();
+    let clock = ManualClock::new(T0);
+    let cloud = FakeCloud::default();
+    let engine = Engine::new(
+        Arc::new(store.clone()),
+        runtime(),
+        Arc::new(cloud.clone()),
+        Arc::new(clock.clone()),
+        config("node-a"),
+    );
+    for w in [
+        "guest-fixtures/fixture-steps.wasm",
+        "workflows/hello.wasm",
+        "examples/point-record.wasm",
+        "guest-fixtures/fixture-misbehave.wasm",
+    ] {
+        engine.register(load(w).await);
+    }
+    World {
+        engine,
+        store,
+        clock,
+        cloud,
+        _dir: dir,
+    }
+}
+
+impl World {
+    async fn trigger(&self, workflow: &str, input: Value) -> String {
+        let req = TriggerRequest {
+            workflow: workflow.into(),
+            principal_id: "ops".into(),
+            input,
+            idempotency: None,
+            traceparent: None,
+        };
+        self.engine.trigger(req).await.unwrap().execution.id
+    }
+    async fn status(&self, id: &str) -> ExecutionStatus {
+        self.store.execution(id).await.unwrap().unwrap().status
+    }
+    async fn settle(&self) {
+        self.engine.run_until_idle().await.unwrap();
+    }
+    async fn event_types(&self, id: &str) -> Vec<String> {
+        self.store
+            .events(id)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.event_type)
+            .collect()
+    }
+}
+
+#[tokio::test]
+async fn a_ten_stage_workflow_runs_to_success_with_one_receipt_per_effect() {
+    let w = world().await;
+    let id = w.trigger("fixture-steps", json!({"zone": "Z1"})).await;
+    assert_eq!(w.status(&id).await, ExecutionStatus::Queued);
+    w.settle().await;
+    let (execution, stages) = w.engine.execution(&id).await.unwrap().unwrap();
+    assert_eq!(
+        execution.status,
+        ExecutionStatus::Succeeded,
+        "{execution:?}"
+    );
+    assert!(execution.finished_ms.is_some() && execution.current_stage.is_none());
+    let names: Vec<_> = stages.iter().map(|s| s.stage_name.as_str()).collect();
+    assert_eq!(names.len(), 11);
+    assert_eq!(names[0], "step-1");
+    assert!(stages.iter().all(|s| s.status == StageStatus::Succeeded));
+    assert_eq!(stages[0].output_json, Some(json!("C1")));
+    assert_eq!(
+        execution.output_json.unwrap()["changes"]
+            .as_array()
+            .unwrap()
+            .len(),
+        10
+    );
+    assert_eq!(w.store.receipts(&id).await.unwrap().len(), 10);
+    let effects = w.cloud.effects();
+    assert_eq!(effects.len(), 10);
+    let tokens: std::collections::HashSet<_> = effects.iter().map(|(_, t)| t.clone()).collect();
+    assert_eq!(
+        tokens.len(),
+        10,
+        "every effect has its own idempotency token"
+    );
+    let events = w.event_types(&id).await;
+    assert_eq!(events.first().map(String::as_str), Some("ExecutionQueued"));
+    assert_eq!(events[1], "ExecutionStarted");
+    assert_eq!(
+        events.last().map(String::as_str),
+        Some("ExecutionSucceeded")
+    );
+    assert_eq!(events.iter().filter(|e| *e == "StageSucceeded").count(), 11);
+}
+
+#[tokio::test]
+async fn a_durable_sleep_releases_the_instance_and_resumes_by_replay() {
+    let w = world().await;
+    let id = w
+        .trigger("hello", json!({"name": "Ada", "pauseSeconds": 60}))
+        .await;
+    w.settle().await;
+    assert_eq!(w.status(&id).await, ExecutionStatus::Waiting);
+    w.clock.advance(30_000);
+    w.settle().await;
+    assert_eq!(
+        w.status(&id).await,
+        ExecutionStatus::Waiting,
+        "the timer is not due yet"
+    );
+    w.clock.advance(30_000);
+    w.settle().await;
+    let (execution, stages) = w.engine.execution(&id).await.unwrap().unwrap();
+    assert_eq!(execution.status, ExecutionStatus::Succeeded);
+    let output = execution.output_json.unwrap();
+    assert_eq!(
+        output["greetedAt"],
+        json!(T0),
+        "time.now was replayed, not read again"
+    );
+    assert_eq!(output["farewellAt"], json!(T0 + 60_000));
+    assert_eq!(stages.len(), 2);
+    let events = w.event_types(&id).await;
+    assert!(events.contains(&"ExecutionWaiting".to_owned()));
+    assert_eq!(
+        events.iter().filter(|e| *e == "ExecutionStarted").count(),
+        2,
+        "started, waited, started again"
+    );
+}
+
+#[tokio::test]
+async fn an_approval_wait_holds_until_approved_with_the_current_digest() {
+    let w = world().await;
+    let id = w
+        .trigger(
+            "fixture-steps",
+            json!({"zone": "Z1", "approval": true, "stages": 2}),
+        )
+        .await;
+    w.settle().await;
+    assert_eq!(w.status(&id).await, ExecutionStatus::Waiting);
+    w.clock.advance(86_400_000);
+    w.settle().await;
+    assert_eq!(
+        w.status(&id).await,
+        ExecutionStatus::Waiting,
+        "time alone does not approve"
+    );
+    let pending = w.engine.pending_approval(&id).await.unwrap().unwrap();
+    assert_eq!(pending.name.as_deref(), Some("plan"));
+    assert_eq!(pending.payload_json, Some(json!(2)));
+    let stale = w
+        .engine
+        .approve(&id, &"f".repeat(64), json!({}))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(stale, EngineError::StaleApproval { ref current } if current == &"0".repeat(64)),
+        "{stale:?}"
+    );
+    assert!(
+        w.cloud.effects().is_empty(),
+        "nothing happened before approval"
+    );
+    w.engine
+        .approve(&id, &"0".repeat(64), json!({"approvedBy": "ops"}))
+        .await
+        .unwrap();
+    w.settle().await;
+    assert_eq!(w.status(&id).await, ExecutionStatus::Succeeded);
+    assert_eq!(w.cloud.effects().len(), 2);
+}
+
+#[tokio::test]
+async fn waiting_for_convergence_polls_with_backoff_without_holding_an_instance() {
+    let w = world().await;
+    w.cloud.0.lock().unwrap().insync_after = 3;
+    let id = w
+        .trigger(
+            "point-record",
+            json!({"host": "docs.example.com", "target": "d1.cdn.example"}),
+        )
+        .await;
+    w.settle().await;
+    assert_eq!(w.status(&id).await, ExecutionStatus::Waiting);
+    let (_, stages) = w.engine.execution(&id).await.unwrap().unwrap();
+    assert_eq!(stages.last().unwrap().status, StageStatus::Waiting);
+    for _ in 0..10 {
+        w.clock.advance(5_000);
+        w.settle().await;
+    }
+    assert_eq!(w.status(&id).await, ExecutionStatus::Succeeded);
+    assert_eq!(
+        w.cloud.effects().len(),
+        1,
+        "the change was made once across all replays"
+    );
+}
+
+#[tokio::test]
+async fn convergence_that_never_comes_times_out_and_pauses_the_execution() {
+    let w = world().await;
+    w.cloud.0.lock().unwrap().insync_after = u32::MAX;
+    let id = w
+        .trigger(
+            "point-record",
+            json!({"host": "docs.example.com", "target": "d1.cdn.example"}),
+        )
+        .await;
+    for _ in 0..40 {
+        w.settle().await;
+        w.clock.advance(5_000);
+    }
+    let (execution, stages) = w.engine.execution(&id).await.unwrap().unwrap();
+    assert_eq!(execution.status, ExecutionStatus::Paused);
+    assert_eq!(execution.status_reason.as_deref(), Some("timeout"));
+    assert_eq!(
+        stages.last().unwrap().error_json.as_ref().unwrap()["error"],
+        "timeout"
+    );
+}
+
+#[tokio::test]
+async fn a_transient_failure_pauses_and_resume_retries_the_failed_call_without_repeating_earlier_effects()
+ {
+    let w = world().await;
+    let id = w
+        .trigger(
+            "fixture-steps",
+            json!({"zone": "Z1", "stages": 4, "sleepSeconds": 1}),
+        )
+        .await;
+    w.settle().await;
+    assert_eq!(w.cloud.effects().len(), 1, "step-1 is done; the run sleeps");
+    w.cloud.fail(
+        "dns.change-records",
+        5,
+        CapabilityError::transient("throttled", "slow down"),
+    );
+    w.clock.advance(1_000);
+    w.settle().await;
+    let (execution, stages) = w.engine.execution(&id).await.unwrap().unwrap();
+    assert_eq!(execution.status, ExecutionStatus::Paused);
+    assert_eq!(execution.status_reason.as_deref(), Some("throttled"));
+    assert_eq!(stages.last().unwrap().status, StageStatus::Failed);
+    assert_eq!(
+        stages.last().unwrap().error_json.as_ref().unwrap()["kind"],
+        "transient"
+    );
+
+    assert_eq!(stages.len(), 2);
+    let resumed = w.engine.resume(&id).await.unwrap();
+    assert_eq!(resumed.execution.status, ExecutionStatus::Queued);
+    let again = w.engine.resume(&id).await.unwrap();
+    assert!(
+        again.reused,
+        "a resume of a queued execution reports retry_already_queued"
+    );
+    for _ in 0..5 {
+        w.settle().await;
+        w.clock.advance(1_000);
+    }
+    let (execution, stages) = w.engine.execution(&id).await.unwrap().unwrap();
+    assert_eq!(
+        execution.status,
+        ExecutionStatus::Succeeded,
+        "{execution:?}"
+    );
+    assert!(
+        stages.iter().all(|s| s.status == StageStatus::Succeeded),
+        "{stages:?}"
+    );
+    assert_eq!(stages.len(), 5, "the failed stage was retried in place");
+    assert_eq!(
+        w.cloud.effects().len(),
+        4,
+        "each of the four changes happened once"
+    );
+    assert_eq!(w.store.receipts(&id).await.unwrap().len(), 4);
+}
+
+#[tokio::test]
+async fn rollback_compensates_receipts_in_reverse_as_visible_stages_and_restores_the_cloud() {
+    let w = world().await;
+    let before = w.cloud.records();
+    let id = w
+        .trigger("fixture-steps", json!({"zone": "Z1", "stages": 3}))
+        .await;
+    w.settle().await;
+    assert_eq!(w.status(&id).await, ExecutionStatus::Succeeded);
+    assert_eq!(w.cloud.records().len(), 3);
+
+    let outcome = w.engine.rollback(&id).await.unwrap();
+    assert!(!outcome.immediate);
+    let command = outcome.command.unwrap();
+    let dup = w.engine.rollback(&id).await.unwrap();
+    assert!(
+        dup.reused && dup.command.unwrap().id == command.id,
+        "a pending duplicate is returned"
+    );
+    w.settle().await;
+    let (execution, stages) = w.engine.execution(&id).await.unwrap().unwrap();
+    assert_eq!(execution.status, ExecutionStatus::RolledBack);
+    let rollback: Vec<_> = stages
+        .iter()
+        .filter(|s| s.stage_name.starts_with("rollback:"))
+        .collect();
+    assert_eq!(rollback.len(), 3);
+    assert!(rollback.iter().all(|s| s.status == StageStatus::Succeeded));
+    assert_eq!(w.cloud.records(), before, "the cloud is as it was");
+    assert!(
+        w.store
+            .receipts(&id)
+            .await
+            .unwrap()
+            .iter()
+            .all(|r| r.compensated_ms.is_some())
+    );
+    let commands = w.store.commands(&id).await.unwrap();
+    assert_eq!(
+        commands.last().unwrap().status,
+        capstan_core::store::CommandStatus::Completed
+    );
+    let again = w.engine.rollback(&id).await.unwrap_err();
+    assert!(matches!(
+        again,
+        EngineError::StateInvalid {
+            reason: "not_rollbackable",
+            ..
+        }
+    ));
+}
+
+#[tokio::test]
+async fn rollback_refuses_active_executions_and_is_immediate_without_receipts() {
+    let w = world().await;
+    let id = w
+        .trigger("hello", json!({"name": "x", "pauseSeconds": 10}))
+        .await;
+    let queued = w.engine.rollback(&id).await.unwrap_err();
+    assert!(
+        matches!(queued, EngineError::StateInvalid { reason: "not_rollbackable", ref message } if message.contains("cancel it first"))
+    );
+    w.settle().await;
+    w.clock.advance(10_000);
+    w.settle().await;
+    assert_eq!(w.status(&id).await, ExecutionStatus::Succeeded);
+    let outcome = w.engine.rollback(&id).await.unwrap();
+    assert!(outcome.immediate && outcome.command.is_none());
+    assert_eq!(outcome.execution.status, ExecutionStatus::RolledBack);
+}
+
+#[tokio::test]
+async fn cancel_stops_a_waiting_execution_and_refuses_a_finished_one() {
+    let w = world().await;
+    let id = w
+        .trigger("hello", json!({"name": "x", "pauseSeconds": 600}))
+        .await;
+    w.settle().await;
+    assert_eq!(w.status(&id).await, ExecutionStatus::Waiting);
+    let canceled = w.engine.cancel(&id).await.unwrap();
+    assert_eq!(canceled.execution.status, ExecutionStatus::Canceled);
+    assert!(!canceled.cancellation_requested);
+    w.clock.advance(600_000);
+    w.settle().await;
+    assert_eq!(
+        w.status(&id).await,
+        ExecutionStatus::Canceled,
+        "the timer does not revive it"
+    );
+    assert!(
+        w.event_types(&id)
+            .await
+            .contains(&"ExecutionCanceled".to_owned())
+    );
+    let again = w.engine.cancel(&id).await.unwrap_err();
+    assert!(matches!(
+        again,
+        EngineError::StateInvalid {
+            reason: "not_cancelable",
+            ..
+        }
+    ));
+}
+
+#[tokio::test]
+async fn a_journal_that_does_not_match_the_component_pauses_with_nondeterministic_replay() {
+    let w = world().await;
+    let id = w
+        .trigger(
+            "fixture-steps",
+            json!({"zone": "Z1", "stages": 2, "sleepSeconds": 5}),
+        )
+        .await;
+    w.settle().await;
+    assert_eq!(w.status(&id).await, ExecutionStatus::Waiting);
+    // The journal says the first stage had another name: as if the code changed under the run.
+    let run_id = w.store.execution(&id).await.unwrap().unwrap().run_id;
+    sqlx::query(
+        "UPDATE journal SET request = '{\"name\":\"renamed\"}' WHERE run_id = ? AND seq = 0",
+    )
+    .bind(&run_id)
+    .execute(w.store.pool())
+    .await
+    .unwrap();
+    w.clock.advance(5_000);
+    w.settle().await;
+    let execution = w.store.execution(&id).await.unwrap().unwrap();
+    assert_eq!(execution.status, ExecutionStatus::Paused);
+    assert_eq!(
+        execution.status_reason.as_deref(),
+        Some("nondeterministic_replay")
+    );
+    let paused = w
+        .store
+        .events(&id)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|e| e.event_type == "ExecutionPaused")
+        .unwrap();
+    assert!(
+        paused.payload_json["message"]
+            .as_str()
+            .unwrap()
+            .contains("journal recorded"),
+        "{paused:?}"
+    );
+}
+
+#[tokio::test]
+async fn sandbox_limits_fail_the_stage_with_a_clear_error_and_other_executions_continue() {
+    let w = world().await;
+    let looping = w
+        .trigger("fixture-misbehave", json!({"action": "loop"}))
+        .await;
+    let fine = w
+        .trigger("fixture-steps", json!({"zone": "Z1", "stages": 1}))
+        .await;
+    w.settle().await;
+    let (execution, stages) = w.engine.execution(&looping).await.unwrap().unwrap();
+    assert_eq!(execution.status, ExecutionStatus::Failed);
+    let error = stages[0].error_json.clone().unwrap();
+    assert_eq!(error["error"], "limit_exceeded");
+    assert!(
+        error["message"].as_str().unwrap().contains("CPU budget"),
+        "{error}"
+    );
+    assert_eq!(w.status(&fine).await, ExecutionStatus::Succeeded);
+
+    let failing = w
+        .trigger("fixture-misbehave", json!({"action": "fail"}))
+        .await;
+    w.settle().await;
+    assert_eq!(
+        w.status(&failing).await,
+        ExecutionStatus::Paused,
+        "a guest's transient error pauses"
+    );
+}
+
+/// Performs the effect, then never answers: the node "dies" between effect and commit.
+struct Hang {
+    cloud: FakeCloud,
+    after_effects: usize,
+}
+
+#[async_trait]
+impl Providers for Hang {
+    async fn call(&self, op: &str, request: &Value, token: &str) -> Result<Value, CapabilityError> {
+        let answer = self.cloud.call(op, request, token).await;
+        if self.cloud.effects().len() >= self.after_effects {
+            std::future::pending::<()>().await;
+        }
+        answer
+    }
+}
+
+#[tokio::test]
+async fn a_node_dying_between_effect_and_commit_is_taken_over_and_the_effect_is_not_repeated() {
+    let w = world().await;
+    let id = w
+        .trigger("fixture-steps", json!({"zone": "Z1", "stages": 3}))
+        .await;
+    let dying = Engine::new(
+        Arc::new(w.store.clone()),
+        runtime(),
+        Arc::new(Hang {
+            cloud: w.cloud.clone(),
+            after_effects: 2,
+        }),
+        Arc::new(w.clock.clone()),
+        config("node-dying"),
+    );
+    dying.register(w.engine.workflow("fixture-steps").unwrap());
+    let task = tokio::spawn(async move { dying.run_once().await });
+    for _ in 0..200 {
+        if w.cloud.effects().len() >= 2 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    task.abort();
+    assert_eq!(w.cloud.effects().len(), 2);
+    w.settle().await;
+    assert_eq!(
+        w.status(&id).await,
+        ExecutionStatus::Running,
+        "the lease still belongs to the dead node"
+    );
+    w.clock.advance(31_000);
+    w.settle().await;
+    assert_eq!(w.status(&id).await, ExecutionStatus::Succeeded);
+    assert_eq!(
+        w.cloud.effects().len(),
+        3,
+        "the interrupted effect was answered from its token, not repeated"
+    );
+    assert_eq!(w.store.receipts(&id).await.unwrap().len(), 3);
+    let run = w
+        .store
+        .run(&w.store.execution(&id).await.unwrap().unwrap().run_id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(run.kind, RunKind::Workflow);
+    assert!(run.activations >= 2);
+}
+
+#[tokio::test]
+async fn retry_finalization_replays_earlier_stages_and_reruns_only_finalize() {
+    let w = world().await;
+    w.cloud.fail(
+        "dns.get-change",
+        1,
+        CapabilityError::permanent("not-found", "gone"),
+    );
+    let id = w
+        .trigger("fixture-steps", json!({"zone": "Z1", "stages": 2}))
+        .await;
+    w.settle().await;
+    let (execution, stages) = w.engine.execution(&id).await.unwrap().unwrap();
+    assert_eq!(execution.status, ExecutionStatus::Failed);
+    assert_eq!(stages.last().unwrap().stage_name, "finalize");
+    let effects = w.cloud.effects().len();
+    let outcome = w
+        .engine
+        .recover(&id, "retry-finalization", &[ExecutionStatus::Failed])
+        .await
+        .unwrap();
+    assert_eq!(outcome.execution.status, ExecutionStatus::Queued);
+    w.settle().await;
+    let (execution, stages) = w.engine.execution(&id).await.unwrap().unwrap();
+    assert_eq!(
+        execution.status,
+        ExecutionStatus::Succeeded,
+        "{execution:?}"
+    );
+    assert_eq!(
+        w.cloud.effects().len(),
+        effects,
+        "no stage before finalize ran again"
+    );
+    let finalize: Vec<_> = stages
+        .iter()
+        .filter(|s| s.stage_name == "finalize")
+        .map(|s| s.status)
+        .collect();
+    assert_eq!(
+        finalize,
+        [StageStatus::Failed, StageStatus::Succeeded],
+        "the failed attempt stays visible"
+    );
+    let unknown = w
+        .engine
+        .recover(&id, "retry-maps-whitelist", &[ExecutionStatus::Succeeded])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            unknown,
+            EngineError::StateInvalid {
+                reason: "not_supported",
+                ..
+            }
+        ),
+        "{unknown:?}"
+    );
+}
+
+#[tokio::test]
+async fn idempotent_triggers_create_one_execution() {
+    let w = world().await;
+    let req = |body: &str| TriggerRequest {
+        workflow: "hello".into(),
+        principal_id: "ops".into(),
+        input: json!({"name": "x"}),
+        idempotency: Some(("key-1".into(), body.into())),
+        traceparent: None,
+    };
+    let first = w.engine.trigger(req("sha-a")).await.unwrap();
+    assert!(!first.replayed);
+    let again = w.engine.trigger(req("sha-a")).await.unwrap();
+    assert!(again.replayed);
+    assert_eq!(again.execution.id, first.execution.id);
+    let conflict = w.engine.trigger(req("sha-b")).await.unwrap_err();
+    assert!(matches!(conflict, EngineError::IdempotencyConflict));
+    let unknown = w
+        .engine
+        .trigger(TriggerRequest {
+            workflow: "nope".into(),
+            principal_id: "ops".into(),
+            input: json!({}),
+            idempotency: None,
+            traceparent: None,
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(unknown, EngineError::UnknownWorkflow(_)));
+}

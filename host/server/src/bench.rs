@@ -1,0 +1,159 @@
+//! `capstan bench`: measurements that back BENCHMARKS.md. Run on a release build (`just bench`).
+//!
+//! This first part measures the runtime: compile vs cached load of each component in the
+//! workflows directory, and instantiate + call of the hello workflow. Results are printed as a
+//! table and written to `target/bench/results.json`.
+
+use async_trait::async_trait;
+use capstan_core::CapabilityGrants;
+use capstan_runtime::{Activation, HostCalls, Interrupt, Runtime, RuntimeConfig};
+use serde::Serialize;
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Answers platform calls at once; the guest sees a fixed clock and no capabilities.
+struct PlatformOnly;
+
+#[async_trait]
+impl HostCalls for PlatformOnly {
+    async fn call(&mut self, op: &'static str, _request: Value) -> Result<Value, Interrupt> {
+        Ok(match op {
+            "time.now" => json!(1_767_225_600_000u64),
+            "context.cancellation-requested" => json!(false),
+            _ => Value::Null,
+        })
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct ComponentLoad {
+    component: String,
+    bytes: u64,
+    compile_ms: f64,
+    cached_load_ms: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct Latency {
+    iterations: usize,
+    median_us: f64,
+    p99_us: f64,
+    mean_us: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct Results {
+    components: Vec<ComponentLoad>,
+    hello_instantiate_and_call: Latency,
+}
+
+fn latency(mut samples: Vec<Duration>) -> Latency {
+    samples.sort();
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    let n = samples.len().max(1);
+    let total: Duration = samples.iter().sum();
+    Latency {
+        iterations: samples.len(),
+        median_us: samples.get(n / 2).map_or(0.0, |d| us(*d)),
+        p99_us: samples
+            .get((n * 99 / 100).min(n - 1))
+            .map_or(0.0, |d| us(*d)),
+        mean_us: us(total) / n as f64,
+    }
+}
+
+/// Runs the runtime benchmarks on the components of `workflows`.
+pub async fn run(workflows: &Path, quick: bool) -> anyhow::Result<()> {
+    let iterations = if quick { 1_000 } else { 10_000 };
+    let cache = tempfile::tempdir()?;
+    let grants: CapabilityGrants = crate::config::default_grants();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(workflows)?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "wasm"))
+        .collect();
+    files.sort();
+    anyhow::ensure!(
+        !files.is_empty(),
+        "no components in {}: run `just build-guests`",
+        workflows.display()
+    );
+
+    let config = RuntimeConfig {
+        cache_dir: Some(cache.path().to_owned()),
+        ..RuntimeConfig::default()
+    };
+    let mut components = Vec::new();
+    for file in &files {
+        // A fresh runtime each time: nothing in memory, so "compile" compiles and "cached" reads disk.
+        let cold = Runtime::new(config.clone())?;
+        let compiled = cold.load_file(file, &grants).await?;
+        let warm = Runtime::new(config.clone())?;
+        let cached = warm.load_file(file, &grants).await?;
+        anyhow::ensure!(
+            compiled.stats.compiled && !cached.stats.compiled,
+            "cache did not behave"
+        );
+        components.push(ComponentLoad {
+            component: compiled.descriptor.name.clone(),
+            bytes: std::fs::metadata(file)?.len(),
+            compile_ms: compiled.stats.elapsed.as_secs_f64() * 1e3,
+            cached_load_ms: cached.stats.elapsed.as_secs_f64() * 1e3,
+        });
+    }
+
+    let runtime = Runtime::new(config)?;
+    let hello = runtime
+        .load_file(&workflows.join("hello.wasm"), &grants)
+        .await?;
+    let input = r#"{"name":"bench"}"#;
+    for _ in 0..100 {
+        let _ = hello
+            .activate(&runtime, Box::new(PlatformOnly), 1, input)
+            .await;
+    }
+    let mut samples = Vec::with_capacity(iterations);
+    for i in 0..iterations {
+        let started = Instant::now();
+        let activation = hello
+            .activate(&runtime, Box::new(PlatformOnly), i as u64, input)
+            .await;
+        samples.push(started.elapsed());
+        anyhow::ensure!(
+            matches!(activation, Activation::Completed(Ok(_))),
+            "hello failed: {activation:?}"
+        );
+    }
+    let results = Results {
+        components,
+        hello_instantiate_and_call: latency(samples),
+    };
+
+    println!(
+        "{:<26} {:>9} {:>12} {:>15}",
+        "component", "KiB", "compile ms", "cached load ms"
+    );
+    for c in &results.components {
+        println!(
+            "{:<26} {:>9.0} {:>12.1} {:>15.2}",
+            c.component,
+            c.bytes as f64 / 1024.0,
+            c.compile_ms,
+            c.cached_load_ms
+        );
+    }
+    let l = &results.hello_instantiate_and_call;
+    println!(
+        "hello instantiate + call: median {:.1} µs, p99 {:.1} µs, mean {:.1} µs over {} iterations",
+        l.median_us, l.p99_us, l.mean_us, l.iterations
+    );
+    let out = Path::new("target/bench");
+    std::fs::create_dir_all(out)?;
+    std::fs::write(
+        out.join("results.json"),
+        serde_json::to_string_pretty(&results)?,
+    )?;
+    println!("wrote target/bench/results.json");
+    Ok(())
+}

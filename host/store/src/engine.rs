@@ -1,0 +1,695 @@
+//! [`EngineStore`] on SQLite. One writer at a time (SQLite's rule), `BEGIN IMMEDIATE` so a batch
+//! takes the write lock up front instead of failing half-way on a busy upgrade.
+
+use crate::Store;
+use async_trait::async_trait;
+use capstan_core::execution::ExecutionStatus;
+use capstan_core::store::*;
+use serde_json::Value;
+use sqlx::sqlite::SqliteRow;
+use sqlx::{Row, Sqlite, Transaction};
+
+fn unavailable(e: sqlx::Error) -> StoreError {
+    StoreError::Unavailable(e.to_string())
+}
+
+fn json_text(v: &Value) -> String {
+    v.to_string()
+}
+
+fn parse_json(text: Option<String>) -> Result<Option<Value>, StoreError> {
+    text.map(|t| {
+        serde_json::from_str(&t).map_err(|e| StoreError::Corrupt(format!("bad JSON in store: {e}")))
+    })
+    .transpose()
+}
+
+fn enum_text<T: serde::Serialize>(v: &T) -> String {
+    match serde_json::to_value(v) {
+        Ok(Value::String(s)) => s,
+        _ => String::new(),
+    }
+}
+
+fn parse_enum<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, StoreError> {
+    serde_json::from_value(Value::String(text.to_owned()))
+        .map_err(|_| StoreError::Corrupt(format!("unknown value `{text}`")))
+}
+
+fn execution_row(row: &SqliteRow) -> Result<ExecutionRecord, StoreError> {
+    Ok(ExecutionRecord {
+        id: row.get("id"),
+        workflow: row.get("workflow"),
+        principal_id: row.get("principal_id"),
+        status: parse_enum(row.get::<&str, _>("status"))?,
+        status_reason: row.get("status_reason"),
+        current_stage: row.get("current_stage"),
+        created_ms: row.get("created_ms"),
+        finished_ms: row.get("finished_ms"),
+        cancellation_requested_ms: row.get("cancellation_requested_ms"),
+        input_json: parse_json(Some(row.get("input_json")))?.unwrap_or(Value::Null),
+        output_json: parse_json(row.get("output_json"))?,
+        outcome_json: parse_json(row.get("outcome_json"))?,
+        run_id: row.get("run_id"),
+    })
+}
+
+fn stage_row(row: &SqliteRow) -> Result<StageRecord, StoreError> {
+    Ok(StageRecord {
+        id: row.get("id"),
+        execution_id: row.get("execution_id"),
+        position: row.get("position"),
+        stage_name: row.get("stage_name"),
+        status: parse_enum(row.get::<&str, _>("status"))?,
+        started_ms: row.get("started_ms"),
+        finished_ms: row.get("finished_ms"),
+        output_json: parse_json(row.get("output_json"))?,
+        error_json: parse_json(row.get("error_json"))?,
+    })
+}
+
+fn run_row(row: &SqliteRow) -> Result<RunRecord, StoreError> {
+    Ok(RunRecord {
+        id: row.get("id"),
+        execution_id: row.get("execution_id"),
+        workflow: row.get("workflow"),
+        digest: row.get("digest"),
+        kind: parse_enum(row.get::<&str, _>("kind"))?,
+        state: parse_enum(row.get::<&str, _>("state"))?,
+        wake_ms: row.get("wake_ms"),
+        lease_owner: row.get("lease_owner"),
+        lease_expires_ms: row.get("lease_expires_ms"),
+        activations: row.get("activations"),
+        cancel_requested: row.get::<i64, _>("cancel_requested") != 0,
+        created_ms: row.get("created_ms"),
+    })
+}
+
+fn outbox_row(row: &SqliteRow) -> Result<OutboxRecord, StoreError> {
+    Ok(OutboxRecord {
+        seq: row.get("seq"),
+        event_id: row.get("event_id"),
+        execution_id: row.get("execution_id"),
+        event_type: row.get("event_type"),
+        event_version: row.get("event_version"),
+        principal_id: row.get("principal_id"),
+        workflow: row.get("workflow"),
+        payload_json: parse_json(Some(row.get("payload_json")))?.unwrap_or(Value::Null),
+        occurred_ms: row.get("occurred_ms"),
+        traceparent: row.get("traceparent"),
+        routed_ms: row.get("routed_ms"),
+        stream_published_ms: row.get("stream_published_ms"),
+        dispatched_ms: row.get("dispatched_ms"),
+    })
+}
+
+async fn apply_one(tx: &mut Transaction<'_, Sqlite>, write: Write) -> Result<(), StoreError> {
+    match write {
+        Write::InsertExecution(e) => {
+            sqlx::query(
+                "INSERT INTO executions (id, workflow, principal_id, status, status_reason, current_stage, created_ms,
+                 finished_ms, cancellation_requested_ms, input_json, output_json, outcome_json, run_id)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&e.id)
+            .bind(&e.workflow)
+            .bind(&e.principal_id)
+            .bind(e.status.as_str())
+            .bind(&e.status_reason)
+            .bind(&e.current_stage)
+            .bind(e.created_ms)
+            .bind(e.finished_ms)
+            .bind(e.cancellation_requested_ms)
+            .bind(json_text(&e.input_json))
+            .bind(e.output_json.as_ref().map(json_text))
+            .bind(e.outcome_json.as_ref().map(json_text))
+            .bind(&e.run_id)
+            .execute(&mut **tx)
+            .await
+            .map_err(unavailable)?;
+        }
+        Write::UpdateExecution(p) => {
+            if let Some(expect) = &p.expect {
+                let status: Option<String> =
+                    sqlx::query_scalar("SELECT status FROM executions WHERE id = ?")
+                        .bind(&p.id)
+                        .fetch_optional(&mut **tx)
+                        .await
+                        .map_err(unavailable)?;
+                let current = status
+                    .as_deref()
+                    .map(parse_enum::<ExecutionStatus>)
+                    .transpose()?;
+                if !current.is_some_and(|c| expect.contains(&c)) {
+                    return Err(StoreError::Conflict(format!(
+                        "execution {} is {}",
+                        p.id,
+                        current.map_or("missing", |c| c.as_str())
+                    )));
+                }
+            }
+            let mut sets: Vec<&str> = Vec::new();
+            let mut q = sqlx::QueryBuilder::<Sqlite>::new("UPDATE executions SET ");
+            let mut sep = q.separated(", ");
+            if let Some(s) = p.status {
+                sep.push("status = ").push_bind_unseparated(s.as_str());
+                sets.push("status");
+            }
+            if let Some(r) = p.status_reason {
+                sep.push("status_reason = ").push_bind_unseparated(r);
+            }
+            if let Some(c) = p.current_stage {
+                sep.push("current_stage = ").push_bind_unseparated(c);
+            }
+            if let Some(f) = p.finished_ms {
+                sep.push("finished_ms = ").push_bind_unseparated(f);
+            }
+            if let Some(c) = p.cancellation_requested_ms {
+                sep.push("cancellation_requested_ms = COALESCE(cancellation_requested_ms, ")
+                    .push_bind_unseparated(c)
+                    .push_unseparated(")");
+            }
+            if let Some(o) = &p.output_json {
+                sep.push("output_json = ")
+                    .push_bind_unseparated(json_text(o));
+            }
+            if let Some(o) = &p.outcome_json {
+                sep.push("outcome_json = ")
+                    .push_bind_unseparated(json_text(o));
+            }
+            if let Some(r) = p.run_id {
+                sep.push("run_id = ").push_bind_unseparated(r);
+            }
+            sep.push("id = id");
+            q.push(" WHERE id = ").push_bind(p.id);
+            q.build().execute(&mut **tx).await.map_err(unavailable)?;
+        }
+        Write::PutStage(s) => {
+            sqlx::query(
+                "INSERT INTO stages (id, execution_id, position, stage_name, status, started_ms, finished_ms, output_json, error_json)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                 ON CONFLICT (id) DO UPDATE SET status = excluded.status, finished_ms = excluded.finished_ms,
+                   output_json = excluded.output_json, error_json = excluded.error_json",
+            )
+            .bind(&s.id)
+            .bind(&s.execution_id)
+            .bind(s.position)
+            .bind(&s.stage_name)
+            .bind(s.status.as_str())
+            .bind(s.started_ms)
+            .bind(s.finished_ms)
+            .bind(s.output_json.as_ref().map(json_text))
+            .bind(s.error_json.as_ref().map(json_text))
+            .execute(&mut **tx)
+            .await
+            .map_err(unavailable)?;
+        }
+        Write::RestageAll {
+            execution_id,
+            from,
+            to,
+        } => {
+            sqlx::query("UPDATE stages SET status = ? WHERE execution_id = ? AND status = ?")
+                .bind(to.as_str())
+                .bind(execution_id)
+                .bind(from.as_str())
+                .execute(&mut **tx)
+                .await
+                .map_err(unavailable)?;
+        }
+        Write::InsertRun(r) => {
+            sqlx::query(
+                "INSERT INTO runs (id, execution_id, workflow, digest, kind, state, wake_ms, lease_owner, lease_expires_ms,
+                 activations, cancel_requested, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&r.id)
+            .bind(&r.execution_id)
+            .bind(&r.workflow)
+            .bind(&r.digest)
+            .bind(enum_text(&r.kind))
+            .bind(enum_text(&r.state))
+            .bind(r.wake_ms)
+            .bind(&r.lease_owner)
+            .bind(r.lease_expires_ms)
+            .bind(r.activations)
+            .bind(i64::from(r.cancel_requested))
+            .bind(r.created_ms)
+            .execute(&mut **tx)
+            .await
+            .map_err(unavailable)?;
+        }
+        Write::UpdateRun(p) => {
+            let mut q = sqlx::QueryBuilder::<Sqlite>::new("UPDATE runs SET ");
+            let mut sep = q.separated(", ");
+            if let Some(s) = p.state {
+                sep.push("state = ").push_bind_unseparated(enum_text(&s));
+            }
+            if let Some(w) = p.wake_ms {
+                sep.push("wake_ms = ").push_bind_unseparated(w);
+            }
+            if p.release_lease {
+                sep.push("lease_owner = NULL");
+                sep.push("lease_expires_ms = NULL");
+            }
+            if let Some(c) = p.cancel_requested {
+                sep.push("cancel_requested = ")
+                    .push_bind_unseparated(i64::from(c));
+            }
+            sep.push("id = id");
+            q.push(" WHERE id = ").push_bind(p.id);
+            q.build().execute(&mut **tx).await.map_err(unavailable)?;
+        }
+        Write::PutJournal(j) => {
+            sqlx::query(
+                "INSERT INTO journal (run_id, seq, op, request, response, status, at_ms) VALUES (?, ?, ?, ?, ?, ?, ?)
+                 ON CONFLICT (run_id, seq) DO UPDATE SET response = excluded.response, status = excluded.status, at_ms = excluded.at_ms",
+            )
+            .bind(&j.run_id)
+            .bind(j.seq)
+            .bind(&j.op)
+            .bind(json_text(&j.request))
+            .bind(j.response.as_ref().map(json_text))
+            .bind(enum_text(&j.status))
+            .bind(j.at_ms)
+            .execute(&mut **tx)
+            .await
+            .map_err(unavailable)?;
+        }
+        Write::TruncateJournal { run_id, from_seq } => {
+            for sql in [
+                "DELETE FROM journal WHERE run_id = ? AND seq >= ?",
+                "DELETE FROM waits WHERE run_id = ? AND seq >= ?",
+            ] {
+                sqlx::query(sql)
+                    .bind(&run_id)
+                    .bind(from_seq)
+                    .execute(&mut **tx)
+                    .await
+                    .map_err(unavailable)?;
+            }
+        }
+        Write::InsertReceipt(r) => {
+            sqlx::query(
+                "INSERT INTO receipts (id, execution_id, run_id, seq, op, request, response, created_ms, compensated_ms)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+            )
+            .bind(&r.id)
+            .bind(&r.execution_id)
+            .bind(&r.run_id)
+            .bind(r.seq)
+            .bind(&r.op)
+            .bind(json_text(&r.request))
+            .bind(json_text(&r.response))
+            .bind(r.created_ms)
+            .bind(r.compensated_ms)
+            .execute(&mut **tx)
+            .await
+            .map_err(unavailable)?;
+        }
+        Write::MarkCompensated { receipt_id, at_ms } => {
+            sqlx::query(
+                "UPDATE receipts SET compensated_ms = ? WHERE id = ? AND compensated_ms IS NULL",
+            )
+            .bind(at_ms)
+            .bind(receipt_id)
+            .execute(&mut **tx)
+            .await
+            .map_err(unavailable)?;
+        }
+        Write::PutWait(w) => {
+            sqlx::query(
+                "INSERT INTO waits (run_id, seq, kind, name, digest, payload_json, wake_ms, deadline_ms, attempts, resolved_json)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                 ON CONFLICT (run_id, seq) DO UPDATE SET wake_ms = excluded.wake_ms, attempts = excluded.attempts,
+                   resolved_json = excluded.resolved_json, digest = excluded.digest, payload_json = excluded.payload_json",
+            )
+            .bind(&w.run_id)
+            .bind(w.seq)
+            .bind(enum_text(&w.kind))
+            .bind(&w.name)
+            .bind(&w.digest)
+            .bind(w.payload_json.as_ref().map(json_text))
+            .bind(w.wake_ms)
+            .bind(w.deadline_ms)
+            .bind(w.attempts)
+            .bind(w.resolved_json.as_ref().map(json_text))
+            .execute(&mut **tx)
+            .await
+            .map_err(unavailable)?;
+        }
+        Write::PutCommand(c) => {
+            sqlx::query(
+                "INSERT INTO commands (id, execution_id, operation, status, created_ms, finished_ms, error) VALUES (?, ?, ?, ?, ?, ?, ?)
+                 ON CONFLICT (id) DO UPDATE SET status = excluded.status, finished_ms = excluded.finished_ms, error = excluded.error",
+            )
+            .bind(&c.id)
+            .bind(&c.execution_id)
+            .bind(&c.operation)
+            .bind(enum_text(&c.status))
+            .bind(c.created_ms)
+            .bind(c.finished_ms)
+            .bind(&c.error)
+            .execute(&mut **tx)
+            .await
+            .map_err(unavailable)?;
+        }
+        Write::Event(e) => {
+            sqlx::query(
+                "INSERT INTO outbox (event_id, execution_id, event_type, event_version, principal_id, workflow, payload_json,
+                 occurred_ms, traceparent) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&e.event_id)
+            .bind(&e.execution_id)
+            .bind(&e.event_type)
+            .bind(&e.event_version)
+            .bind(&e.principal_id)
+            .bind(&e.workflow)
+            .bind(json_text(&e.payload_json))
+            .bind(e.occurred_ms)
+            .bind(&e.traceparent)
+            .execute(&mut **tx)
+            .await
+            .map_err(unavailable)?;
+        }
+        Write::CompleteIdempotency {
+            principal_id,
+            workflow,
+            key,
+            execution_id,
+            response_json,
+        } => {
+            sqlx::query(
+                "UPDATE idempotency SET execution_id = ?, response_json = ? WHERE principal_id = ? AND workflow = ? AND key = ?",
+            )
+            .bind(execution_id)
+            .bind(json_text(&response_json))
+            .bind(principal_id)
+            .bind(workflow)
+            .bind(key)
+            .execute(&mut **tx)
+            .await
+            .map_err(unavailable)?;
+        }
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl EngineStore for Store {
+    async fn apply(&self, fence: Option<&Fence>, writes: Vec<Write>) -> Result<(), StoreError> {
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(unavailable)?;
+        if let Some(fence) = fence {
+            let row: Option<(i64,)> = sqlx::query_as(
+                "UPDATE runs SET lease_expires_ms = ? WHERE id = ? AND lease_owner = ? RETURNING cancel_requested",
+            )
+            .bind(fence.lease_until_ms)
+            .bind(&fence.run_id)
+            .bind(&fence.owner)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(unavailable)?;
+            match row {
+                None => return Err(StoreError::LeaseLost),
+                Some((1,)) => return Err(StoreError::Canceled),
+                Some(_) => {}
+            }
+        }
+        for write in writes {
+            apply_one(&mut tx, write).await?;
+        }
+        tx.commit().await.map_err(unavailable)
+    }
+
+    async fn execution(&self, id: &str) -> Result<Option<ExecutionRecord>, StoreError> {
+        let row = sqlx::query("SELECT * FROM executions WHERE id = ?")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(unavailable)?;
+        row.as_ref().map(execution_row).transpose()
+    }
+
+    async fn list_executions(
+        &self,
+        filter: &ExecutionFilter,
+    ) -> Result<Vec<ExecutionRecord>, StoreError> {
+        let mut q = sqlx::QueryBuilder::<Sqlite>::new("SELECT * FROM executions WHERE 1 = 1");
+        if let Some(workflows) = &filter.workflows {
+            if workflows.is_empty() {
+                return Ok(Vec::new());
+            }
+            q.push(" AND workflow IN (");
+            let mut sep = q.separated(", ");
+            for w in workflows {
+                sep.push_bind(w.clone());
+            }
+            q.push(")");
+        }
+        if let Some(status) = filter.status {
+            q.push(" AND status = ").push_bind(status.as_str());
+        }
+        if let Some(principal) = &filter.principal_id {
+            q.push(" AND principal_id = ").push_bind(principal.clone());
+        }
+        q.push(" ORDER BY id DESC LIMIT ").push_bind(filter.limit);
+        let rows = q.build().fetch_all(&self.pool).await.map_err(unavailable)?;
+        rows.iter().map(execution_row).collect()
+    }
+
+    async fn stages(&self, execution_id: &str) -> Result<Vec<StageRecord>, StoreError> {
+        let rows = sqlx::query("SELECT * FROM stages WHERE execution_id = ? ORDER BY position")
+            .bind(execution_id)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(unavailable)?;
+        rows.iter().map(stage_row).collect()
+    }
+
+    async fn run(&self, id: &str) -> Result<Option<RunRecord>, StoreError> {
+        let row = sqlx::query("SELECT * FROM runs WHERE id = ?")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(unavailable)?;
+        row.as_ref().map(run_row).transpose()
+    }
+
+    async fn claim_runs(
+        &self,
+        owner: &str,
+        now_ms: Millis,
+        lease_ms: Millis,
+        limit: i64,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        let rows = sqlx::query(
+            "UPDATE runs SET lease_owner = ?, lease_expires_ms = ?, activations = activations + 1
+             WHERE id IN (
+                SELECT id FROM runs WHERE state = 'runnable' AND wake_ms <= ?
+                  AND (lease_owner IS NULL OR lease_expires_ms < ?)
+                ORDER BY wake_ms LIMIT ?)
+             RETURNING *",
+        )
+        .bind(owner)
+        .bind(now_ms + lease_ms)
+        .bind(now_ms)
+        .bind(now_ms)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(unavailable)?;
+        rows.iter().map(run_row).collect()
+    }
+
+    async fn next_wake(&self) -> Result<Option<Millis>, StoreError> {
+        sqlx::query_scalar("SELECT MIN(COALESCE(MAX(wake_ms, lease_expires_ms), wake_ms)) FROM runs WHERE state = 'runnable'")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(unavailable)
+    }
+
+    async fn journal(&self, run_id: &str) -> Result<Vec<JournalEntry>, StoreError> {
+        let rows = sqlx::query("SELECT * FROM journal WHERE run_id = ? ORDER BY seq")
+            .bind(run_id)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(unavailable)?;
+        rows.iter()
+            .map(|row| {
+                Ok(JournalEntry {
+                    run_id: row.get("run_id"),
+                    seq: row.get("seq"),
+                    op: row.get("op"),
+                    request: parse_json(Some(row.get("request")))?.unwrap_or(Value::Null),
+                    response: parse_json(row.get("response"))?,
+                    status: parse_enum(row.get::<&str, _>("status"))?,
+                    at_ms: row.get("at_ms"),
+                })
+            })
+            .collect()
+    }
+
+    async fn receipts(&self, execution_id: &str) -> Result<Vec<Receipt>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT * FROM receipts WHERE execution_id = ? ORDER BY created_ms, run_id, seq",
+        )
+        .bind(execution_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(unavailable)?;
+        rows.iter()
+            .map(|row| {
+                Ok(Receipt {
+                    id: row.get("id"),
+                    execution_id: row.get("execution_id"),
+                    run_id: row.get("run_id"),
+                    seq: row.get("seq"),
+                    op: row.get("op"),
+                    request: parse_json(Some(row.get("request")))?.unwrap_or(Value::Null),
+                    response: parse_json(Some(row.get("response")))?.unwrap_or(Value::Null),
+                    created_ms: row.get("created_ms"),
+                    compensated_ms: row.get("compensated_ms"),
+                })
+            })
+            .collect()
+    }
+
+    async fn waits(&self, run_id: &str) -> Result<Vec<WaitRecord>, StoreError> {
+        let rows = sqlx::query("SELECT * FROM waits WHERE run_id = ? ORDER BY seq")
+            .bind(run_id)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(unavailable)?;
+        rows.iter()
+            .map(|row| {
+                Ok(WaitRecord {
+                    run_id: row.get("run_id"),
+                    seq: row.get("seq"),
+                    kind: parse_enum(row.get::<&str, _>("kind"))?,
+                    name: row.get("name"),
+                    digest: row.get("digest"),
+                    payload_json: parse_json(row.get("payload_json"))?,
+                    wake_ms: row.get("wake_ms"),
+                    deadline_ms: row.get("deadline_ms"),
+                    attempts: row.get("attempts"),
+                    resolved_json: parse_json(row.get("resolved_json"))?,
+                })
+            })
+            .collect()
+    }
+
+    async fn commands(&self, execution_id: &str) -> Result<Vec<CommandRecord>, StoreError> {
+        let rows =
+            sqlx::query("SELECT * FROM commands WHERE execution_id = ? ORDER BY created_ms, id")
+                .bind(execution_id)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(unavailable)?;
+        rows.iter()
+            .map(|row| {
+                Ok(CommandRecord {
+                    id: row.get("id"),
+                    execution_id: row.get("execution_id"),
+                    operation: row.get("operation"),
+                    status: parse_enum(row.get::<&str, _>("status"))?,
+                    created_ms: row.get("created_ms"),
+                    finished_ms: row.get("finished_ms"),
+                    error: row.get("error"),
+                })
+            })
+            .collect()
+    }
+
+    async fn events(&self, execution_id: &str) -> Result<Vec<OutboxRecord>, StoreError> {
+        let rows = sqlx::query("SELECT * FROM outbox WHERE execution_id = ? ORDER BY seq")
+            .bind(execution_id)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(unavailable)?;
+        rows.iter().map(outbox_row).collect()
+    }
+
+    async fn reserve_idempotency(
+        &self,
+        principal_id: &str,
+        workflow: &str,
+        key: &str,
+        body_sha256: &str,
+        now_ms: Millis,
+        expired_before_ms: Millis,
+    ) -> Result<Reservation, StoreError> {
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(unavailable)?;
+        let existing: Option<(String, Option<String>, Option<String>, i64)> = sqlx::query_as(
+            "SELECT body_sha256, execution_id, response_json, created_ms FROM idempotency
+             WHERE principal_id = ? AND workflow = ? AND key = ?",
+        )
+        .bind(principal_id)
+        .bind(workflow)
+        .bind(key)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(unavailable)?;
+        let outcome = match existing {
+            Some((body, Some(execution_id), Some(response), _)) => {
+                if body == body_sha256 {
+                    let response_json = parse_json(Some(response))?.unwrap_or(Value::Null);
+                    Reservation::Replay {
+                        execution_id,
+                        response_json,
+                    }
+                } else {
+                    Reservation::Conflict
+                }
+            }
+            Some((body, _, _, created)) if created >= expired_before_ms => {
+                if body == body_sha256 {
+                    Reservation::Pending
+                } else {
+                    Reservation::Conflict
+                }
+            }
+            _ => {
+                sqlx::query(
+                    "INSERT INTO idempotency (principal_id, workflow, key, body_sha256, execution_id, response_json, created_ms)
+                     VALUES (?, ?, ?, ?, NULL, NULL, ?)
+                     ON CONFLICT (principal_id, workflow, key) DO UPDATE SET body_sha256 = excluded.body_sha256,
+                       created_ms = excluded.created_ms, execution_id = NULL, response_json = NULL",
+                )
+                .bind(principal_id)
+                .bind(workflow)
+                .bind(key)
+                .bind(body_sha256)
+                .bind(now_ms)
+                .execute(&mut *tx)
+                .await
+                .map_err(unavailable)?;
+                Reservation::New
+            }
+        };
+        tx.commit().await.map_err(unavailable)?;
+        Ok(outcome)
+    }
+
+    async fn release_idempotency(
+        &self,
+        principal_id: &str,
+        workflow: &str,
+        key: &str,
+    ) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM idempotency WHERE principal_id = ? AND workflow = ? AND key = ? AND execution_id IS NULL")
+            .bind(principal_id)
+            .bind(workflow)
+            .bind(key)
+            .execute(&self.pool)
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+}
