@@ -54,8 +54,48 @@ pub fn capstan(home: &Path) -> Command {
         .arg(home.join("data"))
         .arg("--log-format")
         .arg("json")
-        .env_remove("RUST_LOG");
+        .env_remove("RUST_LOG")
+        .env("CAPSTAN_PEPPERS", "1:test-pepper-0123456789abcdef");
+    let config = home.join("capstan.toml");
+    if config.is_file() {
+        cmd.arg("--config").arg(config);
+    }
     cmd
+}
+
+/// A home for a server: the given components in `workflows/`, and a config granting the test
+/// workflows their capabilities, with DNS that converges at once.
+pub fn home(components: &[&str]) -> tempfile::TempDir {
+    let home = tempfile::tempdir().expect("tempdir");
+    let workflows = home.path().join("workflows");
+    std::fs::create_dir_all(&workflows).expect("mkdir");
+    for c in components {
+        let src = component(c);
+        std::fs::copy(&src, workflows.join(src.file_name().expect("file name"))).expect("copy");
+    }
+    std::fs::write(
+        home.path().join("capstan.toml"),
+        "workers = 4\n[grants]\nfixture-steps = [\"dns\", \"convergence\"]\npoint-record = [\"dns\", \"convergence\"]\n[simulator]\ndns_propagation_ms = 0\n",
+    )
+    .expect("config");
+    home
+}
+
+/// Runs a `capstan` subcommand in `home` and returns its stdout; panics with stderr on failure.
+pub fn cli(home: &Path, args: &[&str]) -> String {
+    let out = capstan(home).args(args).output().expect("run capstan");
+    assert!(out.status.success(), "capstan {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+/// Grants `permissions` to `principal` and mints a key for it.
+pub fn key_for(home: &Path, principal: &str, permissions: &[&str]) -> String {
+    for p in permissions {
+        cli(home, &["principals", "grant", principal, p]);
+    }
+    let out = cli(home, &["api-keys", "mint", "--principal", principal]);
+    assert_eq!(out.lines().count(), 1, "mint prints only the key: {out:?}");
+    out.trim().to_owned()
 }
 
 /// A running `capstan serve`.

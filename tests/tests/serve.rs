@@ -150,7 +150,7 @@ fn workflows_list_names_each_component_and_each_failure() {
 #[test]
 fn a_bad_config_value_exits_non_zero_naming_key_value_and_expectation() {
     let home = tempfile::tempdir().unwrap();
-    let config = home.path().join("capstan.toml");
+    let config = home.path().join("bad.toml");
     std::fs::write(&config, "[runtime]\nmemory_limit_mib = \"lots\"\n").unwrap();
     let out = capstan(home.path())
         .arg("--config")

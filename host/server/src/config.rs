@@ -63,6 +63,37 @@ pub struct Settings {
     pub runtime: RuntimeSettings,
     /// Capabilities granted per workflow name: `onboard-domain = ["dns", "certificates"]`.
     pub grants: CapabilityGrants,
+    /// Permissions per principal: `[principals.ops] permissions = ["workflows:hello"]`.
+    pub principals: std::collections::BTreeMap<String, PrincipalSettings>,
+    /// Worker tasks claiming runs on this node.
+    pub workers: usize,
+    /// Default API key lifetime.
+    pub api_key_lifetime_days: i64,
+    /// The simulated cloud.
+    pub simulator: SimulatorSettings,
+}
+
+/// A principal's permissions from the config (grants made with `capstan principals grant` add to them).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrincipalSettings {
+    pub permissions: Vec<String>,
+}
+
+/// How the simulated cloud behaves.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SimulatorSettings {
+    /// Delay from a DNS change to INSYNC, milliseconds.
+    pub dns_propagation_ms: i64,
+    /// Zones created on first start.
+    pub seed_zones: Vec<String>,
+}
+
+impl Default for SimulatorSettings {
+    fn default() -> Self {
+        Self { dns_propagation_ms: 2_000, seed_zones: vec!["example.com".to_owned(), "example.org".to_owned()] }
+    }
 }
 
 impl Default for Settings {
@@ -76,6 +107,10 @@ impl Default for Settings {
             log_format: LogFormat::Text,
             runtime: RuntimeSettings::default(),
             grants: default_grants(),
+            principals: std::collections::BTreeMap::new(),
+            workers: 4,
+            api_key_lifetime_days: 90,
+            simulator: SimulatorSettings::default(),
         }
     }
 }
@@ -144,7 +179,7 @@ pub struct Overrides {
 }
 
 /// Keys the environment may set (`CAPSTAN_<KEY>`); other `CAPSTAN_*` variables are not settings.
-const ENV_KEYS: [&str; 8] = [
+const ENV_KEYS: [&str; 12] = [
     "listen",
     "sandbox_listen",
     "database",
@@ -153,6 +188,10 @@ const ENV_KEYS: [&str; 8] = [
     "log_format",
     "runtime",
     "grants",
+    "principals",
+    "workers",
+    "api_key_lifetime_days",
+    "simulator",
 ];
 
 impl Settings {

@@ -48,6 +48,16 @@ enum Command {
     },
     /// Run pending database migrations and exit.
     Migrate,
+    /// Mint, list and revoke API keys.
+    ApiKeys {
+        #[command(subcommand)]
+        command: ApiKeysCommand,
+    },
+    /// Grant, revoke and show principals' permissions.
+    Principals {
+        #[command(subcommand)]
+        command: PrincipalsCommand,
+    },
     /// Measure the runtime (release builds only give meaningful figures).
     Bench {
         /// A short smoke run (CI).
@@ -59,6 +69,34 @@ enum Command {
         #[command(subcommand)]
         command: WorkflowsCommand,
     },
+}
+
+#[derive(Debug, Subcommand)]
+enum ApiKeysCommand {
+    /// Mint a key; prints only the plaintext key on stdout (shown once).
+    Mint {
+        #[arg(long)]
+        principal: String,
+        #[arg(long)]
+        expires_in_days: Option<i64>,
+    },
+    /// List a principal's keys (metadata only).
+    List {
+        #[arg(long)]
+        principal: String,
+    },
+    /// Revoke a key by id; effective for the next request.
+    Revoke { api_key_id: String },
+}
+
+#[derive(Debug, Subcommand)]
+enum PrincipalsCommand {
+    /// Grant a permission (e.g. workflows:onboard-domain, principals:manage, audit:read).
+    Grant { principal: String, permission: String },
+    /// Revoke a granted permission.
+    Revoke { principal: String, permission: String },
+    /// Show a principal's permissions (config and grants).
+    Show { principal: String },
 }
 
 #[derive(Debug, Subcommand)]
@@ -117,10 +155,15 @@ fn main() -> ExitCode {
     }
 }
 
+fn valid_permission(p: &str) -> bool {
+    matches!(p, "subscriptions:manage" | "principals:manage" | "audit:read" | "admin:read" | "admin:write")
+        || p.strip_prefix("workflows:").is_some_and(|w| !w.is_empty() && w.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'))
+}
+
 async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
     match command {
         Command::Serve { .. } => {
-            let app = serve::App::start(&settings).await?;
+            let app = serve::App::start(&settings, serve::peppers()?).await?;
             let listener = tokio::net::TcpListener::bind(settings.listen)
                 .await
                 .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", settings.listen))?;
@@ -140,6 +183,57 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
                 settings.database,
                 applied.last().copied().unwrap_or(0)
             );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::ApiKeys { command } => {
+            let store = capstan_store::Store::open(&settings.database).await?;
+            let now = capstan_core::Clock::now_millis(&capstan_core::SystemClock) as i64;
+            match command {
+                ApiKeysCommand::Mint { principal, expires_in_days } => {
+                    let config = capstan_api::ApiConfig {
+                        peppers: serve::peppers()?,
+                        principals: Default::default(),
+                        key_lifetime_days: settings.api_key_lifetime_days,
+                    };
+                    let minted = capstan_api::mint_key(&store, &config, now, &principal, expires_in_days).await?;
+                    println!("{}", minted.plaintext);
+                }
+                ApiKeysCommand::List { principal } => {
+                    for k in store.api_keys_of(&principal).await? {
+                        let state = if k.revoked_ms.is_some() { "revoked" } else if k.expires_ms <= now { "expired" } else { "active" };
+                        println!("{}  {}  {}  expires {}  {state}", k.id, k.prefix, k.principal_id, capstan_api::views::rfc3339(k.expires_ms));
+                    }
+                }
+                ApiKeysCommand::Revoke { api_key_id } => {
+                    anyhow::ensure!(store.revoke_api_key(&api_key_id, now).await?, "no API key {api_key_id}");
+                    eprintln!("revoked {api_key_id}");
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Principals { command } => {
+            let store = capstan_store::Store::open(&settings.database).await?;
+            match command {
+                PrincipalsCommand::Grant { principal, permission } => {
+                    anyhow::ensure!(capstan_api::auth::valid_principal(&principal), "`{principal}` is not a valid principal id");
+                    anyhow::ensure!(valid_permission(&permission), "unknown permission `{permission}` (workflows:<name>, subscriptions:manage, principals:manage, audit:read, admin:read, admin:write)");
+                    store.grant(&principal, &permission).await?;
+                    eprintln!("granted {permission} to {principal}");
+                }
+                PrincipalsCommand::Revoke { principal, permission } => {
+                    anyhow::ensure!(store.revoke_grant(&principal, &permission).await?, "{principal} has no grant {permission}");
+                    eprintln!("revoked {permission} from {principal}");
+                }
+                PrincipalsCommand::Show { principal } => {
+                    let configured = settings.principals.get(&principal).map(|p| p.permissions.clone()).unwrap_or_default();
+                    for p in configured {
+                        println!("{p}\tconfig");
+                    }
+                    for p in store.grants_of(&principal).await? {
+                        println!("{p}\tgrant");
+                    }
+                }
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench { quick } => {

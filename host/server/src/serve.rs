@@ -9,6 +9,11 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use capstan_api::keys::Peppers;
+use capstan_api::{ApiConfig, ApiState};
+use capstan_core::{Clock, SystemClock};
+use capstan_engine::{Engine, EngineConfig};
+use capstan_providers::{SimulatedCloud, SimulationSettings};
 use capstan_store::Store;
 use serde::Serialize;
 use serde_json::json;
@@ -22,14 +27,47 @@ use tokio::net::TcpListener;
 pub struct App {
     pub store: Store,
     pub registry: Arc<Registry>,
+    pub api: ApiState,
+}
+
+/// The peppers for API keys: `CAPSTAN_PEPPERS` (`1:<secret>,2:<secret>`). Required.
+pub fn peppers() -> anyhow::Result<Peppers> {
+    let text = std::env::var("CAPSTAN_PEPPERS").map_err(|_| {
+        anyhow::anyhow!("CAPSTAN_PEPPERS is not set: API keys cannot be verified without a pepper (e.g. CAPSTAN_PEPPERS=\"1:<at least 16 random characters>\")")
+    })?;
+    Ok(Peppers::parse(&text)?)
 }
 
 impl App {
-    /// Opens the store (migrating it) and loads the workflows directory.
-    pub async fn start(settings: &Settings) -> anyhow::Result<Self> {
+    /// Opens the store (migrating it), loads the workflows directory, and builds the engine on the
+    /// simulated cloud.
+    pub async fn start(settings: &Settings, peppers: Peppers) -> anyhow::Result<Self> {
         let store = Store::open(&settings.database).await?;
         let registry = Arc::new(Registry::load(settings).await?);
-        Ok(Self { store, registry })
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let cloud = SimulatedCloud::new(
+            store.pool().clone(),
+            clock.clone(),
+            SimulationSettings { dns_propagation_ms: settings.simulator.dns_propagation_ms, seed_zones: settings.simulator.seed_zones.clone() },
+        )
+        .await?;
+        let engine = Engine::new(
+            Arc::new(store.clone()),
+            registry.runtime.clone(),
+            Arc::new(cloud),
+            clock.clone(),
+            EngineConfig { workers: settings.workers, ..EngineConfig::default() },
+        );
+        for workflow in registry.workflows.values() {
+            engine.register(workflow.clone());
+        }
+        let config = ApiConfig {
+            peppers,
+            principals: settings.principals.iter().map(|(id, p)| (id.clone(), p.permissions.iter().cloned().collect())).collect(),
+            key_lifetime_days: settings.api_key_lifetime_days,
+        };
+        let api = ApiState { engine, store: store.clone(), clock, config: Arc::new(config) };
+        Ok(Self { store, registry, api })
     }
 }
 
@@ -43,18 +81,16 @@ pub fn error_response(status: StatusCode, code: &str, message: impl Into<String>
 }
 
 pub fn router(app: App) -> Router {
+    let api = capstan_api::v1::router(app.api.clone());
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .with_state(app)
+        .merge(api)
         .fallback(|| async { error_response(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .method_not_allowed_fallback(|| async {
-            error_response(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "method_not_allowed",
-                "this route does not accept that method",
-            )
+            error_response(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "this route does not accept that method")
         })
-        .with_state(app)
 }
 
 async fn healthz() -> Json<serde_json::Value> {
@@ -106,14 +142,15 @@ pub async fn serve(
         "serving plain HTTP on {main_addr} and {sandbox_addr}: for local development only (TLS arrives with the partner API)"
     );
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let workers = app.api.engine.spawn_workers(stop_rx.clone());
     let mut stop_main = stop_rx.clone();
     let mut stop_sandbox = stop_rx;
-    let main = axum::serve(listener, router(app.clone()))
+    let main = axum::serve(listener, router(app.clone()).into_make_service_with_connect_info::<std::net::SocketAddr>())
         .with_graceful_shutdown(async move {
             let _ = stop_main.wait_for(|s| *s).await;
         })
         .into_future();
-    let sandbox = axum::serve(sandbox, router(app))
+    let sandbox = axum::serve(sandbox, router(app).into_make_service_with_connect_info::<std::net::SocketAddr>())
         .with_graceful_shutdown(async move {
             let _ = stop_sandbox.wait_for(|s| *s).await;
         })
@@ -124,6 +161,9 @@ pub async fn serve(
         let _ = stop_tx.send(true);
     });
     let (a, b) = tokio::join!(main, sandbox);
+    for worker in workers {
+        let _ = worker.await;
+    }
     a?;
     b?;
     tracing::info!("stopped");

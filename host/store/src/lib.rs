@@ -6,6 +6,7 @@
 //! This crate owns the schema and the SQL; it must not know about HTTP or wasmtime.
 
 use sqlx::SqlitePool;
+pub mod auth;
 mod engine;
 
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};

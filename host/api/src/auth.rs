@@ -1,0 +1,114 @@
+//! Bearer authentication, permissions and the audit of every decision.
+//!
+//! A principal's permissions are the union of the operator config (`[principals.<id>]
+//! permissions = [...]`) and the grants made with `capstan principals grant`. Chat principals
+//! (`chat:<workspace>:<user>`) are recognised; operator-group permissions never apply to bearer
+//! requests, so a bearer request gets only what is granted to the principal itself.
+
+use crate::ApiState;
+use crate::error::ApiError;
+use crate::keys;
+use axum::extract::{ConnectInfo, FromRequestParts, MatchedPath};
+use axum::http::request::Parts;
+use axum::http::{Method, header};
+use capstan_store::auth::AuditRecord;
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+
+/// The authenticated caller of a request, with what the audit log needs to know of it.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub principal_id: String,
+    pub permissions: BTreeSet<String>,
+    method: Method,
+    route: String,
+    ip: Option<String>,
+    user_agent: Option<String>,
+}
+
+/// Whether `id` is a principal id Capstan accepts: a plain id, or `chat:<workspace>:<user>`.
+pub fn valid_principal(id: &str) -> bool {
+    let plain = |s: &str| !s.is_empty() && s.len() <= 128 && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_.@".contains(c));
+    match id.strip_prefix("chat:") {
+        Some(rest) => rest.split_once(':').is_some_and(|(w, u)| plain(w) && plain(u)),
+        None => plain(id),
+    }
+}
+
+impl Caller {
+    pub fn has(&self, permission: &str) -> bool {
+        self.permissions.contains(permission)
+    }
+
+    /// Workflows the caller may use (`workflows:<name>` permissions).
+    pub fn workflows(&self) -> Vec<String> {
+        self.permissions.iter().filter_map(|p| p.strip_prefix("workflows:")).map(str::to_owned).collect()
+    }
+
+    /// Checks `permission` and records the decision.
+    pub async fn require(&self, state: &ApiState, permission: &str, resource: &str, execution_id: Option<&str>) -> Result<(), ApiError> {
+        let allowed = self.has(permission);
+        self.audit(state, permission, resource, execution_id, allowed).await;
+        if allowed { Ok(()) } else { Err(ApiError::forbidden(permission)) }
+    }
+
+    pub async fn audit(&self, state: &ApiState, action: &str, resource: &str, execution_id: Option<&str>, allowed: bool) {
+        let record = AuditRecord {
+            id: capstan_core::ids::new_id(),
+            at_ms: state.now(),
+            principal_id: self.principal_id.clone(),
+            action: action.to_owned(),
+            method: self.method.to_string(),
+            route: self.route.clone(),
+            resource: resource.to_owned(),
+            result: if allowed { "allowed" } else { "denied" }.to_owned(),
+            execution_id: execution_id.map(str::to_owned),
+            ip: self.ip.clone(),
+            user_agent: self.user_agent.clone(),
+        };
+        if let Err(e) = state.store.insert_audit(&record).await {
+            tracing::error!(error = %e, "could not write an audit record");
+        }
+    }
+}
+
+/// Permissions of a principal now: config plus grants.
+pub async fn permissions_of(state: &ApiState, principal_id: &str) -> Result<BTreeSet<String>, ApiError> {
+    let mut permissions: BTreeSet<String> = state.config.principals.get(principal_id).cloned().unwrap_or_default();
+    permissions.extend(state.store.grants_of(principal_id).await.map_err(ApiError::internal)?);
+    Ok(permissions)
+}
+
+impl FromRequestParts<ApiState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, Self::Rejection> {
+        let route = parts.extensions.get::<MatchedPath>().map_or_else(|| parts.uri.path().to_owned(), |m| m.as_str().to_owned());
+        let ip = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip().to_string());
+        let user_agent = parts.headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let mut caller = Caller { principal_id: "anonymous".to_owned(), permissions: BTreeSet::new(), method: parts.method.clone(), route, ip, user_agent };
+        let resource = parts.uri.path().to_owned();
+        let token = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
+            .filter(|t| keys::well_formed(t));
+        let Some(token) = token else {
+            caller.audit(state, "authenticate", &resource, None, false).await;
+            return Err(ApiError::unauthorized());
+        };
+        let now = state.now();
+        let candidates = state.store.api_keys_by_prefix(keys::prefix(token)).await.map_err(ApiError::internal)?;
+        let key = candidates.into_iter().find(|k| state.config.peppers.verify(k.pepper_version, token, &k.hash));
+        let Some(key) = key.filter(|k| k.revoked_ms.is_none() && k.expires_ms > now) else {
+            caller.audit(state, "authenticate", &resource, None, false).await;
+            return Err(ApiError::unauthorized());
+        };
+        state.store.touch_api_key(&key.id, now).await.map_err(ApiError::internal)?;
+        caller.permissions = permissions_of(state, &key.principal_id).await?;
+        caller.principal_id = key.principal_id;
+        Ok(caller)
+    }
+}

@@ -1,0 +1,78 @@
+//! # capstan-api
+//!
+//! The orchestration API (`/v1`): workflow triggers, executions and their control, execution
+//! events, API keys and the audit log. Every route authenticates a bearer key, checks its
+//! permission from the document's table, and records the decision. Errors have one shape
+//! (`error.rs`); responses have exactly the documented fields (`views.rs`).
+//!
+//! # Layout
+//! - `keys` — key format, peppers, HMAC hashing.
+//! - `auth` — the [`auth::Caller`] extractor, permissions, audit.
+//! - `v1` — the routes.
+//! - `views` — the documented JSON shapes.
+
+pub mod auth;
+pub mod error;
+pub mod keys;
+pub mod v1;
+pub mod views;
+
+use capstan_core::Clock;
+use capstan_engine::Engine;
+use capstan_store::Store;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// What the API is configured with.
+#[derive(Debug, Clone)]
+pub struct ApiConfig {
+    pub peppers: keys::Peppers,
+    /// Permissions per principal from the operator config.
+    pub principals: BTreeMap<String, BTreeSet<String>>,
+    pub key_lifetime_days: i64,
+}
+
+/// Everything a handler may reach.
+#[derive(Debug, Clone)]
+pub struct ApiState {
+    pub engine: Engine,
+    pub store: Store,
+    pub clock: Arc<dyn Clock>,
+    pub config: Arc<ApiConfig>,
+}
+
+impl ApiState {
+    pub fn now(&self) -> i64 {
+        self.clock.now_millis() as i64
+    }
+}
+
+/// A newly minted key: its metadata and the plaintext, shown once.
+#[derive(Debug, Clone)]
+pub struct Minted {
+    pub record: capstan_store::auth::ApiKeyRecord,
+    pub plaintext: String,
+}
+
+/// Mints a key for `principal_id` valid for `days` (default lifetime when `None`).
+pub async fn mint_key(store: &Store, config: &ApiConfig, now_ms: i64, principal_id: &str, days: Option<i64>) -> anyhow::Result<Minted> {
+    anyhow::ensure!(auth::valid_principal(principal_id), "`{principal_id}` is not a valid principal id");
+    let days = days.unwrap_or(config.key_lifetime_days);
+    anyhow::ensure!((1..=3650).contains(&days), "expiresInDays must be between 1 and 3650");
+    let version = config.peppers.current().ok_or_else(|| anyhow::anyhow!("no pepper configured"))?;
+    let plaintext = keys::generate();
+    let hash = config.peppers.hash(version, &plaintext).ok_or_else(|| anyhow::anyhow!("no pepper for version {version}"))?;
+    let record = capstan_store::auth::ApiKeyRecord {
+        id: capstan_core::ids::new_id(),
+        principal_id: principal_id.to_owned(),
+        prefix: keys::prefix(&plaintext).to_owned(),
+        hash,
+        pepper_version: version,
+        created_ms: now_ms,
+        expires_ms: now_ms + days * 86_400_000,
+        last_used_ms: None,
+        revoked_ms: None,
+    };
+    store.insert_api_key(&record).await?;
+    Ok(Minted { record, plaintext })
+}

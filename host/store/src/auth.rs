@@ -1,0 +1,171 @@
+//! Principals' grants, API keys and the audit log on SQLite.
+
+use crate::Store;
+use sqlx::Row;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiKeyRecord {
+    pub id: String,
+    pub principal_id: String,
+    pub prefix: String,
+    pub hash: String,
+    pub pepper_version: i64,
+    pub created_ms: i64,
+    pub expires_ms: i64,
+    pub last_used_ms: Option<i64>,
+    pub revoked_ms: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuditRecord {
+    pub id: String,
+    pub at_ms: i64,
+    pub principal_id: String,
+    pub action: String,
+    pub method: String,
+    pub route: String,
+    pub resource: String,
+    pub result: String,
+    pub execution_id: Option<String>,
+    pub ip: Option<String>,
+    pub user_agent: Option<String>,
+}
+
+/// Filters of the audit query.
+#[derive(Debug, Clone, Default)]
+pub struct AuditFilter {
+    pub principal_id: Option<String>,
+    pub result: Option<String>,
+    pub route: Option<String>,
+    pub since_ms: Option<i64>,
+    pub until_ms: Option<i64>,
+    pub limit: i64,
+}
+
+fn key_row(r: &sqlx::sqlite::SqliteRow) -> ApiKeyRecord {
+    ApiKeyRecord {
+        id: r.get("id"),
+        principal_id: r.get("principal_id"),
+        prefix: r.get("prefix"),
+        hash: r.get("hash"),
+        pepper_version: r.get("pepper_version"),
+        created_ms: r.get("created_ms"),
+        expires_ms: r.get("expires_ms"),
+        last_used_ms: r.get("last_used_ms"),
+        revoked_ms: r.get("revoked_ms"),
+    }
+}
+
+impl Store {
+    pub async fn insert_api_key(&self, k: &ApiKeyRecord) -> Result<(), sqlx::Error> {
+        sqlx::query("INSERT INTO api_keys (id, principal_id, prefix, hash, pepper_version, created_ms, expires_ms, last_used_ms, revoked_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
+            .bind(&k.id)
+            .bind(&k.principal_id)
+            .bind(&k.prefix)
+            .bind(&k.hash)
+            .bind(k.pepper_version)
+            .bind(k.created_ms)
+            .bind(k.expires_ms)
+            .bind(k.last_used_ms)
+            .bind(k.revoked_ms)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    pub async fn api_keys_by_prefix(&self, prefix: &str) -> Result<Vec<ApiKeyRecord>, sqlx::Error> {
+        let rows = sqlx::query("SELECT * FROM api_keys WHERE prefix = ?").bind(prefix).fetch_all(&self.pool).await?;
+        Ok(rows.iter().map(key_row).collect())
+    }
+
+    pub async fn api_key(&self, id: &str) -> Result<Option<ApiKeyRecord>, sqlx::Error> {
+        let row = sqlx::query("SELECT * FROM api_keys WHERE id = ?").bind(id).fetch_optional(&self.pool).await?;
+        Ok(row.as_ref().map(key_row))
+    }
+
+    pub async fn api_keys_of(&self, principal_id: &str) -> Result<Vec<ApiKeyRecord>, sqlx::Error> {
+        let rows = sqlx::query("SELECT * FROM api_keys WHERE principal_id = ? ORDER BY created_ms, id").bind(principal_id).fetch_all(&self.pool).await?;
+        Ok(rows.iter().map(key_row).collect())
+    }
+
+    pub async fn touch_api_key(&self, id: &str, now_ms: i64) -> Result<(), sqlx::Error> {
+        sqlx::query("UPDATE api_keys SET last_used_ms = ? WHERE id = ?").bind(now_ms).bind(id).execute(&self.pool).await?;
+        Ok(())
+    }
+
+    /// Revokes the key; false if it does not exist.
+    pub async fn revoke_api_key(&self, id: &str, now_ms: i64) -> Result<bool, sqlx::Error> {
+        let done = sqlx::query("UPDATE api_keys SET revoked_ms = COALESCE(revoked_ms, ?) WHERE id = ?").bind(now_ms).bind(id).execute(&self.pool).await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    pub async fn grant(&self, principal_id: &str, permission: &str) -> Result<(), sqlx::Error> {
+        sqlx::query("INSERT OR IGNORE INTO principal_grants (principal_id, permission) VALUES (?, ?)").bind(principal_id).bind(permission).execute(&self.pool).await?;
+        Ok(())
+    }
+
+    pub async fn revoke_grant(&self, principal_id: &str, permission: &str) -> Result<bool, sqlx::Error> {
+        let done = sqlx::query("DELETE FROM principal_grants WHERE principal_id = ? AND permission = ?").bind(principal_id).bind(permission).execute(&self.pool).await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    pub async fn grants_of(&self, principal_id: &str) -> Result<Vec<String>, sqlx::Error> {
+        sqlx::query_scalar("SELECT permission FROM principal_grants WHERE principal_id = ? ORDER BY permission").bind(principal_id).fetch_all(&self.pool).await
+    }
+
+    pub async fn insert_audit(&self, a: &AuditRecord) -> Result<(), sqlx::Error> {
+        sqlx::query("INSERT INTO audit_logs (id, at_ms, principal_id, action, method, route, resource, result, execution_id, ip, user_agent) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+            .bind(&a.id)
+            .bind(a.at_ms)
+            .bind(&a.principal_id)
+            .bind(&a.action)
+            .bind(&a.method)
+            .bind(&a.route)
+            .bind(&a.resource)
+            .bind(&a.result)
+            .bind(&a.execution_id)
+            .bind(&a.ip)
+            .bind(&a.user_agent)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Newest first.
+    pub async fn audit(&self, f: &AuditFilter) -> Result<Vec<AuditRecord>, sqlx::Error> {
+        let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new("SELECT * FROM audit_logs WHERE 1 = 1");
+        if let Some(p) = &f.principal_id {
+            q.push(" AND principal_id = ").push_bind(p.clone());
+        }
+        if let Some(r) = &f.result {
+            q.push(" AND result = ").push_bind(r.clone());
+        }
+        if let Some(r) = &f.route {
+            q.push(" AND route = ").push_bind(r.clone());
+        }
+        if let Some(s) = f.since_ms {
+            q.push(" AND at_ms >= ").push_bind(s);
+        }
+        if let Some(u) = f.until_ms {
+            q.push(" AND at_ms < ").push_bind(u);
+        }
+        q.push(" ORDER BY at_ms DESC, id DESC LIMIT ").push_bind(f.limit);
+        let rows = q.build().fetch_all(&self.pool).await?;
+        Ok(rows
+            .iter()
+            .map(|r| AuditRecord {
+                id: r.get("id"),
+                at_ms: r.get("at_ms"),
+                principal_id: r.get("principal_id"),
+                action: r.get("action"),
+                method: r.get("method"),
+                route: r.get("route"),
+                resource: r.get("resource"),
+                result: r.get("result"),
+                execution_id: r.get("execution_id"),
+                ip: r.get("ip"),
+                user_agent: r.get("user_agent"),
+            })
+            .collect())
+    }
+}
