@@ -75,7 +75,7 @@ pub fn home(components: &[&str]) -> tempfile::TempDir {
     }
     std::fs::write(
         home.path().join("capstan.toml"),
-        "workers = 4\n[grants]\nfixture-steps = [\"dns\", \"convergence\"]\npoint-record = [\"dns\", \"convergence\"]\n[simulator]\ndns_propagation_ms = 0\n",
+        "workers = 4\nlease_ms = 3000\n[grants]\nfixture-steps = [\"dns\", \"convergence\"]\npoint-record = [\"dns\", \"convergence\"]\n[simulator]\ndns_propagation_ms = 0\n",
     )
     .expect("config");
     home
@@ -84,7 +84,11 @@ pub fn home(components: &[&str]) -> tempfile::TempDir {
 /// Runs a `capstan` subcommand in `home` and returns its stdout; panics with stderr on failure.
 pub fn cli(home: &Path, args: &[&str]) -> String {
     let out = capstan(home).args(args).output().expect("run capstan");
-    assert!(out.status.success(), "capstan {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "capstan {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).expect("utf-8")
 }
 

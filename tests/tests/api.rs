@@ -18,7 +18,15 @@ fn set(items: &[&str]) -> BTreeSet<String> {
 
 async fn wait_for(client: &Client, base: &str, key: &str, id: &str, status: &str) -> Value {
     for _ in 0..400 {
-        let e: Value = client.get(format!("{base}/v1/executions/{id}")).bearer_auth(key).send().await.unwrap().json().await.unwrap();
+        let e: Value = client
+            .get(format!("{base}/v1/executions/{id}"))
+            .bearer_auth(key)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
         if e["status"] == status {
             return e;
         }
@@ -30,14 +38,22 @@ async fn wait_for(client: &Client, base: &str, key: &str, id: &str, status: &str
 #[tokio::test]
 async fn the_v1_api_end_to_end() {
     let home = home(&["guest-fixtures/fixture-steps.wasm", "workflows/hello.wasm"]);
-    let ops = key_for(home.path(), "ops", &["workflows:fixture-steps", "workflows:hello"]);
+    let ops = key_for(
+        home.path(),
+        "ops",
+        &["workflows:fixture-steps", "workflows:hello"],
+    );
     let viewer = key_for(home.path(), "viewer", &["workflows:hello"]);
     let admin = key_for(home.path(), "admin", &["principals:manage", "audit:read"]);
     let server = Server::start(home.path());
     let base = server.base.clone();
     let c = Client::new();
     let trigger = |key: &str, idem: Option<&str>, body: &str| {
-        let mut r = c.post(format!("{base}/v1/workflows/fixture-steps")).bearer_auth(key).header("content-type", "application/json").body(body.to_owned());
+        let mut r = c
+            .post(format!("{base}/v1/workflows/fixture-steps"))
+            .bearer_auth(key)
+            .header("content-type", "application/json")
+            .body(body.to_owned());
         if let Some(i) = idem {
             r = r.header("Idempotency-Key", i);
         }
@@ -45,146 +61,427 @@ async fn the_v1_api_end_to_end() {
     };
 
     // Authentication.
-    let r = c.post(format!("{base}/v1/workflows/fixture-steps")).send().await.unwrap();
+    let r = c
+        .post(format!("{base}/v1/workflows/fixture-steps"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["error"], "unauthorized");
-    assert!(body["message"].as_str().unwrap().contains("bearer token is missing or invalid"));
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("bearer token is missing or invalid")
+    );
     let forged = format!("{}x", &ops[..ops.len() - 1]);
-    assert_eq!(trigger(&forged, Some("k"), "{}").await.unwrap().status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        trigger(&forged, Some("k"), "{}").await.unwrap().status(),
+        StatusCode::UNAUTHORIZED
+    );
 
     // Trigger errors, each in the documented shape.
-    let r = trigger(&ops, None, r#"{"zone":"ZEXAMPLE-COM"}"#).await.unwrap();
+    let r = trigger(&ops, None, r#"{"zone":"ZEXAMPLE-COM"}"#)
+        .await
+        .unwrap();
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
-    assert_eq!(r.json::<Value>().await.unwrap()["error"], "missing_idempotency_key");
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["error"],
+        "missing_idempotency_key"
+    );
     let r = trigger(&ops, Some("k0"), "{not json").await.unwrap();
     assert_eq!(r.json::<Value>().await.unwrap()["error"], "invalid_json");
-    let r = trigger(&ops, Some("k0"), r#"{"zone": 5, "extra": true}"#).await.unwrap();
+    let r = trigger(&ops, Some("k0"), r#"{"zone": 5, "extra": true}"#)
+        .await
+        .unwrap();
     assert_eq!(r.status(), StatusCode::BAD_REQUEST);
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["error"], "validation_error");
     let issues = body["issues"].as_array().unwrap();
     assert!(issues.len() >= 2, "one issue per problem: {issues:?}");
     assert!(issues.iter().any(|i| i["path"] == "/zone"), "{issues:?}");
-    let r = c.post(format!("{base}/v1/workflows/nope")).bearer_auth(&ops).header("Idempotency-Key", "x").body("{}").send().await.unwrap();
+    let r = c
+        .post(format!("{base}/v1/workflows/nope"))
+        .bearer_auth(&ops)
+        .header("Idempotency-Key", "x")
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
-    let r = trigger(&viewer, Some("k0"), r#"{"zone":"ZEXAMPLE-COM"}"#).await.unwrap();
+    let r = trigger(&viewer, Some("k0"), r#"{"zone":"ZEXAMPLE-COM"}"#)
+        .await
+        .unwrap();
     assert_eq!(r.status(), StatusCode::FORBIDDEN);
-    assert_eq!(r.json::<Value>().await.unwrap()["message"], "Missing required permission: workflows:fixture-steps");
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["message"],
+        "Missing required permission: workflows:fixture-steps"
+    );
 
     // A trigger, its idempotent replay and a conflicting reuse of the key.
     let body = r#"{"zone":"ZEXAMPLE-COM","stages":3}"#;
     let r = trigger(&ops, Some("order-1"), body).await.unwrap();
     assert_eq!(r.status(), StatusCode::ACCEPTED);
     let created: Value = r.json().await.unwrap();
-    assert_eq!(keys(&created), set(&["estimatedDurationSeconds", "executionId", "links", "stages", "status", "workflow", "workflowRunId"]));
+    assert_eq!(
+        keys(&created),
+        set(&[
+            "estimatedDurationSeconds",
+            "executionId",
+            "links",
+            "stages",
+            "status",
+            "workflow",
+            "workflowRunId"
+        ])
+    );
     assert_eq!(created["status"], "queued");
     assert_eq!(created["stages"].as_array().unwrap().len(), 11);
     let id = created["executionId"].as_str().unwrap().to_owned();
-    assert_eq!(created["links"], json!({"self": format!("/v1/executions/{id}"), "cancel": format!("/v1/executions/{id}/cancel"), "events": format!("/v1/executions/{id}/events")}));
+    assert_eq!(
+        created["links"],
+        json!({"self": format!("/v1/executions/{id}"), "cancel": format!("/v1/executions/{id}/cancel"), "events": format!("/v1/executions/{id}/events")})
+    );
     let r = trigger(&ops, Some("order-1"), body).await.unwrap();
     assert_eq!(r.status(), StatusCode::OK);
     assert_eq!(r.json::<Value>().await.unwrap()["executionId"], id.as_str());
-    let r = trigger(&ops, Some("order-1"), r#"{"zone":"ZEXAMPLE-COM","stages":4}"#).await.unwrap();
+    let r = trigger(
+        &ops,
+        Some("order-1"),
+        r#"{"zone":"ZEXAMPLE-COM","stages":4}"#,
+    )
+    .await
+    .unwrap();
     assert_eq!(r.status(), StatusCode::CONFLICT);
-    assert_eq!(r.json::<Value>().await.unwrap()["error"], "idempotency_conflict");
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["error"],
+        "idempotency_conflict"
+    );
 
     // The execution runs to success; its shape is exactly the document's.
     let e = wait_for(&c, &base, &ops, &id, "succeeded").await;
     assert_eq!(
         keys(&e),
-        set(&["executionId", "workflow", "principalId", "status", "currentStage", "createdAt", "finishedAt", "cancellationRequestedAt", "inputJson", "stages"])
+        set(&[
+            "executionId",
+            "workflow",
+            "principalId",
+            "status",
+            "currentStage",
+            "createdAt",
+            "finishedAt",
+            "cancellationRequestedAt",
+            "inputJson",
+            "stages"
+        ])
     );
     assert_eq!(e["principalId"], "ops");
     let stages = e["stages"].as_array().unwrap();
     assert_eq!(stages.len(), 4);
     for s in stages {
-        assert_eq!(keys(s), set(&["id", "executionId", "stageName", "startedAt", "status", "finishedAt", "outputJson"]));
+        assert_eq!(
+            keys(s),
+            set(&[
+                "id",
+                "executionId",
+                "stageName",
+                "startedAt",
+                "status",
+                "finishedAt",
+                "outputJson"
+            ])
+        );
     }
     assert!(e["createdAt"].as_str().unwrap().ends_with('Z'));
 
     // Reads are per workflow permission.
-    let r = c.get(format!("{base}/v1/executions/{id}")).bearer_auth(&viewer).send().await.unwrap();
+    let r = c
+        .get(format!("{base}/v1/executions/{id}"))
+        .bearer_auth(&viewer)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), StatusCode::FORBIDDEN);
-    let r = c.get(format!("{base}/v1/executions/00000000-0000-0000-0000-000000000000")).bearer_auth(&ops).send().await.unwrap();
+    let r = c
+        .get(format!(
+            "{base}/v1/executions/00000000-0000-0000-0000-000000000000"
+        ))
+        .bearer_auth(&ops)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
-    let list: Value = c.get(format!("{base}/v1/executions?limit=10")).bearer_auth(&ops).send().await.unwrap().json().await.unwrap();
+    let list: Value = c
+        .get(format!("{base}/v1/executions?limit=10"))
+        .bearer_auth(&ops)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(list["executions"][0]["executionId"], id.as_str());
     assert_eq!(keys(&list["executions"][0]).len(), 8);
-    let list: Value = c.get(format!("{base}/v1/executions")).bearer_auth(&viewer).send().await.unwrap().json().await.unwrap();
-    assert_eq!(list["executions"], json!([]), "the viewer's list holds only workflows it may use");
+    let list: Value = c
+        .get(format!("{base}/v1/executions"))
+        .bearer_auth(&viewer)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        list["executions"],
+        json!([]),
+        "the viewer's list holds only workflows it may use"
+    );
     for bad in ["status=done", "limit=0", "limit=101", "color=red"] {
-        let r = c.get(format!("{base}/v1/executions?{bad}")).bearer_auth(&ops).send().await.unwrap();
+        let r = c
+            .get(format!("{base}/v1/executions?{bad}"))
+            .bearer_auth(&ops)
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{bad}");
         assert_eq!(r.json::<Value>().await.unwrap()["error"], "invalid_filter");
     }
 
     // Events, in order.
-    let events: Value = c.get(format!("{base}/v1/executions/{id}/events")).bearer_auth(&ops).send().await.unwrap().json().await.unwrap();
+    let events: Value = c
+        .get(format!("{base}/v1/executions/{id}/events"))
+        .bearer_auth(&ops)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     let events = events["events"].as_array().unwrap();
     assert_eq!(events[0]["eventType"], "ExecutionQueued");
     assert_eq!(events.last().unwrap()["eventType"], "ExecutionSucceeded");
     assert_eq!(
         keys(&events[0]),
-        set(&["eventId", "eventType", "eventVersion", "executionId", "occurredAt", "principalId", "payloadJson", "dispatchedAt", "routedAt", "streamPublishedAt", "traceparent"])
+        set(&[
+            "eventId",
+            "eventType",
+            "eventVersion",
+            "executionId",
+            "occurredAt",
+            "principalId",
+            "payloadJson",
+            "dispatchedAt",
+            "routedAt",
+            "streamPublishedAt",
+            "traceparent"
+        ])
     );
 
     // Control: cancel of a finished execution is a 409 with a reason; rollback is receipt-backed.
-    let r = c.post(format!("{base}/v1/executions/{id}/cancel")).bearer_auth(&ops).send().await.unwrap();
+    let r = c
+        .post(format!("{base}/v1/executions/{id}/cancel"))
+        .bearer_auth(&ops)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), StatusCode::CONFLICT);
     let body: Value = r.json().await.unwrap();
-    assert_eq!((body["error"].as_str(), body["reason"].as_str()), (Some("state_invalid"), Some("not_cancelable")));
-    let r = c.post(format!("{base}/v1/executions/{id}/rollback")).bearer_auth(&ops).send().await.unwrap();
+    assert_eq!(
+        (body["error"].as_str(), body["reason"].as_str()),
+        (Some("state_invalid"), Some("not_cancelable"))
+    );
+    let r = c
+        .post(format!("{base}/v1/executions/{id}/rollback"))
+        .bearer_auth(&ops)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), StatusCode::ACCEPTED);
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["command"]["operation"], "rollback");
     assert_eq!(body["workflowRunId"], created["workflowRunId"]);
     let rolled = wait_for(&c, &base, &ops, &id, "rolled_back").await;
-    assert_eq!(rolled["stages"].as_array().unwrap().iter().filter(|s| s["stageName"].as_str().unwrap().starts_with("rollback:")).count(), 3);
+    assert_eq!(
+        rolled["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["stageName"].as_str().unwrap().starts_with("rollback:"))
+            .count(),
+        3
+    );
 
     // A waiting hello can be canceled.
-    let r = c.post(format!("{base}/v1/workflows/hello")).bearer_auth(&viewer).header("Idempotency-Key", "h1").json(&json!({"name": "x", "pauseSeconds": 3600})).send().await.unwrap();
-    let hello = r.json::<Value>().await.unwrap()["executionId"].as_str().unwrap().to_owned();
+    let r = c
+        .post(format!("{base}/v1/workflows/hello"))
+        .bearer_auth(&viewer)
+        .header("Idempotency-Key", "h1")
+        .json(&json!({"name": "x", "pauseSeconds": 3600}))
+        .send()
+        .await
+        .unwrap();
+    let hello = r.json::<Value>().await.unwrap()["executionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     wait_for(&c, &base, &viewer, &hello, "waiting").await;
-    let r = c.post(format!("{base}/v1/executions/{hello}/cancel")).bearer_auth(&viewer).send().await.unwrap();
+    let r = c
+        .post(format!("{base}/v1/executions/{hello}/cancel"))
+        .bearer_auth(&viewer)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), StatusCode::ACCEPTED);
-    assert_eq!(r.json::<Value>().await.unwrap()["execution"]["status"], "canceled");
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["execution"]["status"],
+        "canceled"
+    );
 
     // Keys: own mint and list; revocation needs principals:manage and takes effect at once.
-    let r = c.post(format!("{base}/v1/principals/viewer/api-keys")).bearer_auth(&viewer).json(&json!({"expiresInDays": 7})).send().await.unwrap();
+    let r = c
+        .post(format!("{base}/v1/principals/viewer/api-keys"))
+        .bearer_auth(&viewer)
+        .json(&json!({"expiresInDays": 7}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), StatusCode::CREATED);
     let minted: Value = r.json().await.unwrap();
-    assert_eq!(keys(&minted["apiKey"]), set(&["apiKeyId", "expiresAt", "plaintextToken", "prefix", "principalId", "pepperVersion"]));
-    let second = minted["apiKey"]["plaintextToken"].as_str().unwrap().to_owned();
-    let listed: Value = c.get(format!("{base}/v1/principals/viewer/api-keys")).bearer_auth(&second).send().await.unwrap().json().await.unwrap();
+    assert_eq!(
+        keys(&minted["apiKey"]),
+        set(&[
+            "apiKeyId",
+            "expiresAt",
+            "plaintextToken",
+            "prefix",
+            "principalId",
+            "pepperVersion"
+        ])
+    );
+    let second = minted["apiKey"]["plaintextToken"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let listed: Value = c
+        .get(format!("{base}/v1/principals/viewer/api-keys"))
+        .bearer_auth(&second)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     let listed = listed["apiKeys"].as_array().unwrap();
     assert_eq!(listed.len(), 2);
     assert!(listed.iter().all(|k| k.get("plaintextToken").is_none()));
-    assert_eq!(keys(&listed[0]), set(&["apiKeyId", "createdAt", "expiresAt", "prefix", "principalId", "pepperVersion", "lastUsedAt", "revokedAt"]));
-    let r = c.get(format!("{base}/v1/principals/ops/api-keys")).bearer_auth(&viewer).send().await.unwrap();
+    assert_eq!(
+        keys(&listed[0]),
+        set(&[
+            "apiKeyId",
+            "createdAt",
+            "expiresAt",
+            "prefix",
+            "principalId",
+            "pepperVersion",
+            "lastUsedAt",
+            "revokedAt"
+        ])
+    );
+    let r = c
+        .get(format!("{base}/v1/principals/ops/api-keys"))
+        .bearer_auth(&viewer)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), StatusCode::FORBIDDEN);
     let key_id = minted["apiKey"]["apiKeyId"].as_str().unwrap();
-    let r = c.delete(format!("{base}/v1/api-keys/{key_id}")).bearer_auth(&viewer).send().await.unwrap();
+    let r = c
+        .delete(format!("{base}/v1/api-keys/{key_id}"))
+        .bearer_auth(&viewer)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), StatusCode::FORBIDDEN);
-    let r = c.delete(format!("{base}/v1/api-keys/{key_id}")).bearer_auth(&admin).send().await.unwrap();
+    let r = c
+        .delete(format!("{base}/v1/api-keys/{key_id}"))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), StatusCode::NO_CONTENT);
-    let r = c.get(format!("{base}/v1/principals/viewer/api-keys")).bearer_auth(&second).send().await.unwrap();
-    assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "a revoked key fails the next request");
+    let r = c
+        .get(format!("{base}/v1/principals/viewer/api-keys"))
+        .bearer_auth(&second)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        r.status(),
+        StatusCode::UNAUTHORIZED,
+        "a revoked key fails the next request"
+    );
 
     // Audit: denied decisions are recorded with the route template.
-    let audit: Value = c.get(format!("{base}/v1/audit-logs?result=denied&principalId=viewer")).bearer_auth(&admin).send().await.unwrap().json().await.unwrap();
+    let audit: Value = c
+        .get(format!(
+            "{base}/v1/audit-logs?result=denied&principalId=viewer"
+        ))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     let logs = audit["auditLogs"].as_array().unwrap();
-    assert!(logs.iter().any(|l| l["route"] == "/v1/executions/{id}" && l["action"] == "workflows:fixture-steps" && l["executionId"] == id.as_str()), "{logs:?}");
-    assert!(logs.iter().all(|l| keys(l) == set(&["id", "action", "at", "method", "principalId", "resource", "route", "result", "executionId", "ip", "userAgent"])));
-    let r = c.get(format!("{base}/v1/audit-logs")).bearer_auth(&ops).send().await.unwrap();
+    assert!(
+        logs.iter().any(|l| l["route"] == "/v1/executions/{id}"
+            && l["action"] == "workflows:fixture-steps"
+            && l["executionId"] == id.as_str()),
+        "{logs:?}"
+    );
+    assert!(logs.iter().all(|l| keys(l)
+        == set(&[
+            "id",
+            "action",
+            "at",
+            "method",
+            "principalId",
+            "resource",
+            "route",
+            "result",
+            "executionId",
+            "ip",
+            "userAgent"
+        ])));
+    let r = c
+        .get(format!("{base}/v1/audit-logs"))
+        .bearer_auth(&ops)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), StatusCode::FORBIDDEN);
-    assert_eq!(r.json::<Value>().await.unwrap()["message"], "Missing required permission: audit:read");
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["message"],
+        "Missing required permission: audit:read"
+    );
 }
 
 #[tokio::test]
 async fn serve_refuses_to_start_without_a_pepper() {
     let home = home(&["workflows/hello.wasm"]);
-    let out = capstan_e2e::capstan(home.path()).env_remove("CAPSTAN_PEPPERS").args(["serve", "--listen", "127.0.0.1:0", "--sandbox-listen", "127.0.0.1:0"]).output().unwrap();
+    let out = capstan_e2e::capstan(home.path())
+        .env_remove("CAPSTAN_PEPPERS")
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--sandbox-listen",
+            "127.0.0.1:0",
+        ])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("CAPSTAN_PEPPERS"));
 }

@@ -28,9 +28,16 @@ pub struct Caller {
 
 /// Whether `id` is a principal id Capstan accepts: a plain id, or `chat:<workspace>:<user>`.
 pub fn valid_principal(id: &str) -> bool {
-    let plain = |s: &str| !s.is_empty() && s.len() <= 128 && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_.@".contains(c));
+    let plain = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 128
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.@".contains(c))
+    };
     match id.strip_prefix("chat:") {
-        Some(rest) => rest.split_once(':').is_some_and(|(w, u)| plain(w) && plain(u)),
+        Some(rest) => rest
+            .split_once(':')
+            .is_some_and(|(w, u)| plain(w) && plain(u)),
         None => plain(id),
     }
 }
@@ -42,17 +49,39 @@ impl Caller {
 
     /// Workflows the caller may use (`workflows:<name>` permissions).
     pub fn workflows(&self) -> Vec<String> {
-        self.permissions.iter().filter_map(|p| p.strip_prefix("workflows:")).map(str::to_owned).collect()
+        self.permissions
+            .iter()
+            .filter_map(|p| p.strip_prefix("workflows:"))
+            .map(str::to_owned)
+            .collect()
     }
 
     /// Checks `permission` and records the decision.
-    pub async fn require(&self, state: &ApiState, permission: &str, resource: &str, execution_id: Option<&str>) -> Result<(), ApiError> {
+    pub async fn require(
+        &self,
+        state: &ApiState,
+        permission: &str,
+        resource: &str,
+        execution_id: Option<&str>,
+    ) -> Result<(), ApiError> {
         let allowed = self.has(permission);
-        self.audit(state, permission, resource, execution_id, allowed).await;
-        if allowed { Ok(()) } else { Err(ApiError::forbidden(permission)) }
+        self.audit(state, permission, resource, execution_id, allowed)
+            .await;
+        if allowed {
+            Ok(())
+        } else {
+            Err(ApiError::forbidden(permission))
+        }
     }
 
-    pub async fn audit(&self, state: &ApiState, action: &str, resource: &str, execution_id: Option<&str>, allowed: bool) {
+    pub async fn audit(
+        &self,
+        state: &ApiState,
+        action: &str,
+        resource: &str,
+        execution_id: Option<&str>,
+        allowed: bool,
+    ) {
         let record = AuditRecord {
             id: capstan_core::ids::new_id(),
             at_ms: state.now(),
@@ -73,20 +102,54 @@ impl Caller {
 }
 
 /// Permissions of a principal now: config plus grants.
-pub async fn permissions_of(state: &ApiState, principal_id: &str) -> Result<BTreeSet<String>, ApiError> {
-    let mut permissions: BTreeSet<String> = state.config.principals.get(principal_id).cloned().unwrap_or_default();
-    permissions.extend(state.store.grants_of(principal_id).await.map_err(ApiError::internal)?);
+pub async fn permissions_of(
+    state: &ApiState,
+    principal_id: &str,
+) -> Result<BTreeSet<String>, ApiError> {
+    let mut permissions: BTreeSet<String> = state
+        .config
+        .principals
+        .get(principal_id)
+        .cloned()
+        .unwrap_or_default();
+    permissions.extend(
+        state
+            .store
+            .grants_of(principal_id)
+            .await
+            .map_err(ApiError::internal)?,
+    );
     Ok(permissions)
 }
 
 impl FromRequestParts<ApiState> for Caller {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, Self::Rejection> {
-        let route = parts.extensions.get::<MatchedPath>().map_or_else(|| parts.uri.path().to_owned(), |m| m.as_str().to_owned());
-        let ip = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip().to_string());
-        let user_agent = parts.headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()).map(str::to_owned);
-        let mut caller = Caller { principal_id: "anonymous".to_owned(), permissions: BTreeSet::new(), method: parts.method.clone(), route, ip, user_agent };
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &ApiState,
+    ) -> Result<Self, Self::Rejection> {
+        let route = parts
+            .extensions
+            .get::<MatchedPath>()
+            .map_or_else(|| parts.uri.path().to_owned(), |m| m.as_str().to_owned());
+        let ip = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|c| c.0.ip().to_string());
+        let user_agent = parts
+            .headers
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let mut caller = Caller {
+            principal_id: "anonymous".to_owned(),
+            permissions: BTreeSet::new(),
+            method: parts.method.clone(),
+            route,
+            ip,
+            user_agent,
+        };
         let resource = parts.uri.path().to_owned();
         let token = parts
             .headers
@@ -96,17 +159,34 @@ impl FromRequestParts<ApiState> for Caller {
             .map(str::trim)
             .filter(|t| keys::well_formed(t));
         let Some(token) = token else {
-            caller.audit(state, "authenticate", &resource, None, false).await;
+            caller
+                .audit(state, "authenticate", &resource, None, false)
+                .await;
             return Err(ApiError::unauthorized());
         };
         let now = state.now();
-        let candidates = state.store.api_keys_by_prefix(keys::prefix(token)).await.map_err(ApiError::internal)?;
-        let key = candidates.into_iter().find(|k| state.config.peppers.verify(k.pepper_version, token, &k.hash));
+        let candidates = state
+            .store
+            .api_keys_by_prefix(keys::prefix(token))
+            .await
+            .map_err(ApiError::internal)?;
+        let key = candidates.into_iter().find(|k| {
+            state
+                .config
+                .peppers
+                .verify(k.pepper_version, token, &k.hash)
+        });
         let Some(key) = key.filter(|k| k.revoked_ms.is_none() && k.expires_ms > now) else {
-            caller.audit(state, "authenticate", &resource, None, false).await;
+            caller
+                .audit(state, "authenticate", &resource, None, false)
+                .await;
             return Err(ApiError::unauthorized());
         };
-        state.store.touch_api_key(&key.id, now).await.map_err(ApiError::internal)?;
+        state
+            .store
+            .touch_api_key(&key.id, now)
+            .await
+            .map_err(ApiError::internal)?;
         caller.permissions = permissions_of(state, &key.principal_id).await?;
         caller.principal_id = key.principal_id;
         Ok(caller)

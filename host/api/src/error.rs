@@ -1,9 +1,9 @@
 //! One error type for the `/v1` API and its one mapping to a response:
 //! `{"error": code, "message": text, "issues"?: [...], "reason"?: text}`.
 
+use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use capstan_engine::EngineError;
 use serde_json::{Value, json};
 
@@ -19,13 +19,28 @@ pub struct ApiError {
 
 impl ApiError {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        Self { status, code, message: message.into(), issues: None, reason: None, retry_after: None }
+        Self {
+            status,
+            code,
+            message: message.into(),
+            issues: None,
+            reason: None,
+            retry_after: None,
+        }
     }
     pub fn unauthorized() -> Self {
-        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", "The bearer token is missing or invalid.")
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "The bearer token is missing or invalid.",
+        )
     }
     pub fn forbidden(permission: &str) -> Self {
-        Self::new(StatusCode::FORBIDDEN, "forbidden", format!("Missing required permission: {permission}"))
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!("Missing required permission: {permission}"),
+        )
     }
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "not_found", message)
@@ -35,7 +50,11 @@ impl ApiError {
     }
     pub fn internal(e: impl std::fmt::Display) -> Self {
         tracing::error!(error = %e, "internal error");
-        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "An internal error occurred.")
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "An internal error occurred.",
+        )
     }
 }
 
@@ -49,9 +68,15 @@ impl From<EngineError> for ApiError {
                 err.reason = Some(reason.to_owned());
                 err
             }
-            EngineError::IdempotencyConflict => ApiError::new(StatusCode::CONFLICT, "idempotency_conflict", e.to_string()),
+            EngineError::IdempotencyConflict => {
+                ApiError::new(StatusCode::CONFLICT, "idempotency_conflict", e.to_string())
+            }
             EngineError::ReservationPending => {
-                let mut err = ApiError::new(StatusCode::CONFLICT, "reservation_replay_pending", e.to_string());
+                let mut err = ApiError::new(
+                    StatusCode::CONFLICT,
+                    "reservation_replay_pending",
+                    e.to_string(),
+                );
                 err.retry_after = Some(1);
                 err
             }
@@ -62,7 +87,11 @@ impl From<EngineError> for ApiError {
             }
             EngineError::Store(s) => {
                 tracing::error!(error = %s, "storage error");
-                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", "Storage is unavailable; retry later.")
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "unavailable",
+                    "Storage is unavailable; retry later.",
+                )
             }
         }
     }

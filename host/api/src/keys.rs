@@ -18,22 +18,33 @@ pub struct Peppers(BTreeMap<i64, Vec<u8>>);
 
 impl std::fmt::Debug for Peppers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("Peppers").field(&self.0.keys().collect::<Vec<_>>()).finish()
+        f.debug_tuple("Peppers")
+            .field(&self.0.keys().collect::<Vec<_>>())
+            .finish()
     }
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
-#[error("invalid peppers: {0} (expected `1:<secret>,2:<secret>`, each secret at least 16 characters)")]
+#[error(
+    "invalid peppers: {0} (expected `1:<secret>,2:<secret>`, each secret at least 16 characters)"
+)]
 pub struct InvalidPeppers(String);
 
 impl Peppers {
     pub fn parse(text: &str) -> Result<Self, InvalidPeppers> {
         let mut map = BTreeMap::new();
         for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (version, secret) = part.split_once(':').ok_or_else(|| InvalidPeppers(format!("`{part}` has no version")))?;
-            let version: i64 = version.trim().parse().map_err(|_| InvalidPeppers(format!("version `{version}` is not a number")))?;
+            let (version, secret) = part
+                .split_once(':')
+                .ok_or_else(|| InvalidPeppers(format!("`{part}` has no version")))?;
+            let version: i64 = version
+                .trim()
+                .parse()
+                .map_err(|_| InvalidPeppers(format!("version `{version}` is not a number")))?;
             if secret.len() < 16 {
-                return Err(InvalidPeppers(format!("the secret of version {version} is too short")));
+                return Err(InvalidPeppers(format!(
+                    "the secret of version {version} is too short"
+                )));
             }
             map.insert(version, secret.as_bytes().to_vec());
         }
@@ -57,8 +68,12 @@ impl Peppers {
 
     /// Constant-time check of `key` against a stored hash.
     pub fn verify(&self, version: i64, key: &str, stored_hex: &str) -> bool {
-        let (Some(pepper), Ok(stored)) = (self.0.get(&version), hex::decode(stored_hex)) else { return false };
-        let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(pepper) else { return false };
+        let (Some(pepper), Ok(stored)) = (self.0.get(&version), hex::decode(stored_hex)) else {
+            return false;
+        };
+        let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(pepper) else {
+            return false;
+        };
         mac.update(key.as_bytes());
         mac.verify_slice(&stored).is_ok()
     }
@@ -66,7 +81,11 @@ impl Peppers {
 
 fn checksum(body: &str) -> String {
     let digest = Sha256::digest(body.as_bytes());
-    digest.iter().take(CHECK_LEN).map(|b| ALPHABET[(*b as usize) % 62] as char).collect()
+    digest
+        .iter()
+        .take(CHECK_LEN)
+        .map(|b| ALPHABET[(*b as usize) % 62] as char)
+        .collect()
 }
 
 /// A new random key.
@@ -85,7 +104,9 @@ pub fn generate() -> String {
 
 /// Whether `key` has the shape of a Capstan key with a valid checksum (no database needed).
 pub fn well_formed(key: &str) -> bool {
-    let Some(rest) = key.strip_prefix("cap_") else { return false };
+    let Some(rest) = key.strip_prefix("cap_") else {
+        return false;
+    };
     if rest.len() != BODY_LEN + CHECK_LEN || !rest.bytes().all(|b| b.is_ascii_alphanumeric()) {
         return false;
     }
@@ -118,7 +139,8 @@ mod tests {
         let old = Peppers::parse("1:first-secret-0123456789").unwrap();
         let key = generate();
         let hash = old.hash(1, &key).unwrap();
-        let rotated = Peppers::parse("1:first-secret-0123456789, 2:second-secret-012345678").unwrap();
+        let rotated =
+            Peppers::parse("1:first-secret-0123456789, 2:second-secret-012345678").unwrap();
         assert_eq!(rotated.current(), Some(2));
         assert!(rotated.verify(1, &key, &hash));
         assert!(!rotated.verify(2, &key, &hash));

@@ -55,13 +55,31 @@ pub struct Minted {
 }
 
 /// Mints a key for `principal_id` valid for `days` (default lifetime when `None`).
-pub async fn mint_key(store: &Store, config: &ApiConfig, now_ms: i64, principal_id: &str, days: Option<i64>) -> anyhow::Result<Minted> {
-    anyhow::ensure!(auth::valid_principal(principal_id), "`{principal_id}` is not a valid principal id");
+pub async fn mint_key(
+    store: &Store,
+    config: &ApiConfig,
+    now_ms: i64,
+    principal_id: &str,
+    days: Option<i64>,
+) -> anyhow::Result<Minted> {
+    anyhow::ensure!(
+        auth::valid_principal(principal_id),
+        "`{principal_id}` is not a valid principal id"
+    );
     let days = days.unwrap_or(config.key_lifetime_days);
-    anyhow::ensure!((1..=3650).contains(&days), "expiresInDays must be between 1 and 3650");
-    let version = config.peppers.current().ok_or_else(|| anyhow::anyhow!("no pepper configured"))?;
+    anyhow::ensure!(
+        (1..=3650).contains(&days),
+        "expiresInDays must be between 1 and 3650"
+    );
+    let version = config
+        .peppers
+        .current()
+        .ok_or_else(|| anyhow::anyhow!("no pepper configured"))?;
     let plaintext = keys::generate();
-    let hash = config.peppers.hash(version, &plaintext).ok_or_else(|| anyhow::anyhow!("no pepper for version {version}"))?;
+    let hash = config
+        .peppers
+        .hash(version, &plaintext)
+        .ok_or_else(|| anyhow::anyhow!("no pepper for version {version}"))?;
     let record = capstan_store::auth::ApiKeyRecord {
         id: capstan_core::ids::new_id(),
         principal_id: principal_id.to_owned(),

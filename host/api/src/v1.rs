@@ -24,10 +24,19 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/executions/{id}/cancel", post(cancel))
         .route("/v1/executions/{id}/resume", post(resume))
         .route("/v1/executions/{id}/rollback", post(rollback))
-        .route("/v1/executions/{id}/retry-finalization", post(retry_finalization))
-        .route("/v1/executions/{id}/retry-maps-whitelist", post(retry_maps_whitelist))
+        .route(
+            "/v1/executions/{id}/retry-finalization",
+            post(retry_finalization),
+        )
+        .route(
+            "/v1/executions/{id}/retry-maps-whitelist",
+            post(retry_maps_whitelist),
+        )
         .route("/v1/executions/{id}/events", get(events))
-        .route("/v1/principals/{principal_id}/api-keys", post(mint).get(list_keys))
+        .route(
+            "/v1/principals/{principal_id}/api-keys",
+            post(mint).get(list_keys),
+        )
         .route("/v1/api-keys/{id}", delete(revoke))
         .route("/v1/audit-logs", get(audit_logs))
         .with_state(state)
@@ -35,20 +44,46 @@ pub fn router(state: ApiState) -> Router {
 
 /// The execution, after checking the caller may use its workflow (404 before 403 would leak
 /// existence, so the lookup comes first and a forbidden caller learns only that it is forbidden).
-async fn authorized(state: &ApiState, caller: &Caller, id: &str, permission: Option<&str>) -> Result<ExecutionRecord, ApiError> {
+async fn authorized(
+    state: &ApiState,
+    caller: &Caller,
+    id: &str,
+    permission: Option<&str>,
+) -> Result<ExecutionRecord, ApiError> {
     let Some(execution) = state.store_execution(id).await? else {
-        caller.audit(state, "executions:lookup", &format!("/v1/executions/{id}"), None, true).await;
+        caller
+            .audit(
+                state,
+                "executions:lookup",
+                &format!("/v1/executions/{id}"),
+                None,
+                true,
+            )
+            .await;
         return Err(ApiError::not_found(format!("execution {id} not found")));
     };
-    let permission = permission.map_or_else(|| format!("workflows:{}", execution.workflow), str::to_owned);
-    caller.require(state, &permission, &format!("/v1/executions/{id}"), Some(id)).await?;
+    let permission = permission.map_or_else(
+        || format!("workflows:{}", execution.workflow),
+        str::to_owned,
+    );
+    caller
+        .require(
+            state,
+            &permission,
+            &format!("/v1/executions/{id}"),
+            Some(id),
+        )
+        .await?;
     Ok(execution)
 }
 
 impl ApiState {
     async fn store_execution(&self, id: &str) -> Result<Option<ExecutionRecord>, ApiError> {
         use capstan_core::store::EngineStore;
-        self.store.execution(id).await.map_err(|e| ApiError::from(capstan_engine::EngineError::Store(e)))
+        self.store
+            .execution(id)
+            .await
+            .map_err(|e| ApiError::from(capstan_engine::EngineError::Store(e)))
     }
 }
 
@@ -58,25 +93,59 @@ fn links(id: &str) -> Value {
 
 /// `POST /v1/workflows/{name}`: validates the body against the workflow's input schema and
 /// creates an execution; the `Idempotency-Key` makes it safe to retry.
-async fn trigger(State(state): State<ApiState>, caller: Caller, Path(name): Path<String>, headers: HeaderMap, body: Bytes) -> Result<Response, ApiError> {
+async fn trigger(
+    State(state): State<ApiState>,
+    caller: Caller,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     let Some(workflow) = state.engine.workflow(&name) else {
-        return Err(ApiError::not_found(format!("no workflow named `{name}` is loaded")));
+        return Err(ApiError::not_found(format!(
+            "no workflow named `{name}` is loaded"
+        )));
     };
-    caller.require(&state, &format!("workflows:{name}"), &format!("/v1/workflows/{name}"), None).await?;
+    caller
+        .require(
+            &state,
+            &format!("workflows:{name}"),
+            &format!("/v1/workflows/{name}"),
+            None,
+        )
+        .await?;
     let key = headers
         .get("idempotency-key")
         .and_then(|v| v.to_str().ok())
         .map(str::trim)
         .filter(|k| !k.is_empty() && k.len() <= 255)
-        .ok_or_else(|| ApiError::bad_request("missing_idempotency_key", "The Idempotency-Key header is required (1 to 255 characters)."))?
+        .ok_or_else(|| {
+            ApiError::bad_request(
+                "missing_idempotency_key",
+                "The Idempotency-Key header is required (1 to 255 characters).",
+            )
+        })?
         .to_owned();
-    let input: Value = serde_json::from_slice(&body).map_err(|e| ApiError::bad_request("invalid_json", format!("The request body is not valid JSON: {e}")))?;
+    let input: Value = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::bad_request(
+            "invalid_json",
+            format!("The request body is not valid JSON: {e}"),
+        )
+    })?;
     validate(&workflow.descriptor.input_schema, &input)?;
     let body_sha = hex::encode(Sha256::digest(input.to_string().as_bytes()));
-    let traceparent = headers.get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let traceparent = headers
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     let triggered = state
         .engine
-        .trigger(TriggerRequest { workflow: name.clone(), principal_id: caller.principal_id.clone(), input, idempotency: Some((key, body_sha)), traceparent })
+        .trigger(TriggerRequest {
+            workflow: name.clone(),
+            principal_id: caller.principal_id.clone(),
+            input,
+            idempotency: Some((key, body_sha)),
+            traceparent,
+        })
         .await?;
     let e = &triggered.execution;
     let body = json!({
@@ -88,13 +157,18 @@ async fn trigger(State(state): State<ApiState>, caller: Caller, Path(name): Path
         "workflow": e.workflow,
         "workflowRunId": e.run_id,
     });
-    let status = if triggered.replayed { StatusCode::OK } else { StatusCode::ACCEPTED };
+    let status = if triggered.replayed {
+        StatusCode::OK
+    } else {
+        StatusCode::ACCEPTED
+    };
     Ok((status, Json(body)).into_response())
 }
 
 /// Validates `input` against `schema`, with one issue per problem and its JSON pointer.
 fn validate(schema: &Value, input: &Value) -> Result<(), ApiError> {
-    let validator = jsonschema::validator_for(schema).map_err(|e| ApiError::internal(format!("the workflow's input schema is invalid: {e}")))?;
+    let validator = jsonschema::validator_for(schema)
+        .map_err(|e| ApiError::internal(format!("the workflow's input schema is invalid: {e}")))?;
     let issues: Vec<Value> = validator
         .iter_errors(input)
         .map(|e| json!({"path": e.instance_path().to_string(), "message": e.to_string()}))
@@ -102,21 +176,37 @@ fn validate(schema: &Value, input: &Value) -> Result<(), ApiError> {
     if issues.is_empty() {
         return Ok(());
     }
-    let mut err = ApiError::bad_request("validation_error", "The request body does not match the workflow's input schema.");
+    let mut err = ApiError::bad_request(
+        "validation_error",
+        "The request body does not match the workflow's input schema.",
+    );
     err.issues = Some(issues);
     Err(err)
 }
 
 /// `GET /v1/executions`: newest first, only workflows the caller may use.
-async fn list(State(state): State<ApiState>, caller: Caller, Query(query): Query<HashMap<String, String>>) -> Result<Json<Value>, ApiError> {
+async fn list(
+    State(state): State<ApiState>,
+    caller: Caller,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
     for key in query.keys() {
         if !["limit", "workflow", "status", "principalId"].contains(&key.as_str()) {
-            return Err(ApiError::bad_request("invalid_filter", format!("unknown filter `{key}` (use limit, workflow, status, principalId)")));
+            return Err(ApiError::bad_request(
+                "invalid_filter",
+                format!("unknown filter `{key}` (use limit, workflow, status, principalId)"),
+            ));
         }
     }
     let limit = match query.get("limit") {
         None => 50,
-        Some(l) => l.parse::<i64>().ok().filter(|l| (1..=100).contains(l)).ok_or_else(|| ApiError::bad_request("invalid_filter", "limit must be an integer from 1 to 100"))?,
+        Some(l) => l
+            .parse::<i64>()
+            .ok()
+            .filter(|l| (1..=100).contains(l))
+            .ok_or_else(|| {
+                ApiError::bad_request("invalid_filter", "limit must be an integer from 1 to 100")
+            })?,
     };
     let status = query
         .get("status")
@@ -127,20 +217,45 @@ async fn list(State(state): State<ApiState>, caller: Caller, Query(query): Query
     if let Some(w) = query.get("workflow") {
         workflows.retain(|x| x == w);
     }
-    caller.audit(&state, "workflows:list", "/v1/executions", None, true).await;
-    let filter = ExecutionFilter { workflows: Some(workflows), status, principal_id: query.get("principalId").cloned(), limit };
+    caller
+        .audit(&state, "workflows:list", "/v1/executions", None, true)
+        .await;
+    let filter = ExecutionFilter {
+        workflows: Some(workflows),
+        status,
+        principal_id: query.get("principalId").cloned(),
+        limit,
+    };
     use capstan_core::store::EngineStore;
-    let executions = state.store.list_executions(&filter).await.map_err(capstan_engine::EngineError::from)?;
-    Ok(Json(json!({"executions": executions.iter().map(views::summary).collect::<Vec<_>>()})))
+    let executions = state
+        .store
+        .list_executions(&filter)
+        .await
+        .map_err(capstan_engine::EngineError::from)?;
+    Ok(Json(
+        json!({"executions": executions.iter().map(views::summary).collect::<Vec<_>>()}),
+    ))
 }
 
-async fn get_execution(State(state): State<ApiState>, caller: Caller, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+async fn get_execution(
+    State(state): State<ApiState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
     authorized(&state, &caller, &id, None).await?;
-    let (execution, stages) = state.engine.execution(&id).await?.ok_or_else(|| ApiError::not_found(format!("execution {id} not found")))?;
+    let (execution, stages) = state
+        .engine
+        .execution(&id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("execution {id} not found")))?;
     Ok(Json(views::execution(&execution, &stages)))
 }
 
-async fn cancel(State(state): State<ApiState>, caller: Caller, Path(id): Path<String>) -> Result<Response, ApiError> {
+async fn cancel(
+    State(state): State<ApiState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
     authorized(&state, &caller, &id, None).await?;
     let canceled = state.engine.cancel(&id).await?;
     let mut body = json!({"execution": views::summary(&canceled.execution)});
@@ -150,11 +265,23 @@ async fn cancel(State(state): State<ApiState>, caller: Caller, Path(id): Path<St
     Ok((StatusCode::ACCEPTED, Json(body)).into_response())
 }
 
-async fn resume(State(state): State<ApiState>, caller: Caller, Path(id): Path<String>) -> Result<Response, ApiError> {
+async fn resume(
+    State(state): State<ApiState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
     authorized(&state, &caller, &id, None).await?;
     let outcome = state.engine.resume(&id).await?;
-    let status = if outcome.reused { "retry_already_queued" } else { "retry_queued" };
-    Ok((StatusCode::ACCEPTED, Json(json!({"execution": views::summary(&outcome.execution), "status": status}))).into_response())
+    let status = if outcome.reused {
+        "retry_already_queued"
+    } else {
+        "retry_queued"
+    };
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({"execution": views::summary(&outcome.execution), "status": status})),
+    )
+        .into_response())
 }
 
 fn command_body(outcome: &CommandOutcome, operation: &str) -> Value {
@@ -169,29 +296,68 @@ fn command_body(outcome: &CommandOutcome, operation: &str) -> Value {
     })
 }
 
-async fn rollback(State(state): State<ApiState>, caller: Caller, Path(id): Path<String>) -> Result<Response, ApiError> {
+async fn rollback(
+    State(state): State<ApiState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
     authorized(&state, &caller, &id, None).await?;
     let outcome = state.engine.rollback(&id).await?;
     if outcome.immediate {
-        return Ok((StatusCode::OK, Json(json!({"execution": views::summary(&outcome.execution)}))).into_response());
+        return Ok((
+            StatusCode::OK,
+            Json(json!({"execution": views::summary(&outcome.execution)})),
+        )
+            .into_response());
     }
-    Ok((StatusCode::ACCEPTED, Json(command_body(&outcome, "rollback"))).into_response())
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(command_body(&outcome, "rollback")),
+    )
+        .into_response())
 }
 
-async fn retry_finalization(State(state): State<ApiState>, caller: Caller, Path(id): Path<String>) -> Result<Response, ApiError> {
-    let execution = state.store_execution(&id).await?.ok_or_else(|| ApiError::not_found(format!("execution {id} not found")))?;
+async fn retry_finalization(
+    State(state): State<ApiState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let execution = state
+        .store_execution(&id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("execution {id} not found")))?;
     if !["add-certificate", "onboard-domain"].contains(&execution.workflow.as_str()) {
         authorized(&state, &caller, &id, None).await?;
-        return Err(capstan_engine::EngineError::StateInvalid { reason: "not_supported", message: format!("{} has no finalization to retry", execution.workflow) }.into());
+        return Err(capstan_engine::EngineError::StateInvalid {
+            reason: "not_supported",
+            message: format!("{} has no finalization to retry", execution.workflow),
+        }
+        .into());
     }
     authorized(&state, &caller, &id, None).await?;
-    let outcome = state.engine.recover(&id, "retry-finalization", &[ExecutionStatus::Failed]).await?;
-    Ok((StatusCode::ACCEPTED, Json(command_body(&outcome, "retry-finalization"))).into_response())
+    let outcome = state
+        .engine
+        .recover(&id, "retry-finalization", &[ExecutionStatus::Failed])
+        .await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(command_body(&outcome, "retry-finalization")),
+    )
+        .into_response())
 }
 
-async fn retry_maps_whitelist(State(state): State<ApiState>, caller: Caller, Path(id): Path<String>) -> Result<Response, ApiError> {
+async fn retry_maps_whitelist(
+    State(state): State<ApiState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
     let execution = authorized(&state, &caller, &id, Some("workflows:onboard-domain")).await?;
-    let manual = execution.outcome_json.as_ref().and_then(|o| o.pointer("/mapsProvider/outcome")).and_then(Value::as_str) == Some("manual-required");
+    let manual = execution
+        .outcome_json
+        .as_ref()
+        .and_then(|o| o.pointer("/mapsProvider/outcome"))
+        .and_then(Value::as_str)
+        == Some("manual-required");
     if execution.workflow != "onboard-domain" || (!manual && !execution.status.is_active()) {
         return Err(capstan_engine::EngineError::StateInvalid {
             reason: "not_eligible",
@@ -199,15 +365,32 @@ async fn retry_maps_whitelist(State(state): State<ApiState>, caller: Caller, Pat
         }
         .into());
     }
-    let outcome = state.engine.recover(&id, "retry-maps-whitelist", &[ExecutionStatus::Succeeded]).await?;
-    Ok((StatusCode::ACCEPTED, Json(command_body(&outcome, "retry-maps-whitelist"))).into_response())
+    let outcome = state
+        .engine
+        .recover(&id, "retry-maps-whitelist", &[ExecutionStatus::Succeeded])
+        .await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(command_body(&outcome, "retry-maps-whitelist")),
+    )
+        .into_response())
 }
 
-async fn events(State(state): State<ApiState>, caller: Caller, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+async fn events(
+    State(state): State<ApiState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
     authorized(&state, &caller, &id, None).await?;
     use capstan_core::store::EngineStore;
-    let events = state.store.events(&id).await.map_err(capstan_engine::EngineError::from)?;
-    Ok(Json(json!({"events": events.iter().map(views::event).collect::<Vec<_>>()})))
+    let events = state
+        .store
+        .events(&id)
+        .await
+        .map_err(capstan_engine::EngineError::from)?;
+    Ok(Json(
+        json!({"events": events.iter().map(views::event).collect::<Vec<_>>()}),
+    ))
 }
 
 fn key_metadata(k: &capstan_store::auth::ApiKeyRecord) -> Value {
@@ -223,18 +406,40 @@ fn key_metadata(k: &capstan_store::auth::ApiKeyRecord) -> Value {
     })
 }
 
-async fn own_or_manage(state: &ApiState, caller: &Caller, principal_id: &str) -> Result<(), ApiError> {
+async fn own_or_manage(
+    state: &ApiState,
+    caller: &Caller,
+    principal_id: &str,
+) -> Result<(), ApiError> {
     let resource = format!("/v1/principals/{principal_id}/api-keys");
     if caller.principal_id == principal_id {
-        caller.audit(state, "api-keys:own", &resource, None, true).await;
+        caller
+            .audit(state, "api-keys:own", &resource, None, true)
+            .await;
         return Ok(());
     }
-    caller.require(state, "principals:manage", &resource, None).await
+    caller
+        .require(state, "principals:manage", &resource, None)
+        .await
 }
 
-async fn mint(State(state): State<ApiState>, caller: Caller, Path(principal_id): Path<String>, body: Bytes) -> Result<Response, ApiError> {
+async fn mint(
+    State(state): State<ApiState>,
+    caller: Caller,
+    Path(principal_id): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     own_or_manage(&state, &caller, &principal_id).await?;
-    let body: Value = if body.is_empty() { json!({}) } else { serde_json::from_slice(&body).map_err(|e| ApiError::bad_request("invalid_json", format!("The request body is not valid JSON: {e}")))? };
+    let body: Value = if body.is_empty() {
+        json!({})
+    } else {
+        serde_json::from_slice(&body).map_err(|e| {
+            ApiError::bad_request(
+                "invalid_json",
+                format!("The request body is not valid JSON: {e}"),
+            )
+        })?
+    };
     let days = match body.get("expiresInDays") {
         None | Some(Value::Null) => None,
         Some(v) => Some(v.as_i64().filter(|d| (1..=3650).contains(d)).ok_or_else(|| {
@@ -243,12 +448,25 @@ async fn mint(State(state): State<ApiState>, caller: Caller, Path(principal_id):
             e
         })?),
     };
-    if let Some(extra) = body.as_object().and_then(|o| o.keys().find(|k| *k != "expiresInDays")) {
+    if let Some(extra) = body
+        .as_object()
+        .and_then(|o| o.keys().find(|k| *k != "expiresInDays"))
+    {
         let mut e = ApiError::bad_request("validation_error", "The request body is invalid.");
-        e.issues = Some(vec![json!({"path": format!("/{extra}"), "message": "unknown property"})]);
+        e.issues = Some(vec![
+            json!({"path": format!("/{extra}"), "message": "unknown property"}),
+        ]);
         return Err(e);
     }
-    let minted = crate::mint_key(&state.store, &state.config, state.now(), &principal_id, days).await.map_err(|e| ApiError::bad_request("validation_error", e.to_string()))?;
+    let minted = crate::mint_key(
+        &state.store,
+        &state.config,
+        state.now(),
+        &principal_id,
+        days,
+    )
+    .await
+    .map_err(|e| ApiError::bad_request("validation_error", e.to_string()))?;
     let k = &minted.record;
     let body = json!({"apiKey": {
         "apiKeyId": k.id,
@@ -261,22 +479,54 @@ async fn mint(State(state): State<ApiState>, caller: Caller, Path(principal_id):
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 
-async fn list_keys(State(state): State<ApiState>, caller: Caller, Path(principal_id): Path<String>) -> Result<Json<Value>, ApiError> {
+async fn list_keys(
+    State(state): State<ApiState>,
+    caller: Caller,
+    Path(principal_id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
     own_or_manage(&state, &caller, &principal_id).await?;
-    let keys = state.store.api_keys_of(&principal_id).await.map_err(ApiError::internal)?;
-    Ok(Json(json!({"apiKeys": keys.iter().map(key_metadata).collect::<Vec<_>>()})))
+    let keys = state
+        .store
+        .api_keys_of(&principal_id)
+        .await
+        .map_err(ApiError::internal)?;
+    Ok(Json(
+        json!({"apiKeys": keys.iter().map(key_metadata).collect::<Vec<_>>()}),
+    ))
 }
 
-async fn revoke(State(state): State<ApiState>, caller: Caller, Path(id): Path<String>) -> Result<Response, ApiError> {
-    caller.require(&state, "principals:manage", &format!("/v1/api-keys/{id}"), None).await?;
-    if !state.store.revoke_api_key(&id, state.now()).await.map_err(ApiError::internal)? {
+async fn revoke(
+    State(state): State<ApiState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    caller
+        .require(
+            &state,
+            "principals:manage",
+            &format!("/v1/api-keys/{id}"),
+            None,
+        )
+        .await?;
+    if !state
+        .store
+        .revoke_api_key(&id, state.now())
+        .await
+        .map_err(ApiError::internal)?
+    {
         return Err(ApiError::not_found(format!("API key {id} not found")));
     }
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-async fn audit_logs(State(state): State<ApiState>, caller: Caller, Query(query): Query<HashMap<String, String>>) -> Result<Json<Value>, ApiError> {
-    caller.require(&state, "audit:read", "/v1/audit-logs", None).await?;
+async fn audit_logs(
+    State(state): State<ApiState>,
+    caller: Caller,
+    Query(query): Query<HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    caller
+        .require(&state, "audit:read", "/v1/audit-logs", None)
+        .await?;
     let bad = |m: &str| ApiError::bad_request("invalid_filter", m.to_owned());
     for key in query.keys() {
         if !["principalId", "result", "route", "since", "until", "limit"].contains(&key.as_str()) {
@@ -285,7 +535,11 @@ async fn audit_logs(State(state): State<ApiState>, caller: Caller, Query(query):
     }
     let limit = match query.get("limit") {
         None => 50,
-        Some(l) => l.parse::<i64>().ok().filter(|l| (1..=100).contains(l)).ok_or_else(|| bad("limit must be an integer from 1 to 100"))?,
+        Some(l) => l
+            .parse::<i64>()
+            .ok()
+            .filter(|l| (1..=100).contains(l))
+            .ok_or_else(|| bad("limit must be an integer from 1 to 100"))?,
     };
     if let Some(r) = query.get("result")
         && r != "allowed"
@@ -294,7 +548,13 @@ async fn audit_logs(State(state): State<ApiState>, caller: Caller, Query(query):
         return Err(bad("result must be allowed or denied"));
     }
     let millis = |k: &str| -> Result<Option<i64>, ApiError> {
-        query.get(k).map(|v| v.parse::<i64>().map_err(|_| bad(&format!("{k} must be milliseconds since the Unix epoch")))).transpose()
+        query
+            .get(k)
+            .map(|v| {
+                v.parse::<i64>()
+                    .map_err(|_| bad(&format!("{k} must be milliseconds since the Unix epoch")))
+            })
+            .transpose()
     };
     let filter = capstan_store::auth::AuditFilter {
         principal_id: query.get("principalId").cloned(),
@@ -304,7 +564,11 @@ async fn audit_logs(State(state): State<ApiState>, caller: Caller, Query(query):
         until_ms: millis("until")?,
         limit,
     };
-    let rows = state.store.audit(&filter).await.map_err(ApiError::internal)?;
+    let rows = state
+        .store
+        .audit(&filter)
+        .await
+        .map_err(ApiError::internal)?;
     let logs: Vec<Value> = rows
         .iter()
         .map(|a| json!({

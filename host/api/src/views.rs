@@ -19,7 +19,12 @@ pub fn rfc3339(ms: i64) -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
 fn opt_time(ms: Option<i64>) -> Value {
@@ -62,7 +67,10 @@ pub fn execution(e: &ExecutionRecord, stages: &[StageRecord]) -> Value {
     let mut v = summary(e);
     if let Some(map) = v.as_object_mut() {
         map.insert("inputJson".into(), e.input_json.clone());
-        map.insert("stages".into(), Value::Array(stages.iter().map(stage).collect()));
+        map.insert(
+            "stages".into(),
+            Value::Array(stages.iter().map(stage).collect()),
+        );
         if let Some(outcome) = &e.outcome_json {
             map.insert("outcome".into(), outcome.clone());
         }
@@ -92,7 +100,10 @@ mod tests {
     #[test]
     fn formats_rfc3339_with_milliseconds() {
         assert_eq!(super::rfc3339(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(super::rfc3339(1_767_225_600_123), "2026-01-01T00:00:00.123Z");
+        assert_eq!(
+            super::rfc3339(1_767_225_600_123),
+            "2026-01-01T00:00:00.123Z"
+        );
         assert_eq!(super::rfc3339(951_782_400_000), "2000-02-29T00:00:00.000Z");
     }
 }

@@ -67,6 +67,9 @@ pub struct Settings {
     pub principals: std::collections::BTreeMap<String, PrincipalSettings>,
     /// Worker tasks claiming runs on this node.
     pub workers: usize,
+    /// How long a node's claim on a run lasts without renewal; a crashed node's runs are taken
+    /// over after it.
+    pub lease_ms: i64,
     /// Default API key lifetime.
     pub api_key_lifetime_days: i64,
     /// The simulated cloud.
@@ -92,7 +95,10 @@ pub struct SimulatorSettings {
 
 impl Default for SimulatorSettings {
     fn default() -> Self {
-        Self { dns_propagation_ms: 2_000, seed_zones: vec!["example.com".to_owned(), "example.org".to_owned()] }
+        Self {
+            dns_propagation_ms: 2_000,
+            seed_zones: vec!["example.com".to_owned(), "example.org".to_owned()],
+        }
     }
 }
 
@@ -109,6 +115,7 @@ impl Default for Settings {
             grants: default_grants(),
             principals: std::collections::BTreeMap::new(),
             workers: 4,
+            lease_ms: 30_000,
             api_key_lifetime_days: 90,
             simulator: SimulatorSettings::default(),
         }
@@ -179,7 +186,7 @@ pub struct Overrides {
 }
 
 /// Keys the environment may set (`CAPSTAN_<KEY>`); other `CAPSTAN_*` variables are not settings.
-const ENV_KEYS: [&str; 12] = [
+const ENV_KEYS: [&str; 13] = [
     "listen",
     "sandbox_listen",
     "database",
@@ -190,6 +197,7 @@ const ENV_KEYS: [&str; 12] = [
     "grants",
     "principals",
     "workers",
+    "lease_ms",
     "api_key_lifetime_days",
     "simulator",
 ];

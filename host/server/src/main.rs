@@ -92,9 +92,15 @@ enum ApiKeysCommand {
 #[derive(Debug, Subcommand)]
 enum PrincipalsCommand {
     /// Grant a permission (e.g. workflows:onboard-domain, principals:manage, audit:read).
-    Grant { principal: String, permission: String },
+    Grant {
+        principal: String,
+        permission: String,
+    },
     /// Revoke a granted permission.
-    Revoke { principal: String, permission: String },
+    Revoke {
+        principal: String,
+        permission: String,
+    },
     /// Show a principal's permissions (config and grants).
     Show { principal: String },
 }
@@ -156,8 +162,14 @@ fn main() -> ExitCode {
 }
 
 fn valid_permission(p: &str) -> bool {
-    matches!(p, "subscriptions:manage" | "principals:manage" | "audit:read" | "admin:read" | "admin:write")
-        || p.strip_prefix("workflows:").is_some_and(|w| !w.is_empty() && w.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'))
+    matches!(
+        p,
+        "subscriptions:manage" | "principals:manage" | "audit:read" | "admin:read" | "admin:write"
+    ) || p.strip_prefix("workflows:").is_some_and(|w| {
+        !w.is_empty()
+            && w.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    })
 }
 
 async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
@@ -189,23 +201,43 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
             let store = capstan_store::Store::open(&settings.database).await?;
             let now = capstan_core::Clock::now_millis(&capstan_core::SystemClock) as i64;
             match command {
-                ApiKeysCommand::Mint { principal, expires_in_days } => {
+                ApiKeysCommand::Mint {
+                    principal,
+                    expires_in_days,
+                } => {
                     let config = capstan_api::ApiConfig {
                         peppers: serve::peppers()?,
                         principals: Default::default(),
                         key_lifetime_days: settings.api_key_lifetime_days,
                     };
-                    let minted = capstan_api::mint_key(&store, &config, now, &principal, expires_in_days).await?;
+                    let minted =
+                        capstan_api::mint_key(&store, &config, now, &principal, expires_in_days)
+                            .await?;
                     println!("{}", minted.plaintext);
                 }
                 ApiKeysCommand::List { principal } => {
                     for k in store.api_keys_of(&principal).await? {
-                        let state = if k.revoked_ms.is_some() { "revoked" } else if k.expires_ms <= now { "expired" } else { "active" };
-                        println!("{}  {}  {}  expires {}  {state}", k.id, k.prefix, k.principal_id, capstan_api::views::rfc3339(k.expires_ms));
+                        let state = if k.revoked_ms.is_some() {
+                            "revoked"
+                        } else if k.expires_ms <= now {
+                            "expired"
+                        } else {
+                            "active"
+                        };
+                        println!(
+                            "{}  {}  {}  expires {}  {state}",
+                            k.id,
+                            k.prefix,
+                            k.principal_id,
+                            capstan_api::views::rfc3339(k.expires_ms)
+                        );
                     }
                 }
                 ApiKeysCommand::Revoke { api_key_id } => {
-                    anyhow::ensure!(store.revoke_api_key(&api_key_id, now).await?, "no API key {api_key_id}");
+                    anyhow::ensure!(
+                        store.revoke_api_key(&api_key_id, now).await?,
+                        "no API key {api_key_id}"
+                    );
                     eprintln!("revoked {api_key_id}");
                 }
             }
@@ -214,18 +246,37 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
         Command::Principals { command } => {
             let store = capstan_store::Store::open(&settings.database).await?;
             match command {
-                PrincipalsCommand::Grant { principal, permission } => {
-                    anyhow::ensure!(capstan_api::auth::valid_principal(&principal), "`{principal}` is not a valid principal id");
-                    anyhow::ensure!(valid_permission(&permission), "unknown permission `{permission}` (workflows:<name>, subscriptions:manage, principals:manage, audit:read, admin:read, admin:write)");
+                PrincipalsCommand::Grant {
+                    principal,
+                    permission,
+                } => {
+                    anyhow::ensure!(
+                        capstan_api::auth::valid_principal(&principal),
+                        "`{principal}` is not a valid principal id"
+                    );
+                    anyhow::ensure!(
+                        valid_permission(&permission),
+                        "unknown permission `{permission}` (workflows:<name>, subscriptions:manage, principals:manage, audit:read, admin:read, admin:write)"
+                    );
                     store.grant(&principal, &permission).await?;
                     eprintln!("granted {permission} to {principal}");
                 }
-                PrincipalsCommand::Revoke { principal, permission } => {
-                    anyhow::ensure!(store.revoke_grant(&principal, &permission).await?, "{principal} has no grant {permission}");
+                PrincipalsCommand::Revoke {
+                    principal,
+                    permission,
+                } => {
+                    anyhow::ensure!(
+                        store.revoke_grant(&principal, &permission).await?,
+                        "{principal} has no grant {permission}"
+                    );
                     eprintln!("revoked {permission} from {principal}");
                 }
                 PrincipalsCommand::Show { principal } => {
-                    let configured = settings.principals.get(&principal).map(|p| p.permissions.clone()).unwrap_or_default();
+                    let configured = settings
+                        .principals
+                        .get(&principal)
+                        .map(|p| p.permissions.clone())
+                        .unwrap_or_default();
                     for p in configured {
                         println!("{p}\tconfig");
                     }

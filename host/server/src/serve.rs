@@ -48,7 +48,10 @@ impl App {
         let cloud = SimulatedCloud::new(
             store.pool().clone(),
             clock.clone(),
-            SimulationSettings { dns_propagation_ms: settings.simulator.dns_propagation_ms, seed_zones: settings.simulator.seed_zones.clone() },
+            SimulationSettings {
+                dns_propagation_ms: settings.simulator.dns_propagation_ms,
+                seed_zones: settings.simulator.seed_zones.clone(),
+            },
         )
         .await?;
         let engine = Engine::new(
@@ -56,18 +59,35 @@ impl App {
             registry.runtime.clone(),
             Arc::new(cloud),
             clock.clone(),
-            EngineConfig { workers: settings.workers, ..EngineConfig::default() },
+            EngineConfig {
+                workers: settings.workers,
+                lease_ms: settings.lease_ms,
+                ..EngineConfig::default()
+            },
         );
         for workflow in registry.workflows.values() {
             engine.register(workflow.clone());
         }
         let config = ApiConfig {
             peppers,
-            principals: settings.principals.iter().map(|(id, p)| (id.clone(), p.permissions.iter().cloned().collect())).collect(),
+            principals: settings
+                .principals
+                .iter()
+                .map(|(id, p)| (id.clone(), p.permissions.iter().cloned().collect()))
+                .collect(),
             key_lifetime_days: settings.api_key_lifetime_days,
         };
-        let api = ApiState { engine, store: store.clone(), clock, config: Arc::new(config) };
-        Ok(Self { store, registry, api })
+        let api = ApiState {
+            engine,
+            store: store.clone(),
+            clock,
+            config: Arc::new(config),
+        };
+        Ok(Self {
+            store,
+            registry,
+            api,
+        })
     }
 }
 
@@ -89,7 +109,11 @@ pub fn router(app: App) -> Router {
         .merge(api)
         .fallback(|| async { error_response(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .method_not_allowed_fallback(|| async {
-            error_response(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "this route does not accept that method")
+            error_response(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "this route does not accept that method",
+            )
         })
 }
 
@@ -145,16 +169,22 @@ pub async fn serve(
     let workers = app.api.engine.spawn_workers(stop_rx.clone());
     let mut stop_main = stop_rx.clone();
     let mut stop_sandbox = stop_rx;
-    let main = axum::serve(listener, router(app.clone()).into_make_service_with_connect_info::<std::net::SocketAddr>())
-        .with_graceful_shutdown(async move {
-            let _ = stop_main.wait_for(|s| *s).await;
-        })
-        .into_future();
-    let sandbox = axum::serve(sandbox, router(app).into_make_service_with_connect_info::<std::net::SocketAddr>())
-        .with_graceful_shutdown(async move {
-            let _ = stop_sandbox.wait_for(|s| *s).await;
-        })
-        .into_future();
+    let main = axum::serve(
+        listener,
+        router(app.clone()).into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(async move {
+        let _ = stop_main.wait_for(|s| *s).await;
+    })
+    .into_future();
+    let sandbox = axum::serve(
+        sandbox,
+        router(app).into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(async move {
+        let _ = stop_sandbox.wait_for(|s| *s).await;
+    })
+    .into_future();
     tokio::spawn(async move {
         shutdown.await;
         tracing::info!("shutting down: draining in-flight requests");

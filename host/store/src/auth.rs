@@ -74,43 +74,82 @@ impl Store {
     }
 
     pub async fn api_keys_by_prefix(&self, prefix: &str) -> Result<Vec<ApiKeyRecord>, sqlx::Error> {
-        let rows = sqlx::query("SELECT * FROM api_keys WHERE prefix = ?").bind(prefix).fetch_all(&self.pool).await?;
+        let rows = sqlx::query("SELECT * FROM api_keys WHERE prefix = ?")
+            .bind(prefix)
+            .fetch_all(&self.pool)
+            .await?;
         Ok(rows.iter().map(key_row).collect())
     }
 
     pub async fn api_key(&self, id: &str) -> Result<Option<ApiKeyRecord>, sqlx::Error> {
-        let row = sqlx::query("SELECT * FROM api_keys WHERE id = ?").bind(id).fetch_optional(&self.pool).await?;
+        let row = sqlx::query("SELECT * FROM api_keys WHERE id = ?")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
         Ok(row.as_ref().map(key_row))
     }
 
     pub async fn api_keys_of(&self, principal_id: &str) -> Result<Vec<ApiKeyRecord>, sqlx::Error> {
-        let rows = sqlx::query("SELECT * FROM api_keys WHERE principal_id = ? ORDER BY created_ms, id").bind(principal_id).fetch_all(&self.pool).await?;
+        let rows =
+            sqlx::query("SELECT * FROM api_keys WHERE principal_id = ? ORDER BY created_ms, id")
+                .bind(principal_id)
+                .fetch_all(&self.pool)
+                .await?;
         Ok(rows.iter().map(key_row).collect())
     }
 
     pub async fn touch_api_key(&self, id: &str, now_ms: i64) -> Result<(), sqlx::Error> {
-        sqlx::query("UPDATE api_keys SET last_used_ms = ? WHERE id = ?").bind(now_ms).bind(id).execute(&self.pool).await?;
+        sqlx::query("UPDATE api_keys SET last_used_ms = ? WHERE id = ?")
+            .bind(now_ms)
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
         Ok(())
     }
 
     /// Revokes the key; false if it does not exist.
     pub async fn revoke_api_key(&self, id: &str, now_ms: i64) -> Result<bool, sqlx::Error> {
-        let done = sqlx::query("UPDATE api_keys SET revoked_ms = COALESCE(revoked_ms, ?) WHERE id = ?").bind(now_ms).bind(id).execute(&self.pool).await?;
+        let done =
+            sqlx::query("UPDATE api_keys SET revoked_ms = COALESCE(revoked_ms, ?) WHERE id = ?")
+                .bind(now_ms)
+                .bind(id)
+                .execute(&self.pool)
+                .await?;
         Ok(done.rows_affected() > 0)
     }
 
     pub async fn grant(&self, principal_id: &str, permission: &str) -> Result<(), sqlx::Error> {
-        sqlx::query("INSERT OR IGNORE INTO principal_grants (principal_id, permission) VALUES (?, ?)").bind(principal_id).bind(permission).execute(&self.pool).await?;
+        sqlx::query(
+            "INSERT OR IGNORE INTO principal_grants (principal_id, permission) VALUES (?, ?)",
+        )
+        .bind(principal_id)
+        .bind(permission)
+        .execute(&self.pool)
+        .await?;
         Ok(())
     }
 
-    pub async fn revoke_grant(&self, principal_id: &str, permission: &str) -> Result<bool, sqlx::Error> {
-        let done = sqlx::query("DELETE FROM principal_grants WHERE principal_id = ? AND permission = ?").bind(principal_id).bind(permission).execute(&self.pool).await?;
+    pub async fn revoke_grant(
+        &self,
+        principal_id: &str,
+        permission: &str,
+    ) -> Result<bool, sqlx::Error> {
+        let done =
+            sqlx::query("DELETE FROM principal_grants WHERE principal_id = ? AND permission = ?")
+                .bind(principal_id)
+                .bind(permission)
+                .execute(&self.pool)
+                .await?;
         Ok(done.rows_affected() > 0)
     }
 
     pub async fn grants_of(&self, principal_id: &str) -> Result<Vec<String>, sqlx::Error> {
-        sqlx::query_scalar("SELECT permission FROM principal_grants WHERE principal_id = ? ORDER BY permission").bind(principal_id).fetch_all(&self.pool).await
+        sqlx::query_scalar(
+            "SELECT permission FROM principal_grants WHERE principal_id = ? ORDER BY permission",
+        )
+        .bind(principal_id)
+        .fetch_all(&self.pool)
+        .await
     }
 
     pub async fn insert_audit(&self, a: &AuditRecord) -> Result<(), sqlx::Error> {
@@ -149,7 +188,8 @@ impl Store {
         if let Some(u) = f.until_ms {
             q.push(" AND at_ms < ").push_bind(u);
         }
-        q.push(" ORDER BY at_ms DESC, id DESC LIMIT ").push_bind(f.limit);
+        q.push(" ORDER BY at_ms DESC, id DESC LIMIT ")
+            .push_bind(f.limit);
         let rows = q.build().fetch_all(&self.pool).await?;
         Ok(rows
             .iter()
