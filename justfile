@@ -48,7 +48,21 @@ build: build-guests
 
 # Serve both APIs on localhost with embedded SQLite, simulated providers and development secrets.
 run: build
-    ./target/release/capstan serve
+    #!/usr/bin/env bash
+    set -euo pipefail
+    if [ -z "${CAPSTAN_PEPPERS:-}" ]; then
+        export CAPSTAN_PEPPERS="1:development-only-pepper-do-not-use-in-production"
+        echo "just run: using a DEVELOPMENT pepper (set CAPSTAN_PEPPERS for anything real)" >&2
+    fi
+    bin=./target/release/capstan
+    for w in target/workflows/*.wasm; do
+        $bin principals grant dev "workflows:$(basename "$w" .wasm)" 2>/dev/null
+    done
+    for p in principals:manage audit:read admin:read; do $bin principals grant dev "$p" 2>/dev/null; done
+    key=$($bin api-keys mint --principal dev --expires-in-days 7)
+    echo "just run: API key for principal 'dev' (valid 7 days): $key" >&2
+    echo "just run: try  curl -s -H \"Authorization: Bearer $key\" localhost:8080/v1/executions" >&2
+    exec $bin serve
 
 # Every test: guest harness tests (native), host unit and integration tests, end-to-end tests.
 test: build-guests

@@ -43,9 +43,121 @@ struct Latency {
 }
 
 #[derive(Debug, Serialize)]
+struct EngineRun {
+    concurrency: usize,
+    executions: usize,
+    executions_per_second: f64,
+    trigger_to_terminal: Latency,
+}
+
+#[derive(Debug, Serialize)]
 struct Results {
     components: Vec<ComponentLoad>,
     hello_instantiate_and_call: Latency,
+    engine_ten_stages_sqlite: Vec<EngineRun>,
+}
+
+/// Ten-stage executions on a fresh SQLite file with the simulated cloud at zero latency: the
+/// engine is driven in-process (`concurrency` worker tasks), triggers go straight to the engine.
+async fn engine_run(
+    fixture: &Path,
+    executions: usize,
+    concurrency: usize,
+) -> anyhow::Result<EngineRun> {
+    use capstan_core::store::EngineStore;
+    use capstan_core::{Clock, SystemClock};
+    use capstan_engine::{Engine, EngineConfig, TriggerRequest};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir()?;
+    let store =
+        capstan_store::Store::open(&format!("sqlite://{}/bench.db", dir.path().display())).await?;
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let cloud = capstan_providers::SimulatedCloud::new(
+        store.pool().clone(),
+        clock.clone(),
+        capstan_providers::SimulationSettings {
+            dns_propagation_ms: 0,
+            seed_zones: vec!["example.com".into()],
+        },
+    )
+    .await?;
+    let runtime = Arc::new(Runtime::new(RuntimeConfig::default())?);
+    let mut grants = CapabilityGrants::new();
+    grants.insert(
+        "fixture-steps".into(),
+        [
+            capstan_core::Capability::Dns,
+            capstan_core::Capability::Convergence,
+        ]
+        .into_iter()
+        .collect(),
+    );
+    let workflow = Arc::new(runtime.load_file(fixture, &grants).await?);
+    let engine = Engine::new(
+        Arc::new(store.clone()),
+        runtime,
+        Arc::new(cloud),
+        clock,
+        EngineConfig {
+            workers: concurrency,
+            poll: Duration::from_millis(2),
+            ..EngineConfig::default()
+        },
+    );
+    engine.register(workflow);
+    let mut ids = Vec::with_capacity(executions);
+    let started = Instant::now();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let workers = engine.spawn_workers(stop_rx);
+    let mut triggered_at = std::collections::HashMap::new();
+    for _ in 0..executions {
+        let t = engine
+            .trigger(TriggerRequest {
+                workflow: "fixture-steps".into(),
+                principal_id: "bench".into(),
+                input: json!({"zone": "ZEXAMPLE-COM", "stages": 10}),
+                idempotency: None,
+                traceparent: None,
+            })
+            .await?;
+        triggered_at.insert(t.execution.id.clone(), t.execution.created_ms);
+        ids.push(t.execution.id);
+    }
+    let mut latencies = Vec::with_capacity(executions);
+    let mut pending: Vec<String> = ids.clone();
+    while !pending.is_empty() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let mut still = Vec::new();
+        for id in pending {
+            let e = store
+                .execution(&id)
+                .await?
+                .ok_or_else(|| anyhow::anyhow!("lost {id}"))?;
+            match (e.status.is_terminal(), e.finished_ms) {
+                (true, Some(f)) => {
+                    anyhow::ensure!(
+                        e.status == capstan_core::ExecutionStatus::Succeeded,
+                        "execution {id} ended {}",
+                        e.status
+                    );
+                    latencies.push(Duration::from_millis((f - triggered_at[&id]).max(0) as u64));
+                }
+                _ => still.push(id),
+            }
+        }
+        pending = still;
+    }
+    let elapsed = started.elapsed();
+    let _ = stop_tx.send(true);
+    for w in workers {
+        let _ = w.await;
+    }
+    Ok(EngineRun {
+        concurrency,
+        executions,
+        executions_per_second: executions as f64 / elapsed.as_secs_f64(),
+        trigger_to_terminal: latency(latencies),
+    })
 }
 
 fn latency(mut samples: Vec<Duration>) -> Latency {
@@ -125,9 +237,24 @@ pub async fn run(workflows: &Path, quick: bool) -> anyhow::Result<()> {
             "hello failed: {activation:?}"
         );
     }
+    let fixture = Path::new("target/guest-fixtures/fixture-steps.wasm");
+    let mut engine_runs = Vec::new();
+    if fixture.is_file() {
+        let n = if quick { 100 } else { 2_000 };
+        for concurrency in [32, 1] {
+            let executions = if concurrency == 1 { n / 4 } else { n };
+            engine_runs.push(engine_run(fixture, executions, concurrency).await?);
+        }
+    } else {
+        println!(
+            "(skipping the engine benchmark: {} is missing; run `just build-guests`)",
+            fixture.display()
+        );
+    }
     let results = Results {
         components,
         hello_instantiate_and_call: latency(samples),
+        engine_ten_stages_sqlite: engine_runs,
     };
 
     println!(
@@ -148,6 +275,16 @@ pub async fn run(workflows: &Path, quick: bool) -> anyhow::Result<()> {
         "hello instantiate + call: median {:.1} µs, p99 {:.1} µs, mean {:.1} µs over {} iterations",
         l.median_us, l.p99_us, l.mean_us, l.iterations
     );
+    for r in &results.engine_ten_stages_sqlite {
+        println!(
+            "engine, 10-stage on SQLite, {} workers: {} executions, {:.0} executions/s, trigger→terminal p50 {:.1} ms, p99 {:.1} ms",
+            r.concurrency,
+            r.executions,
+            r.executions_per_second,
+            r.trigger_to_terminal.median_us / 1e3,
+            r.trigger_to_terminal.p99_us / 1e3
+        );
+    }
     let out = Path::new("target/bench");
     std::fs::create_dir_all(out)?;
     std::fs::write(
