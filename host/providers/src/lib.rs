@@ -263,7 +263,7 @@ impl SimulatedCloud {
                 }
                 let id = format!(
                     "C{}",
-                    capstan_core::ids::new_id().replace('-', "")[..20].to_ascii_uppercase()
+                    capstan_core::ids::new_id().replace('-', "").to_ascii_uppercase()
                 );
                 sqlx::query("INSERT INTO sim_changes (id, zone_id, submitted_ms, insync_ms) VALUES (?, ?, ?, ?)")
                     .bind(&id)
@@ -362,7 +362,7 @@ mod tests {
             .unwrap();
         let clock = ManualClock::new(1_000_000);
         let cloud = SimulatedCloud::new(
-            store.pool().clone(),
+            store.writer().clone(),
             Arc::new(clock.clone()),
             SimulationSettings::default(),
         )

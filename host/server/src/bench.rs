@@ -73,7 +73,7 @@ async fn engine_run(
         capstan_store::Store::open(&format!("sqlite://{}/bench.db", dir.path().display())).await?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let cloud = capstan_providers::SimulatedCloud::new(
-        store.pool().clone(),
+        store.writer().clone(),
         clock.clone(),
         capstan_providers::SimulationSettings {
             dns_propagation_ms: 0,
@@ -133,12 +133,13 @@ async fn engine_run(
                 .execution(&id)
                 .await?
                 .ok_or_else(|| anyhow::anyhow!("lost {id}"))?;
-            match (e.status.is_terminal(), e.finished_ms) {
+            match (e.status.is_terminal() || e.status == capstan_core::ExecutionStatus::Paused, e.finished_ms.or(Some(0))) {
                 (true, Some(f)) => {
                     anyhow::ensure!(
                         e.status == capstan_core::ExecutionStatus::Succeeded,
-                        "execution {id} ended {}",
-                        e.status
+                        "execution {id} ended {} ({:?})",
+                        e.status,
+                        e.status_reason
                     );
                     latencies.push(Duration::from_millis((f - triggered_at[&id]).max(0) as u64));
                 }

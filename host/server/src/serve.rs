@@ -46,7 +46,7 @@ impl App {
         let registry = Arc::new(Registry::load(settings).await?);
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let cloud = SimulatedCloud::new(
-            store.pool().clone(),
+            store.writer().clone(),
             clock.clone(),
             SimulationSettings {
                 dns_propagation_ms: settings.simulator.dns_propagation_ms,

@@ -68,7 +68,7 @@ impl Store {
             .bind(k.expires_ms)
             .bind(k.last_used_ms)
             .bind(k.revoked_ms)
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await?;
         Ok(())
     }
@@ -102,7 +102,7 @@ impl Store {
         sqlx::query("UPDATE api_keys SET last_used_ms = ? WHERE id = ?")
             .bind(now_ms)
             .bind(id)
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await?;
         Ok(())
     }
@@ -113,7 +113,7 @@ impl Store {
             sqlx::query("UPDATE api_keys SET revoked_ms = COALESCE(revoked_ms, ?) WHERE id = ?")
                 .bind(now_ms)
                 .bind(id)
-                .execute(&self.pool)
+                .execute(&self.writer)
                 .await?;
         Ok(done.rows_affected() > 0)
     }
@@ -124,7 +124,7 @@ impl Store {
         )
         .bind(principal_id)
         .bind(permission)
-        .execute(&self.pool)
+        .execute(&self.writer)
         .await?;
         Ok(())
     }
@@ -138,7 +138,7 @@ impl Store {
             sqlx::query("DELETE FROM principal_grants WHERE principal_id = ? AND permission = ?")
                 .bind(principal_id)
                 .bind(permission)
-                .execute(&self.pool)
+                .execute(&self.writer)
                 .await?;
         Ok(done.rows_affected() > 0)
     }
@@ -165,7 +165,7 @@ impl Store {
             .bind(&a.execution_id)
             .bind(&a.ip)
             .bind(&a.user_agent)
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await?;
         Ok(())
     }

@@ -498,7 +498,7 @@ impl EngineStore for Store {
         .bind(now_ms)
         .bind(now_ms)
         .bind(limit)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.writer)
         .await
         .map_err(unavailable)?;
         rows.iter().map(run_row).collect()
@@ -687,7 +687,7 @@ impl EngineStore for Store {
             .bind(principal_id)
             .bind(workflow)
             .bind(key)
-            .execute(&self.pool)
+            .execute(&self.writer)
             .await
             .map_err(unavailable)?;
         Ok(())

@@ -32,9 +32,15 @@ pub enum StoreError {
 }
 
 /// The database behind Capstan.
+///
+/// SQLite allows one writer at a time; several connections racing for the write lock spin in
+/// SQLite's busy handler (sleeps of 1–100 ms) and, under load, time out. So writes go through a
+/// pool of exactly one connection, whose queue is fair and never sleeps, while reads use their
+/// own pool and run concurrently (WAL).
 #[derive(Debug, Clone)]
 pub struct Store {
     pool: SqlitePool,
+    writer: SqlitePool,
 }
 
 static MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
@@ -71,15 +77,17 @@ impl Store {
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(Duration::from_secs(5))
             .foreign_keys(true);
-        let pool = SqlitePoolOptions::new()
-            .max_connections(8)
+        let pool = SqlitePoolOptions::new().max_connections(8).connect_with(options.clone()).await?;
+        let writer = SqlitePoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_secs(30))
             .connect_with(options)
             .await?;
-        Ok(Self { pool })
+        Ok(Self { pool, writer })
     }
 
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        MIGRATIONS.run(&self.pool).await?;
+        MIGRATIONS.run(&self.writer).await?;
         Ok(())
     }
 
@@ -98,8 +106,14 @@ impl Store {
         Ok(())
     }
 
+    /// The read pool.
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
+    }
+
+    /// The single-connection write pool: every transaction that writes goes through it.
+    pub fn writer(&self) -> &SqlitePool {
+        &self.writer
     }
 }
 
