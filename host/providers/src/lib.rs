@@ -263,7 +263,9 @@ impl SimulatedCloud {
                 }
                 let id = format!(
                     "C{}",
-                    capstan_core::ids::new_id().replace('-', "").to_ascii_uppercase()
+                    capstan_core::ids::new_id()
+                        .replace('-', "")
+                        .to_ascii_uppercase()
                 );
                 sqlx::query("INSERT INTO sim_changes (id, zone_id, submitted_ms, insync_ms) VALUES (?, ?, ?, ?)")
                     .bind(&id)

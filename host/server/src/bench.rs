@@ -133,7 +133,10 @@ async fn engine_run(
                 .execution(&id)
                 .await?
                 .ok_or_else(|| anyhow::anyhow!("lost {id}"))?;
-            match (e.status.is_terminal() || e.status == capstan_core::ExecutionStatus::Paused, e.finished_ms.or(Some(0))) {
+            match (
+                e.status.is_terminal() || e.status == capstan_core::ExecutionStatus::Paused,
+                e.finished_ms.or(Some(0)),
+            ) {
                 (true, Some(f)) => {
                     anyhow::ensure!(
                         e.status == capstan_core::ExecutionStatus::Succeeded,
