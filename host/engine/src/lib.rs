@@ -508,50 +508,64 @@ impl Engine {
         }
     }
 
-    /// Starts `config.workers` worker tasks that claim and activate runs until `shutdown` flips.
+    /// Starts the node's scheduler: one claimer that takes due runs in batches (as many as there
+    /// are free worker slots) and activates each on its own task, at most `config.workers` at
+    /// once, until `shutdown` flips. One claimer per node keeps idle polling off SQLite's single
+    /// writer; a trigger or command wakes it at once.
     pub fn spawn_workers(
         &self,
-        shutdown: tokio::sync::watch::Receiver<bool>,
+        mut shutdown: tokio::sync::watch::Receiver<bool>,
     ) -> Vec<tokio::task::JoinHandle<()>> {
-        (0..self.inner.config.workers.max(1))
-            .map(|_| {
-                let engine = self.clone();
-                let mut shutdown = shutdown.clone();
-                tokio::spawn(async move {
-                    loop {
-                        if *shutdown.borrow() {
-                            return;
-                        }
-                        let now = engine.now();
-                        let claimed = engine
-                            .inner
-                            .store
-                            .claim_runs(
-                                &engine.inner.config.node_id,
-                                now,
-                                engine.inner.config.lease_ms,
-                                1,
-                            )
-                            .await;
-                        match claimed {
-                            Ok(runs) if !runs.is_empty() => {
-                                for run in runs {
+        let engine = self.clone();
+        let workers = self.inner.config.workers.max(1);
+        let handle = tokio::spawn(async move {
+            let slots = Arc::new(tokio::sync::Semaphore::new(workers));
+            let mut tasks = tokio::task::JoinSet::new();
+            loop {
+                if *shutdown.borrow() {
+                    break;
+                }
+                let free = slots.available_permits();
+                if free > 0 {
+                    let now = engine.now();
+                    match engine
+                        .inner
+                        .store
+                        .claim_runs(
+                            &engine.inner.config.node_id,
+                            now,
+                            engine.inner.config.lease_ms,
+                            free as i64,
+                        )
+                        .await
+                    {
+                        Ok(runs) if !runs.is_empty() => {
+                            for run in runs {
+                                let Ok(permit) = slots.clone().acquire_owned().await else {
+                                    break;
+                                };
+                                let engine = engine.clone();
+                                tasks.spawn(async move {
                                     engine.activate(run).await;
-                                }
-                                continue;
+                                    drop(permit);
+                                });
                             }
-                            Ok(_) => {}
-                            Err(e) => tracing::warn!(error = %e, "claiming runs failed; retrying"),
+                            continue;
                         }
-                        tokio::select! {
-                            _ = tokio::time::sleep(engine.inner.config.poll) => {}
-                            _ = engine.inner.wake.notified() => {}
-                            _ = shutdown.changed() => {}
-                        }
+                        Ok(_) => {}
+                        Err(e) => tracing::warn!(error = %e, "claiming runs failed; retrying"),
                     }
-                })
-            })
-            .collect()
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(engine.inner.config.poll) => {}
+                    _ = engine.inner.wake.notified() => {}
+                    _ = shutdown.changed() => {}
+                    Some(_) = tasks.join_next() => {}
+                }
+            }
+            while tasks.join_next().await.is_some() {}
+        });
+        vec![handle]
     }
 
     /// One activation of a claimed run, and what its outcome means for the execution.
