@@ -33,6 +33,7 @@ pub struct Descriptor {
     recovery: Vec<(&'static str, &'static str)>,
     cancel_mode: CancelMode,
     resumable_when_failed: bool,
+    point_of_no_return: Option<&'static str>,
 }
 
 impl Descriptor {
@@ -47,6 +48,7 @@ impl Descriptor {
             recovery: Vec::new(),
             cancel_mode: CancelMode::Immediate,
             resumable_when_failed: false,
+            point_of_no_return: None,
         }
     }
 
@@ -81,6 +83,13 @@ impl Descriptor {
     /// Lets `resume` re-queue a failed or canceled run (not only a paused one).
     pub fn resumable_when_failed(mut self, yes: bool) -> Self {
         self.resumable_when_failed = yes;
+        self
+    }
+
+    /// Once `stage` has begun, cancel is refused with 409 `state_invalid` (add-subdomain after the
+    /// DNS service accepted its change, say).
+    pub fn point_of_no_return(mut self, stage: &'static str) -> Self {
+        self.point_of_no_return = Some(stage);
         self
     }
 
@@ -253,6 +262,7 @@ pub fn describe<W: Workflow>() -> wit::WorkflowDescriptor {
             CancelMode::Cooperative => wit::CancelMode::Cooperative,
         },
         resumable_when_failed: d.resumable_when_failed,
+        point_of_no_return: d.point_of_no_return.map(str::to_owned),
     }
 }
 

@@ -37,6 +37,9 @@ pub struct WorkflowDescriptor {
     pub recovery_operations: Vec<RecoveryOperation>,
     pub cancel_mode: CancelMode,
     pub resumable_when_failed: bool,
+    /// Once this stage has begun, cancel is refused (409 `state_invalid`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub point_of_no_return: Option<String>,
 }
 
 /// Whether repeating a failed request may succeed.
@@ -133,6 +136,12 @@ impl Capability {
             Self::Admission => "admission",
             Self::Vouchers => "vouchers",
         }
+    }
+
+    /// The capability of a journaled operation name such as `dns.change-records`.
+    pub fn of_op(op: &str) -> Option<Self> {
+        let name = op.split('.').next()?;
+        Self::ALL.into_iter().find(|c| c.as_str() == name)
     }
 
     /// The WIT interface a component imports for this capability (without version).

@@ -1056,6 +1056,22 @@ impl Engine {
                 ),
             ));
         }
+        let point_of_no_return = run
+            .as_ref()
+            .and_then(|r| self.build(&r.digest))
+            .or_else(|| self.workflow(&execution.workflow))
+            .and_then(|w| w.descriptor.point_of_no_return.clone());
+        if let Some(stage) = point_of_no_return {
+            let stages = self.inner.store.stages(id).await?;
+            if stages.iter().any(|s| s.stage_name == stage) {
+                return Err(invalid(
+                    "past_point_of_no_return",
+                    format!(
+                        "stage `{stage}` has begun: the provider accepted the change, so this execution can no longer be canceled"
+                    ),
+                ));
+            }
+        }
         let leased = run
             .as_ref()
             .is_some_and(|r| r.lease_owner.is_some() && r.lease_expires_ms.unwrap_or(0) >= now);

@@ -368,5 +368,6 @@ fn descriptor(
             bindings::descriptor::CancelMode::Cooperative => CancelMode::Cooperative,
         },
         resumable_when_failed: d.resumable_when_failed,
+        point_of_no_return: d.point_of_no_return,
     })
 }
