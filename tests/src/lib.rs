@@ -50,8 +50,9 @@ pub fn capstan(home: &Path) -> Command {
         .arg(format!("sqlite://{}/capstan.db", home.display()))
         .arg("--workflows")
         .arg(home.join("workflows"))
+        // Compiled components are content-addressed: every test server shares one cache.
         .arg("--data-dir")
-        .arg(home.join("data"))
+        .arg(repo().join("target").join("e2e-data"))
         .arg("--log-format")
         .arg("json")
         .env_remove("RUST_LOG")
@@ -66,6 +67,14 @@ pub fn capstan(home: &Path) -> Command {
 /// A home for a server: the given components in `workflows/`, and a config granting the test
 /// workflows their capabilities, with DNS that converges at once.
 pub fn home(components: &[&str]) -> tempfile::TempDir {
+    home_with(
+        components,
+        "workers = 4\nlease_ms = 3000\n[grants]\nfixture-steps = [\"dns\", \"convergence\"]\npoint-record = [\"dns\", \"convergence\"]\n[simulator]\ndns_propagation_ms = 0\n",
+    )
+}
+
+/// A home with these components and this `capstan.toml`.
+pub fn home_with(components: &[&str], config: &str) -> tempfile::TempDir {
     let home = tempfile::tempdir().expect("tempdir");
     let workflows = home.path().join("workflows");
     std::fs::create_dir_all(&workflows).expect("mkdir");
@@ -73,15 +82,10 @@ pub fn home(components: &[&str]) -> tempfile::TempDir {
         let src = component(c);
         std::fs::copy(&src, workflows.join(src.file_name().expect("file name"))).expect("copy");
     }
-    std::fs::write(
-        home.path().join("capstan.toml"),
-        "workers = 4\nlease_ms = 3000\n[grants]\nfixture-steps = [\"dns\", \"convergence\"]\npoint-record = [\"dns\", \"convergence\"]\n[simulator]\ndns_propagation_ms = 0\n",
-    )
-    .expect("config");
+    std::fs::write(home.path().join("capstan.toml"), config).expect("config");
     home
 }
 
-/// Runs a `capstan` subcommand in `home` and returns its stdout; panics with stderr on failure.
 pub fn cli(home: &Path, args: &[&str]) -> String {
     let out = capstan(home).args(args).output().expect("run capstan");
     assert!(

@@ -39,6 +39,8 @@ pub struct ApiState {
     pub store: Store,
     pub clock: Arc<dyn Clock>,
     pub config: Arc<ApiConfig>,
+    /// The embedded simulated cloud, when it serves (for `GET /v1/admin/simulator`).
+    pub simulator: Option<capstan_providers::SimulatedCloud>,
 }
 
 impl ApiState {

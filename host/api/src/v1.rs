@@ -33,6 +33,9 @@ pub fn router(state: ApiState) -> Router {
             post(retry_maps_whitelist),
         )
         .route("/v1/executions/{id}/events", get(events))
+        .route("/v1/executions/{id}/plan", get(plan))
+        .route("/v1/executions/{id}/plan/approve", post(approve_plan))
+        .route("/v1/admin/simulator", get(simulator))
         .route(
             "/v1/principals/{principal_id}/api-keys",
             post(mint).get(list_keys),
@@ -282,6 +285,65 @@ async fn resume(
         Json(json!({"execution": views::summary(&outcome.execution), "status": status})),
     )
         .into_response())
+}
+
+/// `GET /v1/executions/{id}/plan`: the AddSubdomainPlan the execution published for approval
+/// (still readable after it was approved).
+async fn plan(
+    State(state): State<ApiState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    authorized(&state, &caller, &id, None).await?;
+    let wait = state.engine.pending_approval(&id).await?;
+    match wait.and_then(|w| w.payload_json) {
+        Some(plan) => Ok(Json(plan)),
+        None => Err(ApiError::not_found(format!(
+            "execution {id} has not published a plan (yet)"
+        ))),
+    }
+}
+
+/// `POST /v1/executions/{id}/plan/approve` with `{planHash}`: approves exactly the plan the caller
+/// read; a hash that is not the current plan's → 409.
+async fn approve_plan(
+    State(state): State<ApiState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    authorized(&state, &caller, &id, None).await?;
+    let body: Value = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::bad_request("invalid_json", format!("the body is not valid JSON: {e}"))
+    })?;
+    let schema = json!({
+        "type": "object",
+        "required": ["planHash"],
+        "properties": {"planHash": {"type": "string", "pattern": "^[a-f0-9]{64}$"}},
+    });
+    validate(&schema, &body)?;
+    let hash = body["planHash"].as_str().unwrap_or_default();
+    let execution = state.engine.approve(&id, hash, body.clone()).await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({"execution": views::summary(&execution), "planHash": hash})),
+    )
+        .into_response())
+}
+
+/// `GET /v1/admin/simulator` (admin:read): the simulated cloud's whole state.
+async fn simulator(State(state): State<ApiState>, caller: Caller) -> Result<Json<Value>, ApiError> {
+    caller
+        .require(&state, "admin:read", "/v1/admin/simulator", None)
+        .await?;
+    let Some(cloud) = &state.simulator else {
+        return Err(ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "not_configured",
+            "this node does not run the simulated cloud",
+        ));
+    };
+    cloud.snapshot().await.map(Json).map_err(ApiError::internal)
 }
 
 fn command_body(outcome: &CommandOutcome, operation: &str) -> Value {

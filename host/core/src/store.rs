@@ -197,7 +197,8 @@ pub struct ExecutionPatch {
     pub status_reason: Option<Option<String>>,
     pub current_stage: Option<Option<String>>,
     pub finished_ms: Option<Option<Millis>>,
-    pub cancellation_requested_ms: Option<Millis>,
+    /// `Some(Some(t))` records a request (the first one wins); `Some(None)` clears it.
+    pub cancellation_requested_ms: Option<Option<Millis>>,
     pub output_json: Option<Value>,
     pub outcome_json: Option<Value>,
     pub run_id: Option<String>,

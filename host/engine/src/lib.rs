@@ -124,6 +124,60 @@ pub enum EngineError {
     Store(#[from] StoreError),
 }
 
+/// Where a resumed run stops replaying and runs live again: the earliest of
+/// - the last call that failed (it is attempted again);
+/// - the first `cancellation-requested` that answered true (a resumed run is not asked to stop);
+/// - the first capability read after the last effect of the failed stage (a verification that
+///   answered "unhealthy" is asked again; effects before it replay, never repeat);
+///
+/// and, when none of these exists, the failure of the last failed stage.
+fn resume_point(journal: &[JournalEntry]) -> Option<i64> {
+    let failed_call = journal
+        .iter()
+        .rev()
+        .find(|e| e.response.as_ref().is_some_and(|r| r.get("Err").is_some()))
+        .map(|e| e.seq);
+    let cancel_seen = journal
+        .iter()
+        .find(|e| {
+            e.op == "context.cancellation-requested"
+                && e.response
+                    .as_ref()
+                    .is_some_and(|r| r == &json!(true) || r.get("Ok") == Some(&json!(true)))
+        })
+        .map(|e| e.seq);
+    let stage_failed = journal
+        .iter()
+        .rev()
+        .find(|e| e.op == "context.stage-failed")
+        .map(|e| e.seq);
+    let reread = stage_failed.and_then(|failed| {
+        let begin = journal
+            .iter()
+            .rev()
+            .find(|e| e.seq < failed && e.op == "context.stage-begin")
+            .map_or(0, |e| e.seq);
+        let in_stage = || journal.iter().filter(|e| e.seq > begin && e.seq < failed);
+        let last_effect = in_stage()
+            .filter(|e| effects::is_effect(&e.op))
+            .map(|e| e.seq)
+            .max()
+            .unwrap_or(begin);
+        in_stage()
+            .find(|e| {
+                e.seq > last_effect
+                    && capstan_core::Capability::of_op(&e.op).is_some()
+                    && !effects::is_effect(&e.op)
+            })
+            .map(|e| e.seq)
+    });
+    [failed_call, cancel_seen, reread]
+        .into_iter()
+        .flatten()
+        .min()
+        .or(stage_failed)
+}
+
 fn invalid(reason: &'static str, message: impl Into<String>) -> EngineError {
     EngineError::StateInvalid {
         reason,
@@ -732,7 +786,12 @@ impl Engine {
                 self.end_run(&run, writes).await
             }
             Outcome::Completed(Err(error)) => {
+                // A cooperative workflow that stops because it was asked to ends `canceled`.
+                let stopped_on_request = error.kind == ErrorKind::Permanent
+                    && error.code == "canceled"
+                    && self.cancel_mode(Some(&run), &execution.workflow) == CancelMode::Cooperative;
                 let (status, ty) = match error.kind {
+                    _ if stopped_on_request => (ExecutionStatus::Canceled, "ExecutionCanceled"),
                     ErrorKind::Transient => (ExecutionStatus::Paused, "ExecutionPaused"),
                     ErrorKind::Permanent => (ExecutionStatus::Failed, "ExecutionFailed"),
                 };
@@ -747,7 +806,7 @@ impl Engine {
                     id: execution.id.clone(),
                     status: Some(status),
                     status_reason: Some(Some(error.code.clone())),
-                    finished_ms: Some((status == ExecutionStatus::Failed).then_some(now)),
+                    finished_ms: Some((status != ExecutionStatus::Paused).then_some(now)),
                     ..ExecutionPatch::default()
                 }));
                 writes.push(Write::Event(event(
@@ -1028,7 +1087,7 @@ impl Engine {
                         vec![
                             Write::UpdateExecution(ExecutionPatch {
                                 id: id.to_owned(),
-                                cancellation_requested_ms: Some(now),
+                                cancellation_requested_ms: Some(Some(now)),
                                 ..ExecutionPatch::default()
                             }),
                             Write::Event(event(
@@ -1252,20 +1311,7 @@ impl Engine {
             ));
         }
         let journal = self.inner.store.journal(&execution.run_id).await?;
-        // Retry from the last failed call; if none failed (a guest error without a failed call),
-        // from the beginning of the last failed stage.
-        let failed_call = journal
-            .iter()
-            .rev()
-            .find(|e| e.response.as_ref().is_some_and(|r| r.get("Err").is_some()))
-            .map(|e| e.seq);
-        let from = failed_call.or_else(|| {
-            journal
-                .iter()
-                .rev()
-                .find(|e| e.op == "context.stage-failed")
-                .map(|e| e.seq)
-        });
+        let from = resume_point(&journal);
         let stages = self.inner.store.stages(id).await?;
         let mut extra = Vec::new();
         if let Some(mut stage) = stages
@@ -1277,6 +1323,14 @@ impl Engine {
             stage.finished_ms = None;
             stage.error_json = None;
             extra.push(Write::PutStage(stage));
+        }
+        if execution.cancellation_requested_ms.is_some() {
+            // A resumed run is no longer asked to stop (its answer is re-read, not replayed).
+            extra.push(Write::UpdateExecution(ExecutionPatch {
+                id: execution.id.clone(),
+                cancellation_requested_ms: Some(None),
+                ..ExecutionPatch::default()
+            }));
         }
         self.requeue(&execution, "resume", from, vec![execution.status], extra)
             .await

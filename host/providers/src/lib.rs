@@ -11,9 +11,7 @@
 
 mod sim;
 
-pub use sim::{
-    FaultKind, FaultRule, Seed, SeedError, SimulatedCloud, SimulationSettings, glob,
-};
+pub use sim::{FaultKind, FaultRule, Seed, SeedError, SimulatedCloud, SimulationSettings, glob};
 
 use async_trait::async_trait;
 use capstan_core::{Capability, CapabilityError};

@@ -78,6 +78,7 @@ async fn engine_run(
         capstan_providers::SimulationSettings {
             dns_propagation_ms: 0,
             seed_zones: vec!["example.com".into()],
+            ..capstan_providers::SimulationSettings::default()
         },
     )
     .await?;
@@ -96,7 +97,7 @@ async fn engine_run(
     let engine = Engine::new(
         Arc::new(store.clone()),
         runtime,
-        Arc::new(cloud),
+        Arc::new(capstan_providers::ProviderSet::all(Arc::new(cloud))),
         clock,
         EngineConfig {
             workers: concurrency,

@@ -83,24 +83,8 @@ pub struct PrincipalSettings {
     pub permissions: Vec<String>,
 }
 
-/// How the simulated cloud behaves.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SimulatorSettings {
-    /// Delay from a DNS change to INSYNC, milliseconds.
-    pub dns_propagation_ms: i64,
-    /// Zones created on first start.
-    pub seed_zones: Vec<String>,
-}
-
-impl Default for SimulatorSettings {
-    fn default() -> Self {
-        Self {
-            dns_propagation_ms: 2_000,
-            seed_zones: vec!["example.com".to_owned(), "example.org".to_owned()],
-        }
-    }
-}
+/// How the simulated cloud behaves (docs/simulator.md).
+pub type SimulatorSettings = capstan_providers::SimulationSettings;
 
 impl Default for Settings {
     fn default() -> Self {
@@ -149,13 +133,10 @@ pub fn default_grants() -> CapabilityGrants {
                 Convergence,
             ],
         ),
-        (
-            "add-certificate",
-            &[Dns, Certificates, Cdn, Convergence, Ticketing],
-        ),
-        ("add-domain", &[Dns, Registrar, Cdn, Convergence]),
-        ("add-subdomain", &[Dns, Cdn, Convergence]),
-        ("update-function-version", &[Functions, Ticketing]),
+        ("add-certificate", &[Dns, Certificates, Convergence]),
+        ("add-domain", &[Dns, Certificates, Cdn, Convergence]),
+        ("add-subdomain", &[Dns, Convergence]),
+        ("update-function-version", &[Functions]),
     ];
     entries
         .into_iter()

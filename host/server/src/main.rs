@@ -69,6 +69,20 @@ enum Command {
         #[command(subcommand)]
         command: WorkflowsCommand,
     },
+    /// Seed and inspect the simulated cloud (docs/simulator.md).
+    Simulator {
+        #[command(subcommand)]
+        command: SimulatorCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum SimulatorCommand {
+    /// Add the zones, records, domains, certificates, maps keys, tickets and functions of a seed
+    /// file (JSON) to the simulation.
+    Seed { file: std::path::PathBuf },
+    /// Print the simulated state as JSON.
+    Show,
 }
 
 #[derive(Debug, Subcommand)]
@@ -285,6 +299,24 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
                     }
                 }
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Simulator { command } => {
+            let store = capstan_store::Store::open(&settings.database).await?;
+            let cloud = capstan_providers::SimulatedCloud::new(
+                store.writer().clone(),
+                std::sync::Arc::new(capstan_core::SystemClock),
+                settings.simulator.clone(),
+            )
+            .await?;
+            if let SimulatorCommand::Seed { file } = &command {
+                cloud.seed(&capstan_providers::Seed::read(file)?).await?;
+                eprintln!("seeded the simulated cloud from {}", file.display());
+            }
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&cloud.snapshot().await?)?
+            );
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench { quick } => {

@@ -13,7 +13,7 @@ use capstan_api::keys::Peppers;
 use capstan_api::{ApiConfig, ApiState};
 use capstan_core::{Clock, SystemClock};
 use capstan_engine::{Engine, EngineConfig};
-use capstan_providers::{SimulatedCloud, SimulationSettings};
+use capstan_providers::{ProviderSet, SimulatedCloud};
 use capstan_store::Store;
 use serde::Serialize;
 use serde_json::json;
@@ -48,16 +48,13 @@ impl App {
         let cloud = SimulatedCloud::new(
             store.writer().clone(),
             clock.clone(),
-            SimulationSettings {
-                dns_propagation_ms: settings.simulator.dns_propagation_ms,
-                seed_zones: settings.simulator.seed_zones.clone(),
-            },
+            settings.simulator.clone(),
         )
         .await?;
         let engine = Engine::new(
             Arc::new(store.clone()),
             registry.runtime.clone(),
-            Arc::new(cloud),
+            Arc::new(ProviderSet::all(Arc::new(cloud.clone()))),
             clock.clone(),
             EngineConfig {
                 workers: settings.workers,
@@ -82,6 +79,7 @@ impl App {
             store: store.clone(),
             clock,
             config: Arc::new(config),
+            simulator: Some(cloud),
         };
         Ok(Self {
             store,

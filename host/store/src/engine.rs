@@ -164,10 +164,16 @@ async fn apply_one(tx: &mut Transaction<'_, Sqlite>, write: Write) -> Result<(),
             if let Some(f) = p.finished_ms {
                 sep.push("finished_ms = ").push_bind_unseparated(f);
             }
-            if let Some(c) = p.cancellation_requested_ms {
-                sep.push("cancellation_requested_ms = COALESCE(cancellation_requested_ms, ")
-                    .push_bind_unseparated(c)
-                    .push_unseparated(")");
+            match p.cancellation_requested_ms {
+                Some(Some(c)) => {
+                    sep.push("cancellation_requested_ms = COALESCE(cancellation_requested_ms, ")
+                        .push_bind_unseparated(c)
+                        .push_unseparated(")");
+                }
+                Some(None) => {
+                    sep.push("cancellation_requested_ms = NULL");
+                }
+                None => {}
             }
             if let Some(o) = &p.output_json {
                 sep.push("output_json = ")

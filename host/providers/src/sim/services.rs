@@ -40,9 +40,11 @@ fn strings_of(v: &Value, key: &str) -> Vec<String> {
 /// Whether a certificate name (`example.com`, `*.example.com`) covers `domain`.
 fn name_covers(name: &str, domain: &str) -> bool {
     name == domain
-        || name
-            .strip_prefix("*.")
-            .is_some_and(|parent| domain.split_once('.').is_some_and(|(_, rest)| rest == parent))
+        || name.strip_prefix("*.").is_some_and(|parent| {
+            domain
+                .split_once('.')
+                .is_some_and(|(_, rest)| rest == parent)
+        })
 }
 
 fn certificate_names(cert: &Value) -> Vec<String> {
@@ -83,10 +85,14 @@ impl SimulatedCloud {
         match op {
             "registrar.check-domain" => {
                 let owned = known.as_ref().is_some_and(|d| d["owned"] == true);
-                Ok(json!({"name": name, "registered": known.is_some(), "owned": owned, "available": known.is_none()}))
+                Ok(
+                    json!({"name": name, "registered": known.is_some(), "owned": owned, "available": known.is_none()}),
+                )
             }
             "registrar.register-domain" => match known {
-                Some(d) if d["owned"] == true => Ok(json!({"name": name, "registration_id": d["registration_id"], "expires_at": d["expires_at"]})),
+                Some(d) if d["owned"] == true => Ok(
+                    json!({"name": name, "registration_id": d["registration_id"], "expires_at": d["expires_at"]}),
+                ),
                 Some(_) => Err(CapabilityError::permanent(
                     "domain-unavailable",
                     format!("{name} is registered to someone else"),
@@ -96,11 +102,17 @@ impl SimulatedCloud {
                     format!("{name:?} is not a domain name"),
                 )),
                 None => {
-                    let years = request.get("years").and_then(Value::as_i64).unwrap_or(1).max(1);
+                    let years = request
+                        .get("years")
+                        .and_then(Value::as_i64)
+                        .unwrap_or(1)
+                        .max(1);
                     let expires = self.now() + years * 365 * 86_400_000;
                     let body = json!({"name": name, "owned": true, "registration_id": new_id("REG-"), "expires_at": expires});
                     put(tx, "domain", &name, &body).await.map_err(unavailable)?;
-                    Ok(json!({"name": name, "registration_id": body["registration_id"], "expires_at": expires}))
+                    Ok(
+                        json!({"name": name, "registration_id": body["registration_id"], "expires_at": expires}),
+                    )
                 }
             },
             _ => Err(unsupported(op)),
@@ -117,10 +129,15 @@ impl SimulatedCloud {
     ) -> Result<Value, sqlx::Error> {
         let arn = s(&cert, "arn").to_owned();
         if cert["status"] == "PendingValidation"
-            && self.now() >= cert["requested_ms"].as_i64().unwrap_or(0) + self.settings.certificate_issue_ms
+            && self.now()
+                >= cert["requested_ms"].as_i64().unwrap_or(0) + self.settings.certificate_issue_ms
         {
             let mut all_present = true;
-            for record in cert["validation_records"].as_array().cloned().unwrap_or_default() {
+            for record in cert["validation_records"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+            {
                 let bodies: Vec<String> = sqlx::query_scalar(
                     "SELECT body FROM sim_records WHERE name = ? AND type = 'Cname'",
                 )
@@ -200,16 +217,15 @@ impl SimulatedCloud {
                         validation.push(record);
                     }
                 }
-                let arn = format!(
-                    "arn:sim:acm::certificate/{}",
-                    capstan_core::ids::new_id()
-                );
+                let arn = format!("arn:sim:acm::certificate/{}", capstan_core::ids::new_id());
                 let cert = json!({
                     "arn": arn, "domain": domain, "subject_alternative_names": sans,
                     "status": "PendingValidation", "validation_records": validation,
                     "issued_at": null, "in_use_by": [], "requested_ms": self.now(),
                 });
-                put(tx, "certificate", &arn, &cert).await.map_err(unavailable)?;
+                put(tx, "certificate", &arn, &cert)
+                    .await
+                    .map_err(unavailable)?;
                 self.certificate(tx, &arn).await
             }
             "certificates.describe-certificate" => self.certificate(tx, s(request, "arn")).await,
@@ -241,7 +257,12 @@ impl SimulatedCloud {
 
     /// Refuses a spec whose aliases another distribution holds or whose certificate does not
     /// cover them.
-    async fn check_spec(&self, tx: &mut SqliteConnection, spec: &Value, own: Option<&str>) -> Result<(), CapabilityError> {
+    async fn check_spec(
+        &self,
+        tx: &mut SqliteConnection,
+        spec: &Value,
+        own: Option<&str>,
+    ) -> Result<(), CapabilityError> {
         let aliases: Vec<String> = strings_of(spec, "aliases")
             .iter()
             .map(|a| a.trim().to_ascii_lowercase())
@@ -280,7 +301,11 @@ impl SimulatedCloud {
         Ok(())
     }
 
-    async fn distribution(&self, tx: &mut SqliteConnection, id: &str) -> Result<Value, CapabilityError> {
+    async fn distribution(
+        &self,
+        tx: &mut SqliteConnection,
+        id: &str,
+    ) -> Result<Value, CapabilityError> {
         get(tx, "distribution", id)
             .await
             .map_err(unavailable)?
@@ -305,14 +330,21 @@ impl SimulatedCloud {
             }
             "cdn.create-distribution" => {
                 let mut spec = request.get("spec").cloned().unwrap_or(Value::Null);
-                spec["aliases"] = json!(strings_of(&spec, "aliases").iter().map(|a| a.trim().to_ascii_lowercase()).collect::<Vec<_>>());
+                spec["aliases"] = json!(
+                    strings_of(&spec, "aliases")
+                        .iter()
+                        .map(|a| a.trim().to_ascii_lowercase())
+                        .collect::<Vec<_>>()
+                );
                 self.check_spec(tx, &spec, None).await?;
                 let id = new_id("E");
                 let d = json!({
                     "id": id, "domain_name": format!("d{}.cdn.sim.capstan.dev", id.to_ascii_lowercase()),
                     "hosted_zone_id": "ZCDNSIMULATED", "spec": spec, "deploy_at_ms": deploy_at,
                 });
-                put(tx, "distribution", &id, &d).await.map_err(unavailable)?;
+                put(tx, "distribution", &id, &d)
+                    .await
+                    .map_err(unavailable)?;
                 Ok(self.distribution_view(d))
             }
             "cdn.update-distribution" => {
@@ -320,7 +352,12 @@ impl SimulatedCloud {
                 let mut d = self.distribution(tx, id).await?;
                 let before = self.distribution_view(d.clone());
                 let mut spec = request.get("spec").cloned().unwrap_or(Value::Null);
-                spec["aliases"] = json!(strings_of(&spec, "aliases").iter().map(|a| a.trim().to_ascii_lowercase()).collect::<Vec<_>>());
+                spec["aliases"] = json!(
+                    strings_of(&spec, "aliases")
+                        .iter()
+                        .map(|a| a.trim().to_ascii_lowercase())
+                        .collect::<Vec<_>>()
+                );
                 self.check_spec(tx, &spec, Some(id)).await?;
                 d["spec"] = spec;
                 d["deploy_at_ms"] = json!(deploy_at);
@@ -337,9 +374,17 @@ impl SimulatedCloud {
         }
     }
 
-    pub(super) async fn maps(&self, tx: &mut SqliteConnection, op: &str, request: &Value) -> Answer {
+    pub(super) async fn maps(
+        &self,
+        tx: &mut SqliteConnection,
+        op: &str,
+        request: &Value,
+    ) -> Answer {
         if op == "maps.list-keys" {
-            return list(tx, "maps-key").await.map_err(unavailable).map(Value::Array);
+            return list(tx, "maps-key")
+                .await
+                .map_err(unavailable)
+                .map(Value::Array);
         }
         let key_id = s(request, "key_id");
         let referrer = s(request, "referrer").trim().to_owned();
@@ -374,7 +419,9 @@ impl SimulatedCloud {
         };
         if changed {
             key["referrers"] = json!(referrers);
-            put(tx, "maps-key", key_id, &key).await.map_err(unavailable)?;
+            put(tx, "maps-key", key_id, &key)
+                .await
+                .map_err(unavailable)?;
         }
         Ok(json!({"key": key, "changed": changed}))
     }
@@ -391,9 +438,8 @@ impl SimulatedCloud {
         match op {
             "functions.publish-version" => {
                 let sha = s(request, "code_sha256").to_owned();
-                let mut f = found.unwrap_or_else(
-                    || json!({"name": name, "versions": [], "aliases": {}}),
-                );
+                let mut f =
+                    found.unwrap_or_else(|| json!({"name": name, "versions": [], "aliases": {}}));
                 let versions = f["versions"].as_array().cloned().unwrap_or_default();
                 if let Some(latest) = versions.last()
                     && latest["code_sha256"] == sha.as_str()
@@ -406,7 +452,8 @@ impl SimulatedCloud {
                     .max()
                     .unwrap_or(0)
                     + 1;
-                let version = json!({"function_name": name, "version": next.to_string(), "code_sha256": sha});
+                let version =
+                    json!({"function_name": name, "version": next.to_string(), "code_sha256": sha});
                 let mut versions = versions;
                 versions.push(version.clone());
                 f["versions"] = Value::Array(versions);
@@ -416,7 +463,10 @@ impl SimulatedCloud {
             "functions.delete-version" => {
                 let mut f = found.ok_or_else(missing)?;
                 let version = s(request, "version");
-                if f["aliases"].as_object().is_some_and(|a| a.values().any(|v| v == version)) {
+                if f["aliases"]
+                    .as_object()
+                    .is_some_and(|a| a.values().any(|v| v == version))
+                {
                     return Err(CapabilityError::permanent(
                         "resource-in-use",
                         format!("version {version} of {name} is the target of an alias"),
@@ -435,7 +485,9 @@ impl SimulatedCloud {
                 let f = found.ok_or_else(missing)?;
                 let alias = s(request, "alias");
                 match f["aliases"].get(alias) {
-                    Some(version) => Ok(json!({"function_name": name, "name": alias, "version": version})),
+                    Some(version) => {
+                        Ok(json!({"function_name": name, "name": alias, "version": version}))
+                    }
                     None => Err(not_found(format!("alias {alias} of {name}"))),
                 }
             }
@@ -446,7 +498,10 @@ impl SimulatedCloud {
                 let Some(before) = f["aliases"].get(alias).cloned() else {
                     return Err(not_found(format!("alias {alias} of {name}")));
                 };
-                if !f["versions"].as_array().is_some_and(|v| v.iter().any(|v| v["version"] == version)) {
+                if !f["versions"]
+                    .as_array()
+                    .is_some_and(|v| v.iter().any(|v| v["version"] == version))
+                {
                     return Err(not_found(format!("version {version} of {name}")));
                 }
                 f["aliases"][alias] = json!(version);

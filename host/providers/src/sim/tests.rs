@@ -83,113 +83,360 @@ async fn err(cloud: &SimulatedCloud, op: &str, request: Value, token: &str) -> C
 #[tokio::test]
 async fn a_certificate_issues_once_its_validation_record_is_in_dns_and_a_cdn_needs_it_issued() {
     let (cloud, clock, _dir) = cloud().await;
-    let cert = ok(&cloud, "certificates.request-certificate", json!({"domain": "shop.example.com", "subject_alternative_names": ["*.shop.example.com"]}), "c1").await;
+    let cert = ok(
+        &cloud,
+        "certificates.request-certificate",
+        json!({"domain": "shop.example.com", "subject_alternative_names": ["*.shop.example.com"]}),
+        "c1",
+    )
+    .await;
     assert_eq!(cert["status"], "PendingValidation");
-    assert_eq!(cert["validation_records"].as_array().unwrap().len(), 1, "a wildcard validates on its parent");
+    assert_eq!(
+        cert["validation_records"].as_array().unwrap().len(),
+        1,
+        "a wildcard validates on its parent"
+    );
     let arn = cert["arn"].as_str().unwrap().to_owned();
     let spec = json!({"origin": "origin.example.net", "aliases": ["shop.example.com"], "certificate_arn": arn, "comment": "shop"});
-    let refused = err(&cloud, "cdn.create-distribution", json!({"spec": spec}), "d0").await;
+    let refused = err(
+        &cloud,
+        "cdn.create-distribution",
+        json!({"spec": spec}),
+        "d0",
+    )
+    .await;
     assert_eq!(refused.code, "invalid-certificate");
     clock.advance(10_000);
-    let still = ok(&cloud, "certificates.describe-certificate", json!({"arn": arn}), "").await;
-    assert_eq!(still["status"], "PendingValidation", "no validation record yet");
+    let still = ok(
+        &cloud,
+        "certificates.describe-certificate",
+        json!({"arn": arn}),
+        "",
+    )
+    .await;
+    assert_eq!(
+        still["status"], "PendingValidation",
+        "no validation record yet"
+    );
     let record = cert["validation_records"][0].clone();
-    ok(&cloud, "dns.change-records", json!({"zone_id": "ZEXAMPLE-COM", "changes": [{"Upsert": record}]}), "r1").await;
-    let issued = ok(&cloud, "certificates.describe-certificate", json!({"arn": arn}), "").await;
+    ok(
+        &cloud,
+        "dns.change-records",
+        json!({"zone_id": "ZEXAMPLE-COM", "changes": [{"Upsert": record}]}),
+        "r1",
+    )
+    .await;
+    let issued = ok(
+        &cloud,
+        "certificates.describe-certificate",
+        json!({"arn": arn}),
+        "",
+    )
+    .await;
     assert_eq!(issued["status"], "Issued");
-    let found = ok(&cloud, "certificates.find-certificates", json!({"domain": "www.shop.example.com"}), "").await;
+    let found = ok(
+        &cloud,
+        "certificates.find-certificates",
+        json!({"domain": "www.shop.example.com"}),
+        "",
+    )
+    .await;
     assert_eq!(found[0]["arn"], arn.as_str());
 
-    let d = ok(&cloud, "cdn.create-distribution", json!({"spec": spec}), "d1").await;
+    let d = ok(
+        &cloud,
+        "cdn.create-distribution",
+        json!({"spec": spec}),
+        "d1",
+    )
+    .await;
     assert_eq!(d["status"], "InProgress");
-    let taken = err(&cloud, "cdn.create-distribution", json!({"spec": spec}), "d2").await;
+    let taken = err(
+        &cloud,
+        "cdn.create-distribution",
+        json!({"spec": spec}),
+        "d2",
+    )
+    .await;
     assert_eq!(taken.code, "alias-in-use");
     clock.advance(3_000);
     let id = d["id"].as_str().unwrap();
-    assert_eq!(ok(&cloud, "cdn.get-distribution", json!({"id": id}), "").await["status"], "Deployed");
-    let by_alias = ok(&cloud, "cdn.find-distribution-by-alias", json!({"alias": "SHOP.example.com"}), "").await;
+    assert_eq!(
+        ok(&cloud, "cdn.get-distribution", json!({"id": id}), "").await["status"],
+        "Deployed"
+    );
+    let by_alias = ok(
+        &cloud,
+        "cdn.find-distribution-by-alias",
+        json!({"alias": "SHOP.example.com"}),
+        "",
+    )
+    .await;
     assert_eq!(by_alias["id"], id);
-    let in_use = err(&cloud, "certificates.delete-certificate", json!({"arn": arn}), "x1").await;
+    let in_use = err(
+        &cloud,
+        "certificates.delete-certificate",
+        json!({"arn": arn}),
+        "x1",
+    )
+    .await;
     assert_eq!(in_use.code, "resource-in-use");
     let update = ok(&cloud, "cdn.update-distribution", json!({"id": id, "spec": {"origin": "o2", "aliases": [], "certificate_arn": null, "comment": ""}}), "d3").await;
     assert_eq!(update["before"]["spec"]["origin"], "origin.example.net");
     assert_eq!(update["after"]["status"], "InProgress");
-    ok(&cloud, "certificates.delete-certificate", json!({"arn": arn}), "x2").await;
+    ok(
+        &cloud,
+        "certificates.delete-certificate",
+        json!({"arn": arn}),
+        "x2",
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn maps_keys_fill_up_registrar_functions_and_tickets_behave() {
     let (cloud, _clock, _dir) = cloud().await;
     let keys = ok(&cloud, "maps.list-keys", json!({}), "").await;
-    let embed = keys.as_array().unwrap().iter().find(|k| k["id"] == "embed").unwrap().clone();
-    let room = embed["capacity"].as_u64().unwrap() - embed["referrers"].as_array().unwrap().len() as u64;
+    let embed = keys
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["id"] == "embed")
+        .unwrap()
+        .clone();
+    let room =
+        embed["capacity"].as_u64().unwrap() - embed["referrers"].as_array().unwrap().len() as u64;
     for i in 0..room {
-        let r = ok(&cloud, "maps.add-referrer", json!({"key_id": "embed", "referrer": format!("*.d{i}.test/*")}), &format!("m{i}")).await;
+        let r = ok(
+            &cloud,
+            "maps.add-referrer",
+            json!({"key_id": "embed", "referrer": format!("*.d{i}.test/*")}),
+            &format!("m{i}"),
+        )
+        .await;
         assert_eq!(r["changed"], true);
     }
-    let again = ok(&cloud, "maps.add-referrer", json!({"key_id": "embed", "referrer": "*.d0.test/*"}), "m-again").await;
-    assert_eq!(again["changed"], false, "a present referrer changes nothing");
-    let full = err(&cloud, "maps.add-referrer", json!({"key_id": "embed", "referrer": "*.more.test/*"}), "m-full").await;
+    let again = ok(
+        &cloud,
+        "maps.add-referrer",
+        json!({"key_id": "embed", "referrer": "*.d0.test/*"}),
+        "m-again",
+    )
+    .await;
+    assert_eq!(
+        again["changed"], false,
+        "a present referrer changes nothing"
+    );
+    let full = err(
+        &cloud,
+        "maps.add-referrer",
+        json!({"key_id": "embed", "referrer": "*.more.test/*"}),
+        "m-full",
+    )
+    .await;
     assert_eq!(full.code, "capacity-exhausted");
     assert!(!full.is_transient());
 
-    let mine = ok(&cloud, "registrar.check-domain", json!({"name": "example.com"}), "").await;
-    assert_eq!((mine["registered"].clone(), mine["owned"].clone()), (json!(true), json!(true)));
-    let free = ok(&cloud, "registrar.check-domain", json!({"name": "new.test"}), "").await;
+    let mine = ok(
+        &cloud,
+        "registrar.check-domain",
+        json!({"name": "example.com"}),
+        "",
+    )
+    .await;
+    assert_eq!(
+        (mine["registered"].clone(), mine["owned"].clone()),
+        (json!(true), json!(true))
+    );
+    let free = ok(
+        &cloud,
+        "registrar.check-domain",
+        json!({"name": "new.test"}),
+        "",
+    )
+    .await;
     assert_eq!(free["available"], true);
-    let reg = ok(&cloud, "registrar.register-domain", json!({"name": "new.test", "years": 1}), "g1").await;
+    let reg = ok(
+        &cloud,
+        "registrar.register-domain",
+        json!({"name": "new.test", "years": 1}),
+        "g1",
+    )
+    .await;
     assert!(reg["registration_id"].as_str().unwrap().starts_with("REG-"));
-    assert_eq!(ok(&cloud, "registrar.check-domain", json!({"name": "new.test"}), "").await["owned"], true);
+    assert_eq!(
+        ok(
+            &cloud,
+            "registrar.check-domain",
+            json!({"name": "new.test"}),
+            ""
+        )
+        .await["owned"],
+        true
+    );
 
-    let v2 = ok(&cloud, "functions.publish-version", json!({"function_name": "edge-router", "code_sha256": "ab".repeat(32)}), "f1").await;
+    let v2 = ok(
+        &cloud,
+        "functions.publish-version",
+        json!({"function_name": "edge-router", "code_sha256": "ab".repeat(32)}),
+        "f1",
+    )
+    .await;
     assert_eq!(v2["version"], "2");
-    let same = ok(&cloud, "functions.publish-version", json!({"function_name": "edge-router", "code_sha256": "ab".repeat(32)}), "f2").await;
-    assert_eq!(same["version"], "2", "publishing unchanged code returns the latest version");
-    let shift = ok(&cloud, "functions.update-alias", json!({"function_name": "edge-router", "alias": "live", "version": "2"}), "f3").await;
-    assert_eq!((shift["before"]["version"].clone(), shift["after"]["version"].clone()), (json!("1"), json!("2")));
-    let busy = err(&cloud, "functions.delete-version", json!({"function_name": "edge-router", "version": "2"}), "f4").await;
+    let same = ok(
+        &cloud,
+        "functions.publish-version",
+        json!({"function_name": "edge-router", "code_sha256": "ab".repeat(32)}),
+        "f2",
+    )
+    .await;
+    assert_eq!(
+        same["version"], "2",
+        "publishing unchanged code returns the latest version"
+    );
+    let shift = ok(
+        &cloud,
+        "functions.update-alias",
+        json!({"function_name": "edge-router", "alias": "live", "version": "2"}),
+        "f3",
+    )
+    .await;
+    assert_eq!(
+        (
+            shift["before"]["version"].clone(),
+            shift["after"]["version"].clone()
+        ),
+        (json!("1"), json!("2"))
+    );
+    let busy = err(
+        &cloud,
+        "functions.delete-version",
+        json!({"function_name": "edge-router", "version": "2"}),
+        "f4",
+    )
+    .await;
     assert_eq!(busy.code, "resource-in-use");
-    assert_eq!(ok(&cloud, "functions.probe", json!({"function_name": "edge-router", "alias": "live"}), "").await, true);
+    assert_eq!(
+        ok(
+            &cloud,
+            "functions.probe",
+            json!({"function_name": "edge-router", "alias": "live"}),
+            ""
+        )
+        .await,
+        true
+    );
 
-    assert_eq!(ok(&cloud, "ticketing.get-ticket", json!({"id": "NOPE-1"}), "").await, Value::Null);
-    let c = ok(&cloud, "ticketing.add-comment", json!({"id": "OPS-1", "body": "done"}), "t1").await;
+    assert_eq!(
+        ok(&cloud, "ticketing.get-ticket", json!({"id": "NOPE-1"}), "").await,
+        Value::Null
+    );
+    let c = ok(
+        &cloud,
+        "ticketing.add-comment",
+        json!({"id": "OPS-1", "body": "done"}),
+        "t1",
+    )
+    .await;
     assert_eq!(c["comment_id"], "OPS-1-C1");
-    let t = ok(&cloud, "ticketing.transition-ticket", json!({"id": "OPS-1", "status": "resolved"}), "t2").await;
-    assert_eq!((t["from"].clone(), t["to"].clone()), (json!("open"), json!("resolved")));
+    let t = ok(
+        &cloud,
+        "ticketing.transition-ticket",
+        json!({"id": "OPS-1", "status": "resolved"}),
+        "t2",
+    )
+    .await;
+    assert_eq!(
+        (t["from"].clone(), t["to"].clone()),
+        (json!("open"), json!("resolved"))
+    );
     let snapshot = cloud.snapshot().await.unwrap();
-    let ticket = snapshot["tickets"].as_array().unwrap().iter().find(|t| t["id"] == "OPS-1").unwrap().clone();
+    let ticket = snapshot["tickets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["id"] == "OPS-1")
+        .unwrap()
+        .clone();
     assert_eq!(ticket["comments"], json!(["done"]));
 }
 
 #[tokio::test]
 async fn faults_fire_for_their_operation_and_pattern_and_only_n_times() {
     let dir = tempfile::tempdir().unwrap();
-    let store = capstan_store::Store::open(&format!("sqlite://{}/c.db", dir.path().display())).await.unwrap();
+    let store = capstan_store::Store::open(&format!("sqlite://{}/c.db", dir.path().display()))
+        .await
+        .unwrap();
     let settings = SimulationSettings {
         faults: vec![
-            FaultRule { op: "maps.*".into(), pattern: Some("*.flaky.test*".into()), error: Some(FaultKind::Transient), code: "throttled".into(), times: Some(2), latency_ms: 0 },
-            FaultRule { op: "ticketing.get-ticket".into(), pattern: Some("BROKEN-*".into()), error: Some(FaultKind::Permanent), code: "ticketing-down".into(), times: None, latency_ms: 0 },
+            FaultRule {
+                op: "maps.*".into(),
+                pattern: Some("*.flaky.test*".into()),
+                error: Some(FaultKind::Transient),
+                code: "throttled".into(),
+                times: Some(2),
+                latency_ms: 0,
+            },
+            FaultRule {
+                op: "ticketing.get-ticket".into(),
+                pattern: Some("BROKEN-*".into()),
+                error: Some(FaultKind::Permanent),
+                code: "ticketing-down".into(),
+                times: None,
+                latency_ms: 0,
+            },
         ],
         ..SimulationSettings::default()
     };
-    let cloud = SimulatedCloud::new(store.writer().clone(), Arc::new(ManualClock::new(0)), settings).await.unwrap();
+    let cloud = SimulatedCloud::new(
+        store.writer().clone(),
+        Arc::new(ManualClock::new(0)),
+        settings,
+    )
+    .await
+    .unwrap();
     let request = json!({"key_id": "web", "referrer": "*.flaky.test/*"});
     for _ in 0..2 {
         let e = err(&cloud, "maps.add-referrer", request.clone(), "k1").await;
         assert_eq!((e.code.as_str(), e.is_transient()), ("throttled", true));
     }
-    assert_eq!(ok(&cloud, "maps.add-referrer", request, "k1").await["changed"], true, "the third call goes through");
-    ok(&cloud, "maps.add-referrer", json!({"key_id": "web", "referrer": "*.solid.test/*"}), "k2").await;
+    assert_eq!(
+        ok(&cloud, "maps.add-referrer", request, "k1").await["changed"],
+        true,
+        "the third call goes through"
+    );
+    ok(
+        &cloud,
+        "maps.add-referrer",
+        json!({"key_id": "web", "referrer": "*.solid.test/*"}),
+        "k2",
+    )
+    .await;
     for _ in 0..3 {
-        assert_eq!(err(&cloud, "ticketing.get-ticket", json!({"id": "BROKEN-7"}), "").await.code, "ticketing-down");
+        assert_eq!(
+            err(
+                &cloud,
+                "ticketing.get-ticket",
+                json!({"id": "BROKEN-7"}),
+                ""
+            )
+            .await
+            .code,
+            "ticketing-down"
+        );
     }
-    assert_eq!(ok(&cloud, "ticketing.get-ticket", json!({"id": "OPS-2"}), "").await["id"], "OPS-2");
+    assert_eq!(
+        ok(&cloud, "ticketing.get-ticket", json!({"id": "OPS-2"}), "").await["id"],
+        "OPS-2"
+    );
 }
 
 #[tokio::test]
 async fn a_seed_file_replaces_the_demo_world_and_bad_seeds_are_refused_with_the_reason() {
     let dir = tempfile::tempdir().unwrap();
-    let store = capstan_store::Store::open(&format!("sqlite://{}/c.db", dir.path().display())).await.unwrap();
+    let store = capstan_store::Store::open(&format!("sqlite://{}/c.db", dir.path().display()))
+        .await
+        .unwrap();
     let path = dir.path().join("seed.json");
     std::fs::write(&path, json!({
         "zones": ["corp.test"],
@@ -199,25 +446,78 @@ async fn a_seed_file_replaces_the_demo_world_and_bad_seeds_are_refused_with_the_
         "mapsKeys": [{"id": "full", "displayName": "Full key", "capacity": 0}],
         "tickets": [{"id": "INFRA-9", "title": "t"}]
     }).to_string()).unwrap();
-    let settings = SimulationSettings { seed_file: Some(path), ..SimulationSettings::default() };
-    let cloud = SimulatedCloud::new(store.writer().clone(), Arc::new(ManualClock::new(0)), settings).await.unwrap();
+    let settings = SimulationSettings {
+        seed_file: Some(path),
+        ..SimulationSettings::default()
+    };
+    let cloud = SimulatedCloud::new(
+        store.writer().clone(),
+        Arc::new(ManualClock::new(0)),
+        settings,
+    )
+    .await
+    .unwrap();
     let snap = cloud.snapshot().await.unwrap();
-    assert_eq!(snap["dns"]["zones"], json!([{"id": "ZCORP-TEST", "name": "corp.test"}]));
+    assert_eq!(
+        snap["dns"]["zones"],
+        json!([{"id": "ZCORP-TEST", "name": "corp.test"}])
+    );
     assert_eq!(snap["dns"]["records"][0]["recordSet"]["type_"], "Cname");
     assert_eq!(snap["certificates"][0]["status"], "Issued");
-    assert_eq!(ok(&cloud, "registrar.check-domain", json!({"name": "taken.test"}), "").await["available"], false);
-    assert_eq!(err(&cloud, "registrar.register-domain", json!({"name": "taken.test", "years": 1}), "r").await.code, "domain-unavailable");
-    assert_eq!(err(&cloud, "maps.add-referrer", json!({"key_id": "full", "referrer": "a"}), "m").await.code, "capacity-exhausted");
+    assert_eq!(
+        ok(
+            &cloud,
+            "registrar.check-domain",
+            json!({"name": "taken.test"}),
+            ""
+        )
+        .await["available"],
+        false
+    );
+    assert_eq!(
+        err(
+            &cloud,
+            "registrar.register-domain",
+            json!({"name": "taken.test", "years": 1}),
+            "r"
+        )
+        .await
+        .code,
+        "domain-unavailable"
+    );
+    assert_eq!(
+        err(
+            &cloud,
+            "maps.add-referrer",
+            json!({"key_id": "full", "referrer": "a"}),
+            "m"
+        )
+        .await
+        .code,
+        "capacity-exhausted"
+    );
 
-    let bad = Seed { records: vec![SeedRecordLike::bad()], ..Seed::default() };
+    let bad = Seed {
+        records: vec![SeedRecordLike::bad()],
+        ..Seed::default()
+    };
     let e = cloud.seed(&bad).await.unwrap_err();
-    assert!(e.to_string().contains("type must be A, AAAA, CNAME or TXT"), "{e}");
+    assert!(
+        e.to_string().contains("type must be A, AAAA, CNAME or TXT"),
+        "{e}"
+    );
 }
 
 struct SeedRecordLike;
 impl SeedRecordLike {
     fn bad() -> super::SeedRecord {
-        super::SeedRecord { zone: "corp.test".into(), name: "x.corp.test".into(), record_type: "MX".into(), ttl: None, values: vec![] }
+        super::SeedRecord {
+            zone: "corp.test".into(),
+            name: "x.corp.test".into(),
+            record_type: "MX".into(),
+            ttl: None,
+            values: vec![],
+        }
     }
 }
 
