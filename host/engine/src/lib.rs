@@ -40,7 +40,8 @@ pub trait Providers: Send + Sync {
 }
 
 /// Exponential backoff with jitter.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Backoff {
     pub initial_ms: i64,
     pub max_ms: i64,
@@ -74,10 +75,22 @@ pub struct EngineConfig {
     pub poll: Duration,
     /// Retries of transient provider errors within one call.
     pub provider_retry: Backoff,
+    /// Per-capability policies that replace `provider_retry` for that capability's calls.
+    pub provider_retry_by_capability: std::collections::BTreeMap<capstan_core::Capability, Backoff>,
     /// Polling of `await-converged` conditions.
     pub convergence: Backoff,
     /// How long an idempotency reservation that never completed blocks its key.
     pub reservation_timeout_ms: i64,
+}
+
+impl EngineConfig {
+    /// The retry policy of an operation's capability.
+    pub fn retry_policy(&self, op: &str) -> Backoff {
+        capstan_core::Capability::of_op(op)
+            .and_then(|c| self.provider_retry_by_capability.get(&c))
+            .copied()
+            .unwrap_or(self.provider_retry)
+    }
 }
 
 impl Default for EngineConfig {
@@ -92,6 +105,7 @@ impl Default for EngineConfig {
                 max_ms: 5_000,
                 max_attempts: 4,
             },
+            provider_retry_by_capability: std::collections::BTreeMap::new(),
             convergence: Backoff {
                 initial_ms: 1_000,
                 max_ms: 30_000,
@@ -272,7 +286,7 @@ impl Inner {
         request: &Value,
         token: &str,
     ) -> Result<Value, CapabilityError> {
-        let policy = self.config.provider_retry;
+        let policy = self.config.retry_policy(op);
         let mut attempt = 0;
         loop {
             match self.providers.call(op, request, token).await {

@@ -193,6 +193,10 @@ fn config(node: &str) -> EngineConfig {
 }
 
 async fn world() -> World {
+    world_with(config("node-a")).await
+}
+
+async fn world_with(config: EngineConfig) -> World {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&format!("sqlite://{}/capstan.db", dir.path().display()))
         .await
@@ -204,7 +208,7 @@ async fn world() -> World {
         runtime(),
         Arc::new(cloud.clone()),
         Arc::new(clock.clone()),
-        config("node-a"),
+        config,
     );
     for w in [
         "guest-fixtures/fixture-steps.wasm",
@@ -820,4 +824,33 @@ async fn idempotent_triggers_create_one_execution() {
         .await
         .unwrap_err();
     assert!(matches!(unknown, EngineError::UnknownWorkflow(_)));
+}
+
+#[tokio::test]
+async fn a_capability_retry_policy_replaces_the_default_for_its_calls() {
+    let transient = CapabilityError::transient("throttled", "slow down");
+    // The default (3 attempts) absorbs two transient failures.
+    let w = world().await;
+    w.cloud.fail("dns.change-records", 2, transient.clone());
+    let id = w.trigger("fixture-steps", json!({"zone": "Z1", "stages": 1})).await;
+    w.settle().await;
+    assert_eq!(w.status(&id).await, ExecutionStatus::Succeeded);
+
+    // A DNS policy of one attempt hands the first one to the guest, which pauses.
+    let mut strict = config("node-a");
+    strict.provider_retry_by_capability.insert(
+        capstan_core::Capability::Dns,
+        Backoff {
+            initial_ms: 0,
+            max_ms: 0,
+            max_attempts: 1,
+        },
+    );
+    assert_eq!(strict.retry_policy("dns.change-records").max_attempts, 1);
+    assert_eq!(strict.retry_policy("maps.add-referrer").max_attempts, 3);
+    let w = world_with(strict).await;
+    w.cloud.fail("dns.change-records", 1, transient);
+    let id = w.trigger("fixture-steps", json!({"zone": "Z1", "stages": 1})).await;
+    w.settle().await;
+    assert_eq!(w.status(&id).await, ExecutionStatus::Paused);
 }

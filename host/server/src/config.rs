@@ -74,6 +74,10 @@ pub struct Settings {
     pub api_key_lifetime_days: i64,
     /// The simulated cloud.
     pub simulator: SimulatorSettings,
+    /// Per-capability retries of transient provider errors within one call, replacing the
+    /// engine's default (4 attempts, 200 ms doubling to 5 s, 20 % jitter):
+    /// `[provider_retry.maps] initial_ms = 500, max_ms = 10000, max_attempts = 6`.
+    pub provider_retry: std::collections::BTreeMap<Capability, capstan_engine::Backoff>,
 }
 
 /// A principal's permissions from the config (grants made with `capstan principals grant` add to them).
@@ -102,6 +106,7 @@ impl Default for Settings {
             lease_ms: 30_000,
             api_key_lifetime_days: 90,
             simulator: SimulatorSettings::default(),
+            provider_retry: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -167,7 +172,7 @@ pub struct Overrides {
 }
 
 /// Keys the environment may set (`CAPSTAN_<KEY>`); other `CAPSTAN_*` variables are not settings.
-const ENV_KEYS: [&str; 13] = [
+const ENV_KEYS: [&str; 14] = [
     "listen",
     "sandbox_listen",
     "database",
@@ -181,6 +186,7 @@ const ENV_KEYS: [&str; 13] = [
     "lease_ms",
     "api_key_lifetime_days",
     "simulator",
+    "provider_retry",
 ];
 
 impl Settings {
@@ -215,6 +221,25 @@ impl Settings {
 #[allow(clippy::result_large_err)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn per_capability_retry_policies_and_simulator_faults_parse_and_unknown_names_are_refused() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file(
+                "capstan.toml",
+                "[provider_retry.maps]\ninitial_ms = 500\nmax_ms = 10000\nmax_attempts = 6\n[[simulator.faults]]\nop = \"maps.*\"\nerror = \"transient\"\ntimes = 2\n",
+            )?;
+            let s = Settings::load(Some(std::path::Path::new("capstan.toml")), &Overrides::default())
+                .map_err(|e| e.to_string())?;
+            assert_eq!(s.provider_retry[&Capability::Maps].max_attempts, 6);
+            assert_eq!(s.simulator.faults[0].times, Some(2));
+            jail.create_file("bad.toml", "[provider_retry.teleport]\ninitial_ms = 1\nmax_ms = 1\nmax_attempts = 1\n")?;
+            let e = Settings::load(Some(std::path::Path::new("bad.toml")), &Overrides::default())
+                .unwrap_err();
+            assert!(e.to_string().contains("teleport"), "{e}");
+            Ok(())
+        });
+    }
 
     #[test]
     fn layers_file_then_env_then_flags() {

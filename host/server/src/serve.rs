@@ -59,6 +59,7 @@ impl App {
             EngineConfig {
                 workers: settings.workers,
                 lease_ms: settings.lease_ms,
+                provider_retry_by_capability: settings.provider_retry.clone(),
                 ..EngineConfig::default()
             },
         );
