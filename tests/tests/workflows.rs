@@ -203,7 +203,8 @@ fn seed_main() -> Value {
         "functions": [
             {"name": "edge-router", "versions": ["1".repeat(64)], "aliases": {"live": "1"}},
             {"name": "fragile", "versions": ["2".repeat(64)], "aliases": {"live": "1"}},
-            {"name": "slow", "versions": ["3".repeat(64)], "aliases": {"live": "1"}}
+            {"name": "slow", "versions": ["3".repeat(64)], "aliases": {"live": "1"}},
+            {"name": "flaky", "versions": ["4".repeat(64)], "aliases": {"live": "1"}}
         ]
     })
 }
@@ -226,6 +227,17 @@ code = "unhealthy"
 op = "functions.publish-version"
 match = "slow"
 latency_ms = 1500
+
+[[simulator.faults]]
+op = "functions.probe"
+match = "flaky"
+error = "transient"
+code = "probe-timeout"
+
+[provider_retry.functions]
+initial_ms = 0
+max_ms = 0
+max_attempts = 2
 "#;
 
 #[tokio::test]
@@ -709,6 +721,23 @@ async fn certificates_and_function_versions_roll_back_and_cancel_cooperatively()
     let rolled = w.rollback(&fragile).await;
     assert_eq!(rolled["status"], "rolled_back", "{rolled:#}");
     assert_eq!(reversible(&w.simulator().await), reversible(&before));
+
+    // A probe that keeps timing out pauses the run (the host retried it first); a paused run is
+    // not running to see a cooperative request, so cancel ends it at once.
+    let flaky = w
+        .trigger(
+            "update-function-version",
+            json!({"functionName": "flaky", "codeSha256": "d".repeat(64)}),
+        )
+        .await;
+    let e = w.settle(&flaky).await;
+    assert_eq!(e["status"], "paused", "{e:#}");
+    assert_eq!(stage(&e, "verify")["errorJson"]["error"], "probe-timeout");
+    let (status, body) = w
+        .post(&format!("/v1/executions/{flaky}/cancel"), None)
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(w.until(&flaky, &["canceled"]).await["status"], "canceled");
 
     // Cooperative cancel: recorded, the workflow stops at its next safe point → canceled;
     // resume (the workflow declares it) finishes the job.

@@ -13,6 +13,7 @@
 
 pub mod auth;
 pub mod error;
+pub mod events_catalog;
 pub mod keys;
 pub mod v1;
 pub mod views;

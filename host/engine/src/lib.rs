@@ -15,6 +15,8 @@
 //! - `effects` — which calls are side effects and how each is compensated.
 //! - `events` — outbox events.
 
+pub mod catalog;
+pub mod check;
 pub mod effects;
 pub mod events;
 mod host;
@@ -344,7 +346,7 @@ impl std::fmt::Debug for Engine {
     }
 }
 
-fn seed_of(run_id: &str) -> u64 {
+pub(crate) fn seed_of(run_id: &str) -> u64 {
     use sha2::{Digest, Sha256};
     let d = Sha256::digest(run_id.as_bytes());
     u64::from_le_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]])
@@ -1083,7 +1085,11 @@ impl Engine {
         let execution = self.get(id).await?;
         let run = self.inner.store.run(&execution.run_id).await?;
         let now = self.now();
-        if self.cancel_mode(run.as_ref(), &execution.workflow) == CancelMode::Cooperative {
+        // A cooperative workflow decides at its safe points — but a paused run is not running to
+        // see the request, so it is canceled at once.
+        if self.cancel_mode(run.as_ref(), &execution.workflow) == CancelMode::Cooperative
+            && execution.status != ExecutionStatus::Paused
+        {
             if !execution.status.can_cancel() {
                 return Err(invalid(
                     "not_cancelable",
@@ -1748,6 +1754,15 @@ impl Engine {
         body: Value,
     ) -> Result<ExecutionRecord, EngineError> {
         let execution = self.get(id).await?;
+        if execution.status != ExecutionStatus::Waiting {
+            return Err(invalid(
+                "not_waiting",
+                format!(
+                    "execution is {}; a plan can only be approved while the execution waits for it",
+                    execution.status
+                ),
+            ));
+        }
         let waits = self.inner.store.waits(&execution.run_id).await?;
         let Some(wait) = waits
             .into_iter()

@@ -832,7 +832,9 @@ async fn a_capability_retry_policy_replaces_the_default_for_its_calls() {
     // The default (3 attempts) absorbs two transient failures.
     let w = world().await;
     w.cloud.fail("dns.change-records", 2, transient.clone());
-    let id = w.trigger("fixture-steps", json!({"zone": "Z1", "stages": 1})).await;
+    let id = w
+        .trigger("fixture-steps", json!({"zone": "Z1", "stages": 1}))
+        .await;
     w.settle().await;
     assert_eq!(w.status(&id).await, ExecutionStatus::Succeeded);
 
@@ -850,7 +852,46 @@ async fn a_capability_retry_policy_replaces_the_default_for_its_calls() {
     assert_eq!(strict.retry_policy("maps.add-referrer").max_attempts, 3);
     let w = world_with(strict).await;
     w.cloud.fail("dns.change-records", 1, transient);
-    let id = w.trigger("fixture-steps", json!({"zone": "Z1", "stages": 1})).await;
+    let id = w
+        .trigger("fixture-steps", json!({"zone": "Z1", "stages": 1}))
+        .await;
     w.settle().await;
     assert_eq!(w.status(&id).await, ExecutionStatus::Paused);
+}
+
+#[tokio::test]
+async fn workflows_check_replays_the_journals_in_flight_against_a_candidate() {
+    let w = world().await;
+    let input = json!({"zone": "Z1", "stages": 2, "sleepSeconds": 5});
+    let a = w.trigger("fixture-steps", input.clone()).await;
+    let b = w.trigger("fixture-steps", input).await;
+    w.settle().await;
+    assert_eq!(w.status(&a).await, ExecutionStatus::Waiting);
+    let candidate = load("guest-fixtures/fixture-steps.wasm").await;
+    let checks = w.engine.check_candidate(candidate.clone()).await.unwrap();
+    assert_eq!(checks.len(), 2);
+    for c in &checks {
+        assert_eq!(c.verdict, "compatible", "{c:?}");
+        assert!(c.same_build);
+        assert!(c.replayed > 0 && c.replayed <= c.journal_length, "{c:?}");
+    }
+    // As if the code changed under run b: its first recorded call differs from the candidate's.
+    let run_b = w.store.execution(&b).await.unwrap().unwrap().run_id;
+    sqlx::query(
+        "UPDATE journal SET request = '{\"name\":\"renamed\"}' WHERE run_id = ? AND seq = 0",
+    )
+    .bind(&run_b)
+    .execute(w.store.pool())
+    .await
+    .unwrap();
+    let journal_before = w.store.journal(&run_b).await.unwrap().len();
+    let checks = w.engine.check_candidate(candidate).await.unwrap();
+    let of = |id: &str| checks.iter().find(|c| c.execution_id == id).unwrap();
+    assert_eq!(of(&a).verdict, "compatible");
+    assert_eq!(of(&b).verdict, "diverges");
+    assert_eq!(of(&b).replayed, 0);
+    assert!(of(&b).detail.as_deref().unwrap().contains("renamed"));
+    // Checking changes nothing.
+    assert_eq!(w.status(&b).await, ExecutionStatus::Waiting);
+    assert_eq!(w.store.journal(&run_b).await.unwrap().len(), journal_before);
 }

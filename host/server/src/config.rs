@@ -229,13 +229,22 @@ mod tests {
                 "capstan.toml",
                 "[provider_retry.maps]\ninitial_ms = 500\nmax_ms = 10000\nmax_attempts = 6\n[[simulator.faults]]\nop = \"maps.*\"\nerror = \"transient\"\ntimes = 2\n",
             )?;
-            let s = Settings::load(Some(std::path::Path::new("capstan.toml")), &Overrides::default())
-                .map_err(|e| e.to_string())?;
+            let s = Settings::load(
+                Some(std::path::Path::new("capstan.toml")),
+                &Overrides::default(),
+            )
+            .map_err(|e| e.to_string())?;
             assert_eq!(s.provider_retry[&Capability::Maps].max_attempts, 6);
             assert_eq!(s.simulator.faults[0].times, Some(2));
-            jail.create_file("bad.toml", "[provider_retry.teleport]\ninitial_ms = 1\nmax_ms = 1\nmax_attempts = 1\n")?;
-            let e = Settings::load(Some(std::path::Path::new("bad.toml")), &Overrides::default())
-                .unwrap_err();
+            jail.create_file(
+                "bad.toml",
+                "[provider_retry.teleport]\ninitial_ms = 1\nmax_ms = 1\nmax_attempts = 1\n",
+            )?;
+            let e = Settings::load(
+                Some(std::path::Path::new("bad.toml")),
+                &Overrides::default(),
+            )
+            .unwrap_err();
             assert!(e.to_string().contains("teleport"), "{e}");
             Ok(())
         });

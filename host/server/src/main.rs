@@ -128,6 +128,14 @@ enum WorkflowsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Replay the journals of the runs in flight against the candidate builds in DIR and report
+    /// which runs each candidate could adopt and which would diverge (exit status 4 if any).
+    Check {
+        dir: PathBuf,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -322,6 +330,73 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
         Command::Bench { quick } => {
             capstan_server::bench::run(&settings.workflows, quick).await?;
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Workflows {
+            command: WorkflowsCommand::Check { dir, json },
+        } => {
+            let candidates = Registry::load(&Settings {
+                workflows: dir.clone(),
+                ..settings.clone()
+            })
+            .await?;
+            for f in &candidates.failures {
+                eprintln!("FAILED {}: {}", f.file, f.error);
+            }
+            let store = capstan_store::Store::open(&settings.database).await?;
+            let engine = capstan_engine::Engine::new(
+                std::sync::Arc::new(store),
+                candidates.runtime.clone(),
+                std::sync::Arc::new(capstan_providers::ProviderSet::default()),
+                std::sync::Arc::new(capstan_core::SystemClock),
+                capstan_engine::EngineConfig::default(),
+            );
+            let mut report = Vec::new();
+            for candidate in candidates.workflows.values() {
+                for check in engine.check_candidate(candidate.clone()).await? {
+                    report.push((candidate.descriptor.name.clone(), check));
+                }
+            }
+            let diverging = report
+                .iter()
+                .filter(|(_, c)| c.verdict == "diverges")
+                .count();
+            if json {
+                let runs: Vec<_> = report
+                    .iter()
+                    .map(|(w, c)| serde_json::json!({"workflow": w, "check": c}))
+                    .collect();
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(
+                        &serde_json::json!({"runs": runs, "diverging": diverging})
+                    )?
+                );
+            } else {
+                println!(
+                    "{:<26} {:<38} {:<9} {:<9} VERDICT",
+                    "WORKFLOW", "EXECUTION", "STATUS", "REPLAYED"
+                );
+                for (w, c) in &report {
+                    println!(
+                        "{:<26} {:<38} {:<9} {:<9} {}{}",
+                        w,
+                        c.execution_id,
+                        c.status.as_str(),
+                        format!("{}/{}", c.replayed, c.journal_length),
+                        c.verdict,
+                        c.detail
+                            .as_ref()
+                            .map(|d| format!(": {d}"))
+                            .unwrap_or_default()
+                    );
+                }
+                println!("{} run(s) checked, {diverging} would diverge", report.len());
+            }
+            Ok(if diverging == 0 && candidates.failures.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(4)
+            })
         }
         Command::Workflows {
             command: WorkflowsCommand::List { json },

@@ -8,6 +8,7 @@
 use sqlx::SqlitePool;
 pub mod auth;
 mod engine;
+pub mod event_versions;
 
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use std::str::FromStr;
