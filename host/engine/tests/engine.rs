@@ -895,3 +895,84 @@ async fn workflows_check_replays_the_journals_in_flight_against_a_candidate() {
     assert_eq!(w.status(&b).await, ExecutionStatus::Waiting);
     assert_eq!(w.store.journal(&run_b).await.unwrap().len(), journal_before);
 }
+
+/// Every control command from every status: the DESIGN.md status machine and the seed's
+/// transition table as one matrix. `Ok(s)` = accepted, and the execution ends in `s` once the
+/// workers are idle; `Err` = refused with `state_invalid`, changing nothing.
+#[tokio::test]
+async fn every_command_from_every_status_follows_the_status_machine() {
+    use ExecutionStatus::*;
+    let w = world().await;
+    let transient = CapabilityError::transient("throttled", "slow down");
+    let permanent = CapabilityError::permanent("refused", "no");
+    let input = json!({"zone": "Z1", "stages": 1});
+    let states = [Queued, Waiting, Paused, Failed, Succeeded, Canceled, RolledBack];
+    let commands = ["cancel", "rollback", "resume", "retry-finalization"];
+    // Rows: state; columns: commands. None = refused.
+    let expected: [[Option<ExecutionStatus>; 4]; 7] = [
+        /* queued    */ [Some(Canceled), None, Some(Succeeded), None],
+        /* waiting   */ [Some(Canceled), None, None, None],
+        /* paused    */ [Some(Canceled), Some(RolledBack), Some(Succeeded), None],
+        /* failed    */ [None, Some(RolledBack), None, None],
+        /* succeeded */ [None, Some(RolledBack), None, None],
+        /* canceled  */ [None, Some(RolledBack), None, None],
+        /* rolled_back */ [None, None, None, None],
+    ];
+    for (row, state) in states.iter().enumerate() {
+        for (col, command) in commands.iter().enumerate() {
+            // An execution in `state`.
+            let id = match state {
+                Waiting => {
+                    w.trigger("fixture-steps", json!({"zone": "Z1", "stages": 1, "sleepSeconds": 60}))
+                        .await
+                }
+                _ => w.trigger("fixture-steps", input.clone()).await,
+            };
+            match state {
+                Queued => {}
+                Paused => {
+                    w.cloud.fail("dns.change-records", 100, transient.clone());
+                    w.settle().await;
+                    w.cloud.fail("dns.change-records", 0, transient.clone());
+                }
+                Failed => {
+                    w.cloud.fail("dns.change-records", 1, permanent.clone());
+                    w.settle().await;
+                }
+                Canceled => {
+                    w.engine.cancel(&id).await.unwrap();
+                    w.settle().await;
+                }
+                RolledBack => {
+                    w.settle().await;
+                    w.engine.rollback(&id).await.unwrap();
+                    w.settle().await;
+                }
+                _ => w.settle().await,
+            }
+            assert_eq!(w.status(&id).await, *state, "setting up {state:?}");
+            let events_before = w.event_types(&id).await.len();
+            let result = match *command {
+                "cancel" => w.engine.cancel(&id).await.map(|_| ()),
+                "rollback" => w.engine.rollback(&id).await.map(|_| ()),
+                "resume" => w.engine.resume(&id).await.map(|_| ()),
+                _ => w
+                    .engine
+                    .recover(&id, command, &[Failed])
+                    .await
+                    .map(|_| ()),
+            };
+            match (expected[row][col], result) {
+                (Some(end), Ok(())) => {
+                    w.settle().await;
+                    assert_eq!(w.status(&id).await, end, "{command} from {state:?}");
+                }
+                (None, Err(EngineError::StateInvalid { .. })) => {
+                    assert_eq!(w.status(&id).await, *state, "{command} from {state:?} changed the status");
+                    assert_eq!(w.event_types(&id).await.len(), events_before, "{command} from {state:?} emitted events");
+                }
+                (want, got) => panic!("{command} from {state:?}: expected {want:?}, got {got:?}"),
+            }
+        }
+    }
+}
