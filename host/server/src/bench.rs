@@ -46,6 +46,15 @@ struct Latency {
 struct EngineRun {
     concurrency: usize,
     executions: usize,
+    elapsed_ms: f64,
+    /// Time inside store calls (summed over workers) and how many write transactions.
+    store_ms: f64,
+    store_transactions: u64,
+    /// Time inside provider calls (the simulated cloud: SQLite too).
+    providers_ms: f64,
+    /// With one worker: the rest of the elapsed time — wasmtime (instantiate + guest code) and
+    /// the engine's own logic. Not meaningful with several workers (they overlap and idle).
+    wasmtime_and_engine_ms: Option<f64>,
     executions_per_second: f64,
     trigger_to_terminal: Latency,
 }
@@ -94,10 +103,17 @@ async fn engine_run(
         .collect(),
     );
     let workflow = Arc::new(runtime.load_file(fixture, &grants).await?);
+    let spent = Arc::new(crate::bench_timing::Spent::default());
     let engine = Engine::new(
-        Arc::new(store.clone()),
+        Arc::new(crate::bench_timing::TimedStore {
+            inner: store.clone(),
+            spent: spent.clone(),
+        }),
         runtime,
-        Arc::new(capstan_providers::ProviderSet::all(Arc::new(cloud))),
+        Arc::new(crate::bench_timing::TimedProviders {
+            inner: capstan_providers::ProviderSet::all(Arc::new(cloud)),
+            spent: spent.clone(),
+        }),
         clock,
         EngineConfig {
             workers: concurrency,
@@ -157,9 +173,24 @@ async fn engine_run(
     for w in workers {
         let _ = w.await;
     }
+    let ms = |ns: &std::sync::atomic::AtomicU64| {
+        ns.load(std::sync::atomic::Ordering::Relaxed) as f64 / 1e6
+    };
+    let elapsed_ms = elapsed.as_secs_f64() * 1e3;
+    let (store_ms, providers_ms) = (ms(&spent.store_ns), ms(&spent.providers_ns));
     Ok(EngineRun {
         concurrency,
         executions,
+        elapsed_ms,
+        store_ms,
+        store_transactions: spent
+            .store_writes
+            .load(std::sync::atomic::Ordering::Relaxed),
+        providers_ms,
+        // With one worker the three add up to the elapsed time: what is neither a store call nor
+        // a provider call is wasmtime (instantiate + guest code) and the engine's own logic.
+        wasmtime_and_engine_ms: (concurrency == 1)
+            .then(|| (elapsed_ms - store_ms - providers_ms).max(0.0)),
         executions_per_second: executions as f64 / elapsed.as_secs_f64(),
         trigger_to_terminal: latency(latencies),
     })
@@ -289,6 +320,16 @@ pub async fn run(workflows: &Path, quick: bool) -> anyhow::Result<()> {
             r.trigger_to_terminal.median_us / 1e3,
             r.trigger_to_terminal.p99_us / 1e3
         );
+        if let Some(rest) = r.wasmtime_and_engine_ms {
+            println!(
+                "  where the time goes (1 worker): store {:.0}% ({} write transactions, {:.2} ms each), simulated cloud {:.0}%, wasmtime + engine logic {:.0}%",
+                100.0 * r.store_ms / r.elapsed_ms,
+                r.store_transactions,
+                r.store_ms / r.store_transactions.max(1) as f64,
+                100.0 * r.providers_ms / r.elapsed_ms,
+                100.0 * rest / r.elapsed_ms
+            );
+        }
     }
     let out = Path::new("target/bench");
     std::fs::create_dir_all(out)?;

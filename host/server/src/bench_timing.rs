@@ -1,0 +1,140 @@
+//! Where an execution's time goes: wrappers that add up the time spent in the store and in the
+//! providers, so the bench can report storage vs wasmtime-and-engine shares (exact with one worker).
+
+use async_trait::async_trait;
+use capstan_core::CapabilityError;
+use capstan_core::store::*;
+use serde_json::Value;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+/// Nanoseconds spent in each layer.
+#[derive(Debug, Default)]
+pub struct Spent {
+    pub store_ns: AtomicU64,
+    pub store_writes: AtomicU64,
+    pub providers_ns: AtomicU64,
+}
+
+impl Spent {
+    fn add(counter: &AtomicU64, since: Instant) {
+        counter.fetch_add(
+            u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+    }
+}
+
+#[derive(Debug)]
+pub struct TimedStore<S> {
+    pub inner: S,
+    pub spent: Arc<Spent>,
+}
+
+macro_rules! timed {
+    ($self:ident, $call:expr) => {{
+        let t = Instant::now();
+        let r = $call.await;
+        Spent::add(&$self.spent.store_ns, t);
+        r
+    }};
+}
+
+#[async_trait]
+impl<S: EngineStore> EngineStore for TimedStore<S> {
+    async fn apply(&self, fence: Option<&Fence>, writes: Vec<Write>) -> Result<(), StoreError> {
+        self.spent.store_writes.fetch_add(1, Ordering::Relaxed);
+        timed!(self, self.inner.apply(fence, writes))
+    }
+    async fn execution(&self, id: &str) -> Result<Option<ExecutionRecord>, StoreError> {
+        timed!(self, self.inner.execution(id))
+    }
+    async fn list_executions(
+        &self,
+        filter: &ExecutionFilter,
+    ) -> Result<Vec<ExecutionRecord>, StoreError> {
+        timed!(self, self.inner.list_executions(filter))
+    }
+    async fn stages(&self, execution_id: &str) -> Result<Vec<StageRecord>, StoreError> {
+        timed!(self, self.inner.stages(execution_id))
+    }
+    async fn run(&self, id: &str) -> Result<Option<RunRecord>, StoreError> {
+        timed!(self, self.inner.run(id))
+    }
+    async fn claim_runs(
+        &self,
+        owner: &str,
+        now_ms: Millis,
+        lease_ms: Millis,
+        limit: i64,
+    ) -> Result<Vec<RunRecord>, StoreError> {
+        timed!(self, self.inner.claim_runs(owner, now_ms, lease_ms, limit))
+    }
+    async fn next_wake(&self) -> Result<Option<Millis>, StoreError> {
+        timed!(self, self.inner.next_wake())
+    }
+    async fn journal(&self, run_id: &str) -> Result<Vec<JournalEntry>, StoreError> {
+        timed!(self, self.inner.journal(run_id))
+    }
+    async fn receipts(&self, execution_id: &str) -> Result<Vec<Receipt>, StoreError> {
+        timed!(self, self.inner.receipts(execution_id))
+    }
+    async fn waits(&self, run_id: &str) -> Result<Vec<WaitRecord>, StoreError> {
+        timed!(self, self.inner.waits(run_id))
+    }
+    async fn commands(&self, execution_id: &str) -> Result<Vec<CommandRecord>, StoreError> {
+        timed!(self, self.inner.commands(execution_id))
+    }
+    async fn events(&self, execution_id: &str) -> Result<Vec<OutboxRecord>, StoreError> {
+        timed!(self, self.inner.events(execution_id))
+    }
+    async fn reserve_idempotency(
+        &self,
+        principal_id: &str,
+        workflow: &str,
+        key: &str,
+        body_sha256: &str,
+        now_ms: Millis,
+        expired_before_ms: Millis,
+    ) -> Result<Reservation, StoreError> {
+        timed!(
+            self,
+            self.inner.reserve_idempotency(
+                principal_id,
+                workflow,
+                key,
+                body_sha256,
+                now_ms,
+                expired_before_ms
+            )
+        )
+    }
+    async fn release_idempotency(
+        &self,
+        principal_id: &str,
+        workflow: &str,
+        key: &str,
+    ) -> Result<(), StoreError> {
+        timed!(
+            self,
+            self.inner.release_idempotency(principal_id, workflow, key)
+        )
+    }
+}
+
+#[derive(Debug)]
+pub struct TimedProviders<P> {
+    pub inner: P,
+    pub spent: Arc<Spent>,
+}
+
+#[async_trait]
+impl<P: capstan_engine::Providers> capstan_engine::Providers for TimedProviders<P> {
+    async fn call(&self, op: &str, request: &Value, token: &str) -> Result<Value, CapabilityError> {
+        let t = Instant::now();
+        let r = self.inner.call(op, request, token).await;
+        Spent::add(&self.spent.providers_ns, t);
+        r
+    }
+}
