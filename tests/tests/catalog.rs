@@ -378,7 +378,7 @@ async fn the_shipped_workflows_publish_catalogued_payloads() {
         &base,
         &key,
         "onboard-domain",
-        json!({"domain": "fresh.test", "ticketId": "OPS-1"}),
+        json!({"domain": "example.org", "ticketId": "OPS-1"}),
     )
     .await;
     let e = until(&c, &base, &key, &id, &["succeeded", "failed", "paused"]).await;

@@ -182,6 +182,18 @@ impl FromRequestParts<ApiState> for Caller {
                 .await;
             return Err(ApiError::unauthorized());
         };
+        if let Err(seconds) = state.limiter.check(&key.id, now) {
+            let mut e = ApiError::new(
+                axum::http::StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                format!(
+                    "this API key exceeded {} requests per second; retry in {seconds} s",
+                    state.config.rate_limit.requests_per_second
+                ),
+            );
+            e.retry_after = Some(seconds);
+            return Err(e);
+        }
         state
             .store
             .touch_api_key(&key.id, now)

@@ -15,6 +15,7 @@ pub mod auth;
 pub mod error;
 pub mod events_catalog;
 pub mod keys;
+pub mod ratelimit;
 pub mod v1;
 pub mod views;
 
@@ -31,6 +32,8 @@ pub struct ApiConfig {
     /// Permissions per principal from the operator config.
     pub principals: BTreeMap<String, BTreeSet<String>>,
     pub key_lifetime_days: i64,
+    /// Per-key request rate.
+    pub rate_limit: ratelimit::RateLimit,
 }
 
 /// Everything a handler may reach.
@@ -42,6 +45,8 @@ pub struct ApiState {
     pub config: Arc<ApiConfig>,
     /// The embedded simulated cloud, when it serves (for `GET /v1/admin/simulator`).
     pub simulator: Option<capstan_providers::SimulatedCloud>,
+    /// Token buckets per API key.
+    pub limiter: Arc<ratelimit::RateLimiter>,
 }
 
 impl ApiState {

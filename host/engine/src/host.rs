@@ -197,12 +197,14 @@ impl JournalHost {
             "context.emit" => {
                 let payload: Value =
                     serde_json::from_str(field(&request, "payload")).unwrap_or(Value::Null);
-                let ty = field(&request, "event_type").to_owned();
+                // Only catalogued types reach subscribers (docs/events.md).
+                let (ty, extra) =
+                    crate::catalog::normalize_custom(field(&request, "event_type"), payload);
                 st.pending.push(Write::Event(event(
                     &st.execution,
                     &ty,
                     "running",
-                    json!({"data": payload}),
+                    extra,
                     now,
                 )));
                 Value::Null

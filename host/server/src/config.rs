@@ -78,6 +78,8 @@ pub struct Settings {
     /// engine's default (4 attempts, 200 ms doubling to 5 s, 20 % jitter):
     /// `[provider_retry.maps] initial_ms = 500, max_ms = 10000, max_attempts = 6`.
     pub provider_retry: std::collections::BTreeMap<Capability, capstan_engine::Backoff>,
+    /// Requests per API key: `[rate_limit] requests_per_second = 100, burst = 200` (0 = off).
+    pub rate_limit: capstan_api::ratelimit::RateLimit,
 }
 
 /// A principal's permissions from the config (grants made with `capstan principals grant` add to them).
@@ -107,6 +109,7 @@ impl Default for Settings {
             api_key_lifetime_days: 90,
             simulator: SimulatorSettings::default(),
             provider_retry: std::collections::BTreeMap::new(),
+            rate_limit: capstan_api::ratelimit::RateLimit::default(),
         }
     }
 }
@@ -172,7 +175,7 @@ pub struct Overrides {
 }
 
 /// Keys the environment may set (`CAPSTAN_<KEY>`); other `CAPSTAN_*` variables are not settings.
-const ENV_KEYS: [&str; 14] = [
+const ENV_KEYS: [&str; 15] = [
     "listen",
     "sandbox_listen",
     "database",
@@ -187,6 +190,7 @@ const ENV_KEYS: [&str; 14] = [
     "api_key_lifetime_days",
     "simulator",
     "provider_retry",
+    "rate_limit",
 ];
 
 impl Settings {

@@ -231,6 +231,7 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
                         peppers: serve::peppers()?,
                         principals: Default::default(),
                         key_lifetime_days: settings.api_key_lifetime_days,
+                        rate_limit: settings.rate_limit,
                     };
                     let minted =
                         capstan_api::mint_key(&store, &config, now, &principal, expires_in_days)

@@ -74,6 +74,7 @@ impl App {
                 .map(|(id, p)| (id.clone(), p.permissions.iter().cloned().collect()))
                 .collect(),
             key_lifetime_days: settings.api_key_lifetime_days,
+            rate_limit: settings.rate_limit,
         };
         let api = ApiState {
             engine,
@@ -81,6 +82,9 @@ impl App {
             clock,
             config: Arc::new(config),
             simulator: Some(cloud),
+            limiter: Arc::new(capstan_api::ratelimit::RateLimiter::new(
+                settings.rate_limit,
+            )),
         };
         Ok(Self {
             store,
@@ -101,11 +105,13 @@ pub fn error_response(status: StatusCode, code: &str, message: impl Into<String>
 
 pub fn router(app: App) -> Router {
     let api = capstan_api::v1::router(app.api.clone());
+    let catalog = capstan_api::events_catalog::router(app.api.clone());
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .with_state(app)
         .merge(api)
+        .merge(catalog)
         .fallback(|| async { error_response(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .method_not_allowed_fallback(|| async {
             error_response(
