@@ -906,7 +906,9 @@ async fn every_command_from_every_status_follows_the_status_machine() {
     let transient = CapabilityError::transient("throttled", "slow down");
     let permanent = CapabilityError::permanent("refused", "no");
     let input = json!({"zone": "Z1", "stages": 1});
-    let states = [Queued, Waiting, Paused, Failed, Succeeded, Canceled, RolledBack];
+    let states = [
+        Queued, Waiting, Paused, Failed, Succeeded, Canceled, RolledBack,
+    ];
     let commands = ["cancel", "rollback", "resume", "retry-finalization"];
     // Rows: state; columns: commands. None = refused.
     let expected: [[Option<ExecutionStatus>; 4]; 7] = [
@@ -923,8 +925,11 @@ async fn every_command_from_every_status_follows_the_status_machine() {
             // An execution in `state`.
             let id = match state {
                 Waiting => {
-                    w.trigger("fixture-steps", json!({"zone": "Z1", "stages": 1, "sleepSeconds": 60}))
-                        .await
+                    w.trigger(
+                        "fixture-steps",
+                        json!({"zone": "Z1", "stages": 1, "sleepSeconds": 60}),
+                    )
+                    .await
                 }
                 _ => w.trigger("fixture-steps", input.clone()).await,
             };
@@ -956,11 +961,7 @@ async fn every_command_from_every_status_follows_the_status_machine() {
                 "cancel" => w.engine.cancel(&id).await.map(|_| ()),
                 "rollback" => w.engine.rollback(&id).await.map(|_| ()),
                 "resume" => w.engine.resume(&id).await.map(|_| ()),
-                _ => w
-                    .engine
-                    .recover(&id, command, &[Failed])
-                    .await
-                    .map(|_| ()),
+                _ => w.engine.recover(&id, command, &[Failed]).await.map(|_| ()),
             };
             match (expected[row][col], result) {
                 (Some(end), Ok(())) => {
@@ -968,8 +969,16 @@ async fn every_command_from_every_status_follows_the_status_machine() {
                     assert_eq!(w.status(&id).await, end, "{command} from {state:?}");
                 }
                 (None, Err(EngineError::StateInvalid { .. })) => {
-                    assert_eq!(w.status(&id).await, *state, "{command} from {state:?} changed the status");
-                    assert_eq!(w.event_types(&id).await.len(), events_before, "{command} from {state:?} emitted events");
+                    assert_eq!(
+                        w.status(&id).await,
+                        *state,
+                        "{command} from {state:?} changed the status"
+                    );
+                    assert_eq!(
+                        w.event_types(&id).await.len(),
+                        events_before,
+                        "{command} from {state:?} emitted events"
+                    );
                 }
                 (want, got) => panic!("{command} from {state:?}: expected {want:?}, got {got:?}"),
             }
