@@ -1,0 +1,147 @@
+//! Every authenticated `/v1` route checks its permission from the document's table: a caller
+//! without it gets 403 `forbidden` with `Missing required permission: <permission>`, a caller with
+//! it gets past authorization. And a key that goes over its rate gets 429 `rate_limited`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use capstan_e2e::{Server, home_with, key_for};
+use reqwest::{Client, Method, StatusCode};
+use serde_json::{Value, json};
+
+const CONFIG: &str = "workers = 2\n[simulator]\ndns_propagation_ms = 0\n[rate_limit]\nrequests_per_second = 1000\nburst = 1000\n";
+
+#[tokio::test]
+async fn every_route_requires_its_permission() {
+    let home = home_with(&["workflows/hello.wasm"], CONFIG);
+    let all = key_for(
+        home.path(),
+        "all",
+        &[
+            "workflows:hello",
+            "principals:manage",
+            "audit:read",
+            "admin:read",
+            "admin:write",
+        ],
+    );
+    let none = key_for(home.path(), "nobody", &[]);
+    let victim = key_for(home.path(), "victim", &[]);
+    let server = Server::start(home.path());
+    let base = &server.base;
+    let c = Client::new();
+
+    // An execution to address.
+    let r = c
+        .post(format!("{base}/v1/workflows/hello"))
+        .bearer_auth(&all)
+        .header("Idempotency-Key", "perm-1")
+        .json(&json!({"name": "perm"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    let id = r.json::<Value>().await.unwrap()["executionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let keys: Value = c
+        .get(format!("{base}/v1/principals/victim/api-keys"))
+        .bearer_auth(&victim)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let victim_key = keys["apiKeys"][0]["apiKeyId"].as_str().unwrap().to_owned();
+
+    let routes: Vec<(Method, String, &str, Option<Value>)> = vec![
+        (Method::POST, "/v1/workflows/hello".into(), "workflows:hello", Some(json!({"name": "x"}))),
+        (Method::GET, format!("/v1/executions/{id}"), "workflows:hello", None),
+        (Method::POST, format!("/v1/executions/{id}/cancel"), "workflows:hello", None),
+        (Method::POST, format!("/v1/executions/{id}/resume"), "workflows:hello", None),
+        (Method::POST, format!("/v1/executions/{id}/rollback"), "workflows:hello", None),
+        (Method::GET, format!("/v1/executions/{id}/events"), "workflows:hello", None),
+        (Method::GET, format!("/v1/executions/{id}/plan"), "workflows:hello", None),
+        (Method::POST, format!("/v1/executions/{id}/plan/approve"), "workflows:hello", Some(json!({"planHash": "0".repeat(64)}))),
+        (Method::POST, "/v1/principals/victim/api-keys".into(), "principals:manage", Some(json!({}))),
+        (Method::GET, "/v1/principals/victim/api-keys".into(), "principals:manage", None),
+        (Method::DELETE, format!("/v1/api-keys/{victim_key}"), "principals:manage", None),
+        (Method::GET, "/v1/audit-logs".into(), "audit:read", None),
+        (Method::GET, "/v1/admin/simulator".into(), "admin:read", None),
+        (Method::GET, "/v1/admin/event-versions/ExecutionQueued/1/usage".into(), "admin:read", None),
+        (Method::POST, "/v1/admin/event-versions/ExecutionQueued/1/archive".into(), "admin:write", Some(json!({"confirm": true}))),
+    ];
+    for (method, path, permission, body) in routes {
+        let send = |key: &str| {
+            let mut r = c
+                .request(method.clone(), format!("{base}{path}"))
+                .bearer_auth(key)
+                .header("Idempotency-Key", format!("perm-{path}"));
+            if let Some(b) = &body {
+                r = r.json(b);
+            }
+            r.send()
+        };
+        let denied = send(&none).await.unwrap();
+        assert_eq!(denied.status(), StatusCode::FORBIDDEN, "{method} {path} without {permission}");
+        let body_denied: Value = denied.json().await.unwrap();
+        assert_eq!(body_denied["error"], "forbidden");
+        assert_eq!(
+            body_denied["message"],
+            format!("Missing required permission: {permission}"),
+            "{method} {path}"
+        );
+        let allowed = send(&all).await.unwrap();
+        assert!(
+            !matches!(allowed.status(), StatusCode::FORBIDDEN | StatusCode::UNAUTHORIZED),
+            "{method} {path} with {permission}: {}",
+            allowed.status()
+        );
+    }
+    // The list is narrowed rather than refused: without workflow permissions it is empty.
+    let list: Value = c
+        .get(format!("{base}/v1/executions"))
+        .bearer_auth(&none)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(list["executions"], json!([]));
+}
+
+#[tokio::test]
+async fn a_key_over_its_rate_gets_429_with_retry_after() {
+    let home = home_with(
+        &["workflows/hello.wasm"],
+        "[rate_limit]\nrequests_per_second = 0.5\nburst = 3\n",
+    );
+    let key = key_for(home.path(), "ops", &["workflows:hello"]);
+    let other = key_for(home.path(), "other", &["workflows:hello"]);
+    let server = Server::start(home.path());
+    let c = Client::new();
+    let get = |k: &str| {
+        c.get(format!("{}/v1/executions", server.base))
+            .bearer_auth(k.to_owned())
+            .send()
+    };
+    for _ in 0..3 {
+        assert_eq!(get(&key).await.unwrap().status(), StatusCode::OK);
+    }
+    let limited = get(&key).await.unwrap();
+    assert_eq!(limited.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry: u64 = limited.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=2).contains(&retry), "{retry}");
+    let body: Value = limited.json().await.unwrap();
+    assert_eq!(body["error"], "rate_limited");
+    assert_eq!(
+        get(&other).await.unwrap().status(),
+        StatusCode::OK,
+        "another key has its own bucket"
+    );
+}
