@@ -68,6 +68,8 @@ async fn every_route_requires_its_permission() {
         (Method::DELETE, format!("/v1/api-keys/{victim_key}"), "principals:manage", None),
         (Method::GET, "/v1/audit-logs".into(), "audit:read", None),
         (Method::GET, "/v1/admin/simulator".into(), "admin:read", None),
+        (Method::GET, "/v1/admin/proxy".into(), "admin:read", None),
+        (Method::GET, "/v1/admin/proxy/some/page".into(), "admin:read", None),
         (Method::GET, "/v1/admin/event-versions/ExecutionQueued/1/usage".into(), "admin:read", None),
         (Method::POST, "/v1/admin/event-versions/ExecutionQueued/1/archive".into(), "admin:write", Some(json!({"confirm": true}))),
     ];
@@ -144,4 +146,81 @@ async fn a_key_over_its_rate_gets_429_with_retry_after() {
         StatusCode::OK,
         "another key has its own bucket"
     );
+}
+
+/// A one-thread HTTP upstream that answers every GET with what it received.
+fn upstream() -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { break };
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 1024];
+            while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                match stream.read(&mut chunk) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            }
+            let text = String::from_utf8_lossy(&buf).to_string();
+            let line = text.lines().next().unwrap_or_default().to_owned();
+            let principal = text
+                .lines()
+                .find_map(|l| l.to_ascii_lowercase().strip_prefix("x-capstan-principal: ").map(str::to_owned))
+                .unwrap_or_default();
+            let auth = text.to_ascii_lowercase().contains("authorization:");
+            let body = json!({"requestLine": line, "principal": principal, "sawAuthorization": auth}).to_string();
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    format!("http://{addr}/dash")
+}
+
+#[tokio::test]
+async fn the_admin_proxy_forwards_gets_with_the_principal_or_answers_501() {
+    let up = upstream();
+    let home = home_with(&[], &format!("admin_proxy_upstream = {up:?}\n"));
+    let admin = key_for(home.path(), "admin", &["admin:read"]);
+    let server = Server::start(home.path());
+    let c = Client::new();
+    let described: Value = c
+        .get(format!("{}/v1/admin/proxy", server.base))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(described["upstream"], format!("{up}/"));
+    let r = c
+        .get(format!("{}/v1/admin/proxy/reports/daily?day=2026-11-22", server.base))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let echoed: Value = r.json().await.unwrap();
+    assert_eq!(echoed["requestLine"], "GET /dash/reports/daily?day=2026-11-22 HTTP/1.1");
+    assert_eq!(echoed["principal"], "admin");
+    assert_eq!(echoed["sawAuthorization"], false, "the caller's key stays with Capstan");
+    drop(server);
+
+    let home = home_with(&[], "");
+    let admin = key_for(home.path(), "admin", &["admin:read"]);
+    let server = Server::start(home.path());
+    let r = c
+        .get(format!("{}/v1/admin/proxy/x", server.base))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NOT_IMPLEMENTED);
+    assert_eq!(r.json::<Value>().await.unwrap()["error"], "not_configured");
 }

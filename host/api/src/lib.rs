@@ -11,6 +11,7 @@
 //! - `v1` — the routes.
 //! - `views` — the documented JSON shapes.
 
+pub mod admin;
 pub mod auth;
 pub mod error;
 pub mod events_catalog;
@@ -47,6 +48,8 @@ pub struct ApiState {
     pub simulator: Option<capstan_providers::SimulatedCloud>,
     /// Token buckets per API key.
     pub limiter: Arc<ratelimit::RateLimiter>,
+    /// The admin proxy's upstream, when configured.
+    pub admin_proxy: Option<admin::AdminProxy>,
 }
 
 impl ApiState {

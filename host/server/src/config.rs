@@ -80,6 +80,9 @@ pub struct Settings {
     pub provider_retry: std::collections::BTreeMap<Capability, capstan_engine::Backoff>,
     /// Requests per API key: `[rate_limit] requests_per_second = 100, burst = 200` (0 = off).
     pub rate_limit: capstan_api::ratelimit::RateLimit,
+    /// An internal HTTP service (a dashboard, say) that `GET /v1/admin/proxy/{*path}` forwards
+    /// to, with the caller's principal in `X-Capstan-Principal`.
+    pub admin_proxy_upstream: Option<String>,
 }
 
 /// A principal's permissions from the config (grants made with `capstan principals grant` add to them).
@@ -110,6 +113,7 @@ impl Default for Settings {
             simulator: SimulatorSettings::default(),
             provider_retry: std::collections::BTreeMap::new(),
             rate_limit: capstan_api::ratelimit::RateLimit::default(),
+            admin_proxy_upstream: None,
         }
     }
 }
@@ -175,7 +179,7 @@ pub struct Overrides {
 }
 
 /// Keys the environment may set (`CAPSTAN_<KEY>`); other `CAPSTAN_*` variables are not settings.
-const ENV_KEYS: [&str; 15] = [
+const ENV_KEYS: [&str; 16] = [
     "listen",
     "sandbox_listen",
     "database",
@@ -191,6 +195,7 @@ const ENV_KEYS: [&str; 15] = [
     "simulator",
     "provider_retry",
     "rate_limit",
+    "admin_proxy_upstream",
 ];
 
 impl Settings {

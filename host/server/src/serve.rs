@@ -85,6 +85,11 @@ impl App {
             limiter: Arc::new(capstan_api::ratelimit::RateLimiter::new(
                 settings.rate_limit,
             )),
+            admin_proxy: settings
+                .admin_proxy_upstream
+                .as_deref()
+                .map(capstan_api::admin::AdminProxy::new)
+                .transpose()?,
         };
         Ok(Self {
             store,
@@ -106,12 +111,14 @@ pub fn error_response(status: StatusCode, code: &str, message: impl Into<String>
 pub fn router(app: App) -> Router {
     let api = capstan_api::v1::router(app.api.clone());
     let catalog = capstan_api::events_catalog::router(app.api.clone());
+    let admin = capstan_api::admin::router(app.api.clone());
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .with_state(app)
         .merge(api)
         .merge(catalog)
+        .merge(admin)
         .fallback(|| async { error_response(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .method_not_allowed_fallback(|| async {
             error_response(
