@@ -403,8 +403,9 @@ async fn apply_one(tx: &mut Transaction<'_, Sqlite>, write: Write) -> Result<(),
 #[async_trait]
 impl EngineStore for Store {
     async fn apply(&self, fence: Option<&Fence>, writes: Vec<Write>) -> Result<(), StoreError> {
+        let has_events = writes.iter().any(|w| matches!(w, Write::Event(_)));
         let mut tx = self
-            .pool
+            .writer
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(unavailable)?;
@@ -427,7 +428,11 @@ impl EngineStore for Store {
         for write in writes {
             apply_one(&mut tx, write).await?;
         }
-        tx.commit().await.map_err(unavailable)
+        tx.commit().await.map_err(unavailable)?;
+        if has_events {
+            self.events_committed();
+        }
+        Ok(())
     }
 
     async fn execution(&self, id: &str) -> Result<Option<ExecutionRecord>, StoreError> {
@@ -628,7 +633,7 @@ impl EngineStore for Store {
         expired_before_ms: Millis,
     ) -> Result<Reservation, StoreError> {
         let mut tx = self
-            .pool
+            .writer
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(unavailable)?;

@@ -42,6 +42,8 @@ pub enum StoreError {
 pub struct Store {
     pool: SqlitePool,
     writer: SqlitePool,
+    /// Bumped after every commit that wrote outbox events (wakes SSE streams on this node).
+    events: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 static MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
@@ -87,7 +89,21 @@ impl Store {
             .acquire_timeout(Duration::from_secs(30))
             .connect_with(options)
             .await?;
-        Ok(Self { pool, writer })
+        Ok(Self {
+            pool,
+            writer,
+            events: std::sync::Arc::new(tokio::sync::watch::Sender::new(0)),
+        })
+    }
+
+    /// Wakes whoever waits for new outbox events on this node.
+    pub fn events_committed(&self) {
+        self.events.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Changes after every commit that wrote outbox events on this node.
+    pub fn subscribe_events(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.events.subscribe()
     }
 
     pub async fn migrate(&self) -> Result<(), StoreError> {
