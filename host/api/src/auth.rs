@@ -43,6 +43,35 @@ pub fn valid_principal(id: &str) -> bool {
 }
 
 impl Caller {
+    /// A caller authenticated by other means (a stream token) on this request.
+    pub fn for_principal(
+        parts: &Parts,
+        principal_id: String,
+        permissions: BTreeSet<String>,
+    ) -> Self {
+        let route = parts
+            .extensions
+            .get::<MatchedPath>()
+            .map_or_else(|| parts.uri.path().to_owned(), |m| m.as_str().to_owned());
+        let ip = parts
+            .extensions
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|c| c.0.ip().to_string());
+        let user_agent = parts
+            .headers
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        Self {
+            principal_id,
+            permissions,
+            method: parts.method.clone(),
+            route,
+            ip,
+            user_agent,
+        }
+    }
+
     pub fn has(&self, permission: &str) -> bool {
         self.permissions.contains(permission)
     }
@@ -129,27 +158,7 @@ impl FromRequestParts<ApiState> for Caller {
         parts: &mut Parts,
         state: &ApiState,
     ) -> Result<Self, Self::Rejection> {
-        let route = parts
-            .extensions
-            .get::<MatchedPath>()
-            .map_or_else(|| parts.uri.path().to_owned(), |m| m.as_str().to_owned());
-        let ip = parts
-            .extensions
-            .get::<ConnectInfo<SocketAddr>>()
-            .map(|c| c.0.ip().to_string());
-        let user_agent = parts
-            .headers
-            .get(header::USER_AGENT)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        let mut caller = Caller {
-            principal_id: "anonymous".to_owned(),
-            permissions: BTreeSet::new(),
-            method: parts.method.clone(),
-            route,
-            ip,
-            user_agent,
-        };
+        let mut caller = Caller::for_principal(parts, "anonymous".to_owned(), BTreeSet::new());
         let resource = parts.uri.path().to_owned();
         let token = parts
             .headers

@@ -17,6 +17,7 @@ pub mod error;
 pub mod events_catalog;
 pub mod keys;
 pub mod ratelimit;
+pub mod streams;
 pub mod v1;
 pub mod views;
 
@@ -50,6 +51,8 @@ pub struct ApiState {
     pub limiter: Arc<ratelimit::RateLimiter>,
     /// The admin proxy's upstream, when configured.
     pub admin_proxy: Option<admin::AdminProxy>,
+    /// Bounded SSE connections.
+    pub streams: Arc<streams::StreamCapacity>,
 }
 
 impl ApiState {

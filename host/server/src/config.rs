@@ -83,6 +83,8 @@ pub struct Settings {
     /// An internal HTTP service (a dashboard, say) that `GET /v1/admin/proxy/{*path}` forwards
     /// to, with the caller's principal in `X-Capstan-Principal`.
     pub admin_proxy_upstream: Option<String>,
+    /// Open SSE connections this node accepts; one more is answered 503.
+    pub stream_connections: usize,
 }
 
 /// A principal's permissions from the config (grants made with `capstan principals grant` add to them).
@@ -114,6 +116,7 @@ impl Default for Settings {
             provider_retry: std::collections::BTreeMap::new(),
             rate_limit: capstan_api::ratelimit::RateLimit::default(),
             admin_proxy_upstream: None,
+            stream_connections: 1_000,
         }
     }
 }
@@ -179,7 +182,7 @@ pub struct Overrides {
 }
 
 /// Keys the environment may set (`CAPSTAN_<KEY>`); other `CAPSTAN_*` variables are not settings.
-const ENV_KEYS: [&str; 16] = [
+const ENV_KEYS: [&str; 17] = [
     "listen",
     "sandbox_listen",
     "database",
@@ -196,6 +199,7 @@ const ENV_KEYS: [&str; 16] = [
     "provider_retry",
     "rate_limit",
     "admin_proxy_upstream",
+    "stream_connections",
 ];
 
 impl Settings {

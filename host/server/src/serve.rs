@@ -90,6 +90,9 @@ impl App {
                 .as_deref()
                 .map(capstan_api::admin::AdminProxy::new)
                 .transpose()?,
+            streams: Arc::new(capstan_api::streams::StreamCapacity::new(
+                settings.stream_connections,
+            )),
         };
         Ok(Self {
             store,
@@ -112,6 +115,7 @@ pub fn router(app: App) -> Router {
     let api = capstan_api::v1::router(app.api.clone());
     let catalog = capstan_api::events_catalog::router(app.api.clone());
     let admin = capstan_api::admin::router(app.api.clone());
+    let streams = capstan_api::streams::router(app.api.clone());
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -119,6 +123,7 @@ pub fn router(app: App) -> Router {
         .merge(api)
         .merge(catalog)
         .merge(admin)
+        .merge(streams)
         .fallback(|| async { error_response(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .method_not_allowed_fallback(|| async {
             error_response(

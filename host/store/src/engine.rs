@@ -9,7 +9,7 @@ use serde_json::Value;
 use sqlx::sqlite::SqliteRow;
 use sqlx::{Row, Sqlite, Transaction};
 
-fn unavailable(e: sqlx::Error) -> StoreError {
+pub(crate) fn unavailable(e: sqlx::Error) -> StoreError {
     StoreError::Unavailable(e.to_string())
 }
 
@@ -85,7 +85,7 @@ fn run_row(row: &SqliteRow) -> Result<RunRecord, StoreError> {
     })
 }
 
-fn outbox_row(row: &SqliteRow) -> Result<OutboxRecord, StoreError> {
+pub(crate) fn outbox_row(row: &SqliteRow) -> Result<OutboxRecord, StoreError> {
     Ok(OutboxRecord {
         seq: row.get("seq"),
         event_id: row.get("event_id"),

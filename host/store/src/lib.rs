@@ -9,6 +9,7 @@ use sqlx::SqlitePool;
 pub mod auth;
 mod engine;
 pub mod event_versions;
+pub mod streams;
 
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use std::str::FromStr;

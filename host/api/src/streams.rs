@@ -1,0 +1,268 @@
+//! Server-sent event streams (docs/events.md):
+//! - `GET /v1/streams/events` — every event the caller may see, filtered by `event` (repeated or
+//!   comma-separated `<EventType>.v<N>`), `workflow`, `executionId`, `principalId`; any other
+//!   query parameter is a 400. Authenticated by a bearer key or a single-use stream `token`.
+//! - `GET /v1/executions/{id}/events` with `Accept: text/event-stream` — one execution's events
+//!   from its first (see [`execution_stream`]).
+//! - `POST /v1/streams/token` — a single-use token valid 300 s for clients that cannot set headers.
+//!
+//! Framing: `id:` the outbox cursor (assigned in commit order), `event:` `<EventType>.v<N>`,
+//! `data:` the OutboxEvent JSON, `: keepalive` comments every 15 s, `retry:` 3 s on the first
+//! message. `Last-Event-ID` (or `lastEventId`) resumes after that cursor with no gap and no
+//! duplicate; a cursor this server never issued is answered with an explicit `resync` event
+//! carrying the current cursor. Filters are narrowed to the caller's entitlements at connect time.
+
+use crate::ApiState;
+use crate::auth::{Caller, permissions_of};
+use crate::error::ApiError;
+use crate::views;
+use axum::Json;
+use axum::Router;
+use axum::extract::{FromRequestParts, Request, State};
+use axum::http::StatusCode;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use capstan_store::streams::StreamFilter;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// How long a stream token lives.
+pub const TOKEN_LIFETIME_SECONDS: i64 = 300;
+/// How often a stream looks for events committed elsewhere (other nodes) when nothing woke it.
+const POLL: Duration = Duration::from_millis(500);
+
+/// Open SSE connections, bounded.
+#[derive(Debug)]
+pub struct StreamCapacity(Arc<Semaphore>);
+
+impl StreamCapacity {
+    pub fn new(connections: usize) -> Self {
+        Self(Arc::new(Semaphore::new(connections)))
+    }
+}
+
+pub fn router(state: ApiState) -> Router {
+    Router::new()
+        .route("/v1/streams/events", get(stream_events))
+        .route("/v1/streams/token", post(mint_token))
+        .with_state(state)
+}
+
+fn token_hash(token: &str) -> String {
+    hex::encode(Sha256::digest(token.as_bytes()))
+}
+
+/// The caller's workflow entitlements, or 403 when there are none.
+async fn require_workflows(state: &ApiState, caller: &Caller, resource: &str) -> Result<Vec<String>, ApiError> {
+    let workflows = caller.workflows();
+    caller
+        .audit(state, "workflows:*", resource, None, !workflows.is_empty())
+        .await;
+    if workflows.is_empty() {
+        return Err(ApiError::forbidden("workflows:<name> (any workflow)"));
+    }
+    Ok(workflows)
+}
+
+/// `POST /v1/streams/token`.
+async fn mint_token(State(state): State<ApiState>, caller: Caller) -> Result<Json<serde_json::Value>, ApiError> {
+    require_workflows(&state, &caller, "/v1/streams/token").await?;
+    let token = format!(
+        "cst_{}{}",
+        uuid::Uuid::new_v4().simple(),
+        uuid::Uuid::new_v4().simple()
+    );
+    let now = state.now();
+    state
+        .store
+        .insert_stream_token(
+            &token_hash(&token),
+            &caller.principal_id,
+            now,
+            now + TOKEN_LIFETIME_SECONDS * 1000,
+        )
+        .await
+        .map_err(ApiError::internal)?;
+    Ok(Json(json!({"expiresIn": TOKEN_LIFETIME_SECONDS, "token": token})))
+}
+
+fn invalid_filter(message: impl Into<String>) -> ApiError {
+    ApiError::bad_request("invalid_filter", message)
+}
+
+/// `GET /v1/streams/events`.
+async fn stream_events(State(state): State<ApiState>, request: Request) -> Result<Response, ApiError> {
+    let (mut parts, _) = request.into_parts();
+    let axum::extract::Query(query) =
+        axum::extract::Query::<Vec<(String, String)>>::try_from_uri(&parts.uri)
+            .map_err(|e| invalid_filter(e.body_text()))?;
+    let mut filter = StreamFilter::default();
+    let mut wanted_workflows = Vec::new();
+    let mut token = None;
+    let mut cursor = None;
+    for (key, value) in &query {
+        match key.as_str() {
+            "event" => {
+                for name in value.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+                    let Some((ty, version)) = capstan_engine::catalog::parse_name(name) else {
+                        return Err(invalid_filter(format!("`{name}` is not of the form <EventType>.v<N>")));
+                    };
+                    if capstan_engine::catalog::find(ty, version).is_none() {
+                        return Err(invalid_filter(format!("`{name}` is not in the event catalog (GET /v1/events/catalog)")));
+                    }
+                    filter.events.push((ty.to_owned(), version.to_owned()));
+                }
+            }
+            "workflow" => wanted_workflows.extend(value.split(',').map(|w| w.trim().to_owned())),
+            "executionId" => filter.execution_id = Some(value.clone()),
+            "principalId" => filter.principal_id = Some(value.clone()),
+            "token" => token = Some(value.clone()),
+            "lastEventId" => cursor = Some(value.clone()),
+            other => {
+                return Err(invalid_filter(format!(
+                    "`{other}` is not a stream filter (event, workflow, executionId, principalId, lastEventId, token)"
+                )));
+            }
+        }
+    }
+    let caller = match token {
+        Some(token) => {
+            let principal = state
+                .store
+                .consume_stream_token(&token_hash(&token), state.now())
+                .await
+                .map_err(ApiError::internal)?
+                .ok_or_else(ApiError::unauthorized)?;
+            // The minting principal's permissions as they are now, not as they were.
+            let permissions = permissions_of(&state, &principal).await?;
+            Caller::for_principal(&parts, principal, permissions)
+        }
+        None => Caller::from_request_parts(&mut parts, &state).await?,
+    };
+    let entitled = require_workflows(&state, &caller, "/v1/streams/events").await?;
+    filter.workflows = if wanted_workflows.is_empty() {
+        entitled
+    } else {
+        wanted_workflows.into_iter().filter(|w| entitled.contains(w)).collect()
+    };
+    let cursor = cursor.or_else(|| {
+        parts
+            .headers
+            .get("last-event-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    });
+    open(state, filter, cursor, false).await
+}
+
+/// `GET /v1/executions/{id}/events` as a stream, for a caller already authorized on `execution_id`.
+pub async fn execution_stream(
+    state: ApiState,
+    workflow: String,
+    execution_id: String,
+    last_event_id: Option<String>,
+) -> Result<Response, ApiError> {
+    let filter = StreamFilter {
+        workflows: vec![workflow],
+        execution_id: Some(execution_id),
+        ..StreamFilter::default()
+    };
+    open(state, filter, last_event_id, true).await
+}
+
+struct Cursor {
+    state: ApiState,
+    filter: StreamFilter,
+    after: i64,
+    pending: VecDeque<Event>,
+    wake: tokio::sync::watch::Receiver<u64>,
+    first: bool,
+    _permit: OwnedSemaphorePermit,
+}
+
+async fn open(
+    state: ApiState,
+    filter: StreamFilter,
+    cursor: Option<String>,
+    from_start: bool,
+) -> Result<Response, ApiError> {
+    let permit = state.streams.0.clone().try_acquire_owned().map_err(|_| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "stream_capacity_exhausted",
+            "every stream connection of this node is in use; retry later",
+        )
+    })?;
+    let last = state.store.last_event_seq().await.map_err(ApiError::internal)?;
+    let mut pending = VecDeque::new();
+    let after = match cursor.as_deref().map(str::trim) {
+        None | Some("") => {
+            if from_start {
+                0
+            } else {
+                last
+            }
+        }
+        Some(text) => match text.parse::<i64>() {
+            Ok(n) if (0..=last).contains(&n) => n,
+            _ => {
+                pending.push_back(
+                    Event::default()
+                        .event("resync")
+                        .data(json!({"reason": "unknown_cursor", "lastEventId": text, "resumeFrom": last.to_string()}).to_string()),
+                );
+                if from_start { 0 } else { last }
+            }
+        },
+    };
+    let wake = state.store.subscribe_events();
+    let cursor = Cursor {
+        state,
+        filter,
+        after,
+        pending,
+        wake,
+        first: true,
+        _permit: permit,
+    };
+    let stream = futures_util::stream::unfold(cursor, |mut c| async move {
+        loop {
+            if let Some(mut event) = c.pending.pop_front() {
+                if c.first {
+                    event = event.retry(Duration::from_secs(3));
+                    c.first = false;
+                }
+                return Some((Ok::<Event, std::convert::Infallible>(event), c));
+            }
+            match c.state.store.events_after(c.after, &c.filter, 200).await {
+                Ok(events) if !events.is_empty() => {
+                    for e in events {
+                        c.after = e.seq;
+                        let data = serde_json::to_string(&views::event(&e)).unwrap_or_default();
+                        c.pending.push_back(
+                            Event::default()
+                                .id(e.seq.to_string())
+                                .event(format!("{}.v{}", e.event_type, e.event_version))
+                                .data(data),
+                        );
+                    }
+                }
+                Ok(_) => {
+                    let _ = tokio::time::timeout(POLL, c.wake.changed()).await;
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "stream could not read the outbox; retrying");
+                    tokio::time::sleep(POLL).await;
+                }
+            }
+        }
+    });
+    Ok(Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)).text("keepalive"))
+        .into_response())
+}

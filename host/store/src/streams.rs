@@ -1,0 +1,112 @@
+//! What SSE streams read: outbox events after a cursor (the outbox `seq`, assigned in commit
+//! order by the single writer), filtered; and single-use stream tokens.
+
+use crate::Store;
+use crate::engine::{outbox_row, unavailable};
+use capstan_core::store::{Millis, OutboxRecord, StoreError};
+
+/// Which events a stream carries. `workflows` is already narrowed to the caller's entitlements.
+#[derive(Debug, Clone, Default)]
+pub struct StreamFilter {
+    pub workflows: Vec<String>,
+    /// `(eventType, eventVersion)` pairs; empty = every type.
+    pub events: Vec<(String, String)>,
+    pub execution_id: Option<String>,
+    pub principal_id: Option<String>,
+}
+
+impl Store {
+    /// Up to `limit` events with `seq > after` that pass `filter`, in order.
+    pub async fn events_after(
+        &self,
+        after: i64,
+        filter: &StreamFilter,
+        limit: i64,
+    ) -> Result<Vec<OutboxRecord>, StoreError> {
+        if filter.workflows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut q = sqlx::QueryBuilder::new("SELECT * FROM outbox WHERE seq > ");
+        q.push_bind(after).push(" AND workflow IN (");
+        let mut sep = q.separated(", ");
+        for w in &filter.workflows {
+            sep.push_bind(w);
+        }
+        q.push(")");
+        if !filter.events.is_empty() {
+            q.push(" AND (");
+            for (i, (ty, version)) in filter.events.iter().enumerate() {
+                if i > 0 {
+                    q.push(" OR ");
+                }
+                q.push("(event_type = ")
+                    .push_bind(ty)
+                    .push(" AND event_version = ")
+                    .push_bind(version)
+                    .push(")");
+            }
+            q.push(")");
+        }
+        if let Some(id) = &filter.execution_id {
+            q.push(" AND execution_id = ").push_bind(id);
+        }
+        if let Some(p) = &filter.principal_id {
+            q.push(" AND principal_id = ").push_bind(p);
+        }
+        q.push(" ORDER BY seq LIMIT ").push_bind(limit);
+        let rows = q.build().fetch_all(&self.pool).await.map_err(unavailable)?;
+        rows.iter().map(outbox_row).collect()
+    }
+
+    /// The newest event's cursor (0 when there is none).
+    pub async fn last_event_seq(&self) -> Result<i64, StoreError> {
+        let seq: Option<i64> = sqlx::query_scalar("SELECT MAX(seq) FROM outbox")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(unavailable)?;
+        Ok(seq.unwrap_or(0))
+    }
+
+    pub async fn insert_stream_token(
+        &self,
+        hash: &str,
+        principal_id: &str,
+        now_ms: Millis,
+        expires_ms: Millis,
+    ) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM stream_tokens WHERE expires_ms < ?")
+            .bind(now_ms - 86_400_000)
+            .execute(&self.writer)
+            .await
+            .map_err(unavailable)?;
+        sqlx::query(
+            "INSERT INTO stream_tokens (hash, principal_id, created_ms, expires_ms) VALUES (?, ?, ?, ?)",
+        )
+        .bind(hash)
+        .bind(principal_id)
+        .bind(now_ms)
+        .bind(expires_ms)
+        .execute(&self.writer)
+        .await
+        .map_err(unavailable)?;
+        Ok(())
+    }
+
+    /// Uses a token once: its principal if it exists, is unused and has not expired.
+    pub async fn consume_stream_token(
+        &self,
+        hash: &str,
+        now_ms: Millis,
+    ) -> Result<Option<String>, StoreError> {
+        sqlx::query_scalar(
+            "UPDATE stream_tokens SET used_ms = ? WHERE hash = ? AND used_ms IS NULL AND expires_ms > ?
+             RETURNING principal_id",
+        )
+        .bind(now_ms)
+        .bind(hash)
+        .bind(now_ms)
+        .fetch_optional(&self.writer)
+        .await
+        .map_err(unavailable)
+    }
+}

@@ -1,0 +1,211 @@
+//! SSE streams through a real client: PyPI `httpx-sse` reads `GET /v1/streams/events` while
+//! executions run, disconnects, resumes with a single-use stream token and `lastEventId`, and the
+//! union of what it saw is every event, in order, with no gap and no duplicate.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use capstan_e2e::{Server, home, key_for, repo};
+use reqwest::{Client, StatusCode};
+use serde_json::{Value, json};
+use std::time::Duration;
+
+async fn finish(c: &Client, base: &str, key: &str, id: &str) -> Vec<Value> {
+    for _ in 0..800 {
+        let e: Value = c
+            .get(format!("{base}/v1/executions/{id}"))
+            .bearer_auth(key)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if e["status"] == "succeeded" {
+            let events: Value = c
+                .get(format!("{base}/v1/executions/{id}/events"))
+                .bearer_auth(key)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            return events["events"].as_array().unwrap().clone();
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("{id} did not succeed");
+}
+
+async fn trigger(c: &Client, base: &str, key: &str, n: u32) -> String {
+    let r: Value = c
+        .post(format!("{base}/v1/workflows/fixture-steps"))
+        .bearer_auth(key)
+        .header("Idempotency-Key", format!("sse-{n}"))
+        .json(&json!({"zone": "ZEXAMPLE-COM", "stages": 2}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    r["executionId"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn httpx_sse_reads_resumes_with_a_token_and_misses_nothing() {
+    let home = home(&[
+        "guest-fixtures/fixture-steps.wasm",
+        "workflows/hello.wasm",
+    ]);
+    let key = key_for(home.path(), "ops", &["workflows:fixture-steps"]);
+    let hello_only = key_for(home.path(), "greeter", &["workflows:hello"]);
+    let nobody = key_for(home.path(), "nobody", &[]);
+    let server = Server::start(home.path());
+    let base = server.base.clone();
+    let c = Client::new();
+
+    // Filters are validated; no workflow entitlement is a 403; a token works once, only here.
+    let status = |r: reqwest::Response| r.status();
+    let get = |url: String, k: String| c.get(url).bearer_auth(k).send();
+    assert_eq!(
+        status(get(format!("{base}/v1/streams/events?colour=blue"), key.clone()).await.unwrap()),
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        status(get(format!("{base}/v1/streams/events?event=NoSuchThing.v1"), key.clone()).await.unwrap()),
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        status(get(format!("{base}/v1/streams/events"), nobody.clone()).await.unwrap()),
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        c.post(format!("{base}/v1/streams/token")).bearer_auth(&nobody).send().await.unwrap().status(),
+        StatusCode::FORBIDDEN
+    );
+    let minted: Value = c
+        .post(format!("{base}/v1/streams/token"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(minted["expiresIn"], 300);
+    let token = minted["token"].as_str().unwrap();
+    assert_eq!(
+        c.get(format!("{base}/v1/executions")).bearer_auth(token).send().await.unwrap().status(),
+        StatusCode::UNAUTHORIZED,
+        "a stream token authenticates nothing but the stream"
+    );
+    assert_eq!(
+        c.get(format!("{base}/v1/streams/events?token=cst_forged")).send().await.unwrap().status(),
+        StatusCode::UNAUTHORIZED
+    );
+
+    // One execution done before the client connects, one while it reads.
+    let a = trigger(&c, &base, &key, 1).await;
+    let events_a = finish(&c, &base, &key, &a).await;
+    let n = events_a.len();
+    // hello events are never shown to a fixture-steps stream.
+    let h: Value = c
+        .post(format!("{base}/v1/workflows/hello"))
+        .bearer_auth(&hello_only)
+        .header("Idempotency-Key", "sse-hello")
+        .json(&json!({"name": "x"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(h["executionId"].is_string());
+    let client = std::process::Command::new("python3")
+        .arg(repo().join("tests/clients/sse_resume.py"))
+        .args([&base, &key, &(n + 3).to_string(), &(2 * n).to_string()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 with httpx-sse (just setup installs it)");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let b = trigger(&c, &base, &key, 2).await;
+    let events_b = finish(&c, &base, &key, &b).await;
+    let out = tokio::task::spawn_blocking(move || client.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "sse client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(seen["reuseStatus"], 401, "a stream token is single use");
+    let received: Vec<&Value> = seen["first"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(seen["second"].as_array().unwrap())
+        .collect();
+    let expected: Vec<&Value> = events_a.iter().chain(events_b.iter()).collect();
+    assert_eq!(
+        received.iter().map(|e| e["eventId"].clone()).collect::<Vec<_>>(),
+        expected.iter().map(|e| e["eventId"].clone()).collect::<Vec<_>>(),
+        "the union of both connections is every event, in order, once"
+    );
+    let ids: Vec<i64> = received
+        .iter()
+        .map(|e| e["id"].as_str().unwrap().parse().unwrap())
+        .collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "cursors increase: {ids:?}");
+    for (r, e) in received.iter().zip(&expected) {
+        assert_eq!(
+            r["event"],
+            format!("{}.v{}", e["eventType"].as_str().unwrap(), e["eventVersion"].as_str().unwrap())
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_unknown_cursor_gets_a_resync_event_and_capacity_is_bounded() {
+    let home = capstan_e2e::home_with(
+        &["guest-fixtures/fixture-steps.wasm"],
+        "stream_connections = 1\n[grants]\nfixture-steps = [\"dns\", \"convergence\"]\n[simulator]\ndns_propagation_ms = 0\n",
+    );
+    let key = key_for(home.path(), "ops", &["workflows:fixture-steps"]);
+    let server = Server::start(home.path());
+    let c = Client::new();
+    let mut first = c
+        .get(format!("{}/v1/streams/events", server.base))
+        .bearer_auth(&key)
+        .header("Last-Event-ID", "999999")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    let mut text = String::new();
+    while !text.contains("\n\n") {
+        let chunk = first.chunk().await.unwrap().unwrap();
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(text.contains("event: resync"), "{text}");
+    assert!(text.contains("\"reason\":\"unknown_cursor\""), "{text}");
+    assert!(text.contains("retry: 3000"), "{text}");
+    let second = c
+        .get(format!("{}/v1/streams/events", server.base))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(second.status(), StatusCode::SERVICE_UNAVAILABLE);
+    drop(first);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let third = c
+        .get(format!("{}/v1/streams/events", server.base))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(third.status(), StatusCode::OK, "a closed stream frees its slot");
+}
