@@ -18,6 +18,9 @@ setup:
     rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy rustfmt || true
     python3 -c 'import standardwebhooks, httpx_sse, httpx' 2>/dev/null \
         || python3 -m pip install --quiet --disable-pip-version-check standardwebhooks httpx-sse httpx
+    # schemathesis (`st`) fuzzes the live server from /v1/openapi.json (tests/tests/openapi.rs).
+    python3 -c 'import schemathesis' 2>/dev/null && command -v st >/dev/null \
+        || python3 -m pip install --quiet --disable-pip-version-check 'schemathesis==4.32.5'
 
 # Build every guest component (release) and copy it where the host looks:
 # workflows → target/workflows/<name>.wasm, test fixtures → target/guest-fixtures/, examples → target/examples/.
@@ -54,11 +57,15 @@ run: build
         export CAPSTAN_PEPPERS="1:development-only-pepper-do-not-use-in-production"
         echo "just run: using a DEVELOPMENT pepper (set CAPSTAN_PEPPERS for anything real)" >&2
     fi
+    if [ -z "${CAPSTAN_SECRET_KEYS:-}" ]; then
+        export CAPSTAN_SECRET_KEYS="1:ZGV2ZWxvcG1lbnQtb25seS1rZXktZG8tbm90LXVzZSE="
+        echo "just run: using a DEVELOPMENT webhook-secret key (set CAPSTAN_SECRET_KEYS for anything real)" >&2
+    fi
     bin=./target/release/capstan
     for w in target/workflows/*.wasm; do
         $bin principals grant dev "workflows:$(basename "$w" .wasm)" 2>/dev/null
     done
-    for p in principals:manage audit:read admin:read; do $bin principals grant dev "$p" 2>/dev/null; done
+    for p in principals:manage audit:read admin:read subscriptions:manage; do $bin principals grant dev "$p" 2>/dev/null; done
     key=$($bin api-keys mint --principal dev --expires-in-days 7)
     echo "just run: API key for principal 'dev' (valid 7 days): $key" >&2
     echo "just run: try  curl -s -H \"Authorization: Bearer $key\" localhost:8080/v1/executions" >&2

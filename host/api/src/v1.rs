@@ -1,48 +1,105 @@
-//! The `/v1` routes.
+//! The `/v1` routes. Each handler carries its `#[utoipa::path]` and is registered with `routes!`,
+//! so the route and its entry in the OpenAPI document (`openapi.rs`, served at
+//! `GET /v1/openapi.json`) come from the same place.
 
+use crate::ApiState;
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::{ApiState, views};
+use crate::views::{
+    self, AddSubdomainPlan, ApiKeyList, AuditLogList, CancelResponse, CancelStatus,
+    CommandOperation, CommandResponse, Error, EventList, Execution, ExecutionEnvelope,
+    ExecutionList, MintApiKeyRequest, MintedApiKeyEnvelope, PlanApproval, PlanApproved,
+    ResumeResponse, ResumeStatus, WorkflowTriggerResponse,
+};
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use capstan_core::execution::ExecutionStatus;
 use capstan_core::store::{ExecutionFilter, ExecutionRecord};
-use capstan_engine::{CommandOutcome, TriggerRequest};
+use capstan_engine::TriggerRequest;
+use serde::Deserialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
+use utoipa::IntoParams;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+#[path = "openapi.rs"]
+pub mod openapi;
+
+/// Every `/v1` route of this router with its OpenAPI operation. Register new routes here with
+/// `routes!` (never with a plain `.route`): `tests/tests/openapi.rs` fails on an undocumented one.
+pub fn routes() -> OpenApiRouter<ApiState> {
+    OpenApiRouter::new()
+        .routes(routes!(trigger))
+        .routes(routes!(list))
+        .routes(routes!(get_execution))
+        .routes(routes!(cancel))
+        .routes(routes!(resume))
+        .routes(routes!(rollback))
+        .routes(routes!(retry_finalization))
+        .routes(routes!(retry_maps_whitelist))
+        .routes(routes!(events))
+        .routes(routes!(plan))
+        .routes(routes!(approve_plan))
+        .routes(routes!(simulator))
+        .routes(routes!(mint, list_keys))
+        .routes(routes!(revoke))
+        .routes(routes!(audit_logs))
+        .routes(routes!(openapi::serve))
+}
 
 pub fn router(state: ApiState) -> Router {
-    Router::new()
-        .route("/v1/workflows/{name}", post(trigger))
-        .route("/v1/executions", get(list))
-        .route("/v1/executions/{id}", get(get_execution))
-        .route("/v1/executions/{id}/cancel", post(cancel))
-        .route("/v1/executions/{id}/resume", post(resume))
-        .route("/v1/executions/{id}/rollback", post(rollback))
-        .route(
-            "/v1/executions/{id}/retry-finalization",
-            post(retry_finalization),
-        )
-        .route(
-            "/v1/executions/{id}/retry-maps-whitelist",
-            post(retry_maps_whitelist),
-        )
-        .route("/v1/executions/{id}/events", get(events))
-        .route("/v1/executions/{id}/plan", get(plan))
-        .route("/v1/executions/{id}/plan/approve", post(approve_plan))
-        .route("/v1/admin/simulator", get(simulator))
-        .route(
-            "/v1/principals/{principal_id}/api-keys",
-            post(mint).get(list_keys),
-        )
-        .route("/v1/api-keys/{id}", delete(revoke))
-        .route("/v1/audit-logs", get(audit_logs))
-        .with_state(state)
+    let (router, _) = routes().split_for_parts();
+    router.with_state(state)
+}
+
+/// Path parameter `id` of the execution routes.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+#[allow(dead_code)]
+struct ExecutionId {
+    /// The execution id.
+    id: String,
+}
+
+/// Query of `GET /v1/executions` (any other parameter → 400).
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code)]
+struct ExecutionQuery {
+    /// Page size.
+    #[param(minimum = 1, maximum = 100, default = 50)]
+    limit: Option<i64>,
+    /// Only this workflow (narrowed to the caller's workflows).
+    workflow: Option<String>,
+    /// Only this status.
+    #[param(inline)]
+    status: Option<views::ExecutionStatusView>,
+    /// Only executions requested by this principal.
+    principal_id: Option<String>,
+}
+
+/// Query of `GET /v1/audit-logs` (any other parameter → 400).
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code)]
+struct AuditQuery {
+    principal_id: Option<String>,
+    #[param(inline)]
+    result: Option<views::AuditResult>,
+    /// The matched route template, e.g. `/v1/executions/{id}`.
+    route: Option<String>,
+    /// From this time, in milliseconds since the Unix epoch.
+    since: Option<i64>,
+    /// Until this time, in milliseconds since the Unix epoch.
+    until: Option<i64>,
+    #[param(minimum = 1, maximum = 100, default = 50)]
+    limit: Option<i64>,
 }
 
 /// The execution, after checking the caller may use its workflow (404 before 403 would leak
@@ -90,19 +147,37 @@ impl ApiState {
     }
 }
 
-fn links(id: &str) -> Value {
-    json!({"self": format!("/v1/executions/{id}"), "cancel": format!("/v1/executions/{id}/cancel"), "events": format!("/v1/executions/{id}/events")})
-}
-
 /// `POST /v1/workflows/{name}`: validates the body against the workflow's input schema and
 /// creates an execution; the `Idempotency-Key` makes it safe to retry.
+#[utoipa::path(
+    post,
+    path = "/v1/workflows/{name}",
+    tag = "workflows",
+    operation_id = "triggerWorkflow",
+    description = "Starts an execution of the workflow `name` (permission `workflows:<name>`). The body is validated against the workflow's own input schema; for `onboard-domain` it is an OnboardDomainRequest. The same `Idempotency-Key` with the same body replays the existing execution (200).",
+    params(
+        ("name" = String, Path, description = "The workflow, e.g. `onboard-domain`."),
+        ("Idempotency-Key" = String, Header, min_length = 1, max_length = 255, pattern = "\\S", description = "Makes the trigger safe to retry (1 to 255 characters, not only spaces)."),
+        ("traceparent" = Option<String>, Header, description = "W3C trace context carried into the execution's events."),
+    ),
+    request_body(content = Object, description = "The workflow's input (any JSON object its input schema accepts); see OnboardDomainRequest for onboard-domain.", content_type = "application/json"),
+    responses(
+        (status = 202, description = "A new execution.", body = WorkflowTriggerResponse),
+        (status = 200, description = "Idempotent replay of the existing execution.", body = WorkflowTriggerResponse),
+        (status = 400, description = "`missing_idempotency_key`, `invalid_json` or `validation_error` (with `issues`).", body = Error),
+        (status = 403, description = "`forbidden`: `workflows:<name>` is missing.", body = Error),
+        (status = 404, description = "`not_found`: no workflow of that name is loaded.", body = Error),
+        (status = 409, description = "`idempotency_conflict` (same key, other body) or `reservation_replay_pending` (retry after `Retry-After`).", body = Error, headers(("Retry-After" = Option<u64>, description = "Seconds to wait (reservation_replay_pending)."))),
+    ),
+    security(("bearer" = [])),
+)]
 async fn trigger(
     State(state): State<ApiState>,
     caller: Caller,
     Path(name): Path<String>,
     headers: HeaderMap,
     body: Bytes,
-) -> Result<Response, ApiError> {
+) -> Result<(StatusCode, Json<WorkflowTriggerResponse>), ApiError> {
     let Some(workflow) = state.engine.workflow(&name) else {
         return Err(ApiError::not_found(format!(
             "no workflow named `{name}` is loaded"
@@ -151,21 +226,25 @@ async fn trigger(
         })
         .await?;
     let e = &triggered.execution;
-    let body = json!({
-        "estimatedDurationSeconds": workflow.descriptor.estimated_duration_seconds,
-        "executionId": e.id,
-        "links": links(&e.id),
-        "stages": workflow.descriptor.stages,
-        "status": if triggered.replayed { e.status.as_str() } else { "queued" },
-        "workflow": e.workflow,
-        "workflowRunId": e.run_id,
-    });
+    let body = WorkflowTriggerResponse {
+        estimated_duration_seconds: workflow.descriptor.estimated_duration_seconds,
+        execution_id: e.id.clone(),
+        links: views::ExecutionLinks::of(&e.id),
+        stages: workflow.descriptor.stages.clone(),
+        status: if triggered.replayed {
+            e.status.into()
+        } else {
+            views::ExecutionStatusView::Queued
+        },
+        workflow: e.workflow.clone(),
+        workflow_run_id: e.run_id.clone(),
+    };
     let status = if triggered.replayed {
         StatusCode::OK
     } else {
         StatusCode::ACCEPTED
     };
-    Ok((status, Json(body)).into_response())
+    Ok((status, Json(body)))
 }
 
 /// Validates `input` against `schema`, with one issue per problem and its JSON pointer.
@@ -188,11 +267,24 @@ fn validate(schema: &Value, input: &Value) -> Result<(), ApiError> {
 }
 
 /// `GET /v1/executions`: newest first, only workflows the caller may use.
+#[utoipa::path(
+    get,
+    path = "/v1/executions",
+    tag = "executions",
+    operation_id = "listExecutions",
+    description = "Newest first; only executions of workflows the caller may use (`workflows:<name>`).",
+    params(ExecutionQuery),
+    responses(
+        (status = 200, description = "The page.", body = ExecutionList),
+        (status = 400, description = "`invalid_filter`: an unknown parameter, a limit outside 1-100 or an unknown status.", body = Error),
+    ),
+    security(("bearer" = [])),
+)]
 async fn list(
     State(state): State<ApiState>,
     caller: Caller,
     Query(query): Query<HashMap<String, String>>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ExecutionList>, ApiError> {
     for key in query.keys() {
         if !["limit", "workflow", "status", "principalId"].contains(&key.as_str()) {
             return Err(ApiError::bad_request(
@@ -235,16 +327,30 @@ async fn list(
         .list_executions(&filter)
         .await
         .map_err(capstan_engine::EngineError::from)?;
-    Ok(Json(
-        json!({"executions": executions.iter().map(views::summary).collect::<Vec<_>>()}),
-    ))
+    Ok(Json(ExecutionList {
+        executions: executions.iter().map(views::summary).collect(),
+    }))
 }
 
+/// `GET /v1/executions/{id}`.
+#[utoipa::path(
+    get,
+    path = "/v1/executions/{id}",
+    tag = "executions",
+    operation_id = "getExecution",
+    params(ExecutionId),
+    responses(
+        (status = 200, description = "The execution with its stages in order and its outcome, if any.", body = Execution),
+        (status = 403, description = "`forbidden`: the caller may not use the execution's workflow.", body = Error),
+        (status = 404, description = "`not_found`: no such execution.", body = Error),
+    ),
+    security(("bearer" = [])),
+)]
 async fn get_execution(
     State(state): State<ApiState>,
     caller: Caller,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Execution>, ApiError> {
     authorized(&state, &caller, &id, None).await?;
     let (execution, stages) = state
         .engine
@@ -254,41 +360,88 @@ async fn get_execution(
     Ok(Json(views::execution(&execution, &stages)))
 }
 
+/// `POST /v1/executions/{id}/cancel`.
+#[utoipa::path(
+    post,
+    path = "/v1/executions/{id}/cancel",
+    tag = "executions",
+    operation_id = "cancelExecution",
+    params(ExecutionId),
+    responses(
+        (status = 202, description = "Canceled, or (cooperative workflows) the request recorded: `status: cancellation_requested`.", body = CancelResponse),
+        (status = 403, description = "`forbidden`: the caller may not use the execution's workflow.", body = Error),
+        (status = 404, description = "`not_found`: no such execution.", body = Error),        (status = 409, description = "`state_invalid` (with `reason`): not valid in the execution's state.", body = Error),
+        (status = 501, description = "The operation is not configured on this node.", body = Error),
+    ),
+    security(("bearer" = [])),
+)]
 async fn cancel(
     State(state): State<ApiState>,
     caller: Caller,
     Path(id): Path<String>,
-) -> Result<Response, ApiError> {
+) -> Result<(StatusCode, Json<CancelResponse>), ApiError> {
     authorized(&state, &caller, &id, None).await?;
     let canceled = state.engine.cancel(&id).await?;
-    let mut body = json!({"execution": views::summary(&canceled.execution)});
-    if canceled.cancellation_requested {
-        body["status"] = json!("cancellation_requested");
-    }
-    Ok((StatusCode::ACCEPTED, Json(body)).into_response())
+    let body = CancelResponse {
+        execution: views::summary(&canceled.execution),
+        status: canceled
+            .cancellation_requested
+            .then_some(CancelStatus::CancellationRequested),
+    };
+    Ok((StatusCode::ACCEPTED, Json(body)))
 }
 
+/// `POST /v1/executions/{id}/resume`.
+#[utoipa::path(
+    post,
+    path = "/v1/executions/{id}/resume",
+    tag = "executions",
+    operation_id = "resumeExecution",
+    params(ExecutionId),
+    responses(
+        (status = 202, description = "A retry was queued (or one already was).", body = ResumeResponse),
+        (status = 403, description = "`forbidden`: the caller may not use the execution's workflow.", body = Error),
+        (status = 404, description = "`not_found`: no such execution.", body = Error),        (status = 409, description = "`state_invalid` (with `reason`): not valid in the execution's state.", body = Error),
+        (status = 501, description = "The operation is not configured on this node.", body = Error),
+    ),
+    security(("bearer" = [])),
+)]
 async fn resume(
     State(state): State<ApiState>,
     caller: Caller,
     Path(id): Path<String>,
-) -> Result<Response, ApiError> {
+) -> Result<(StatusCode, Json<ResumeResponse>), ApiError> {
     authorized(&state, &caller, &id, None).await?;
     let outcome = state.engine.resume(&id).await?;
     let status = if outcome.reused {
-        "retry_already_queued"
+        ResumeStatus::RetryAlreadyQueued
     } else {
-        "retry_queued"
+        ResumeStatus::RetryQueued
     };
     Ok((
         StatusCode::ACCEPTED,
-        Json(json!({"execution": views::summary(&outcome.execution), "status": status})),
-    )
-        .into_response())
+        Json(ResumeResponse {
+            execution: views::summary(&outcome.execution),
+            status,
+        }),
+    ))
 }
 
 /// `GET /v1/executions/{id}/plan`: the AddSubdomainPlan the execution published for approval
 /// (still readable after it was approved).
+#[utoipa::path(
+    get,
+    path = "/v1/executions/{id}/plan",
+    tag = "executions",
+    operation_id = "getSubdomainPlan",
+    params(ExecutionId),
+    responses(
+        (status = 200, description = "The plan awaiting (or given) approval.", body = AddSubdomainPlan),
+        (status = 403, description = "`forbidden`: the caller may not use the execution's workflow.", body = Error),
+        (status = 404, description = "`not_found`: no such execution, or it has not published a plan (yet).", body = Error),
+    ),
+    security(("bearer" = [])),
+)]
 async fn plan(
     State(state): State<ApiState>,
     caller: Caller,
@@ -306,12 +459,29 @@ async fn plan(
 
 /// `POST /v1/executions/{id}/plan/approve` with `{planHash}`: approves exactly the plan the caller
 /// read; a hash that is not the current plan's → 409.
+#[utoipa::path(
+    post,
+    path = "/v1/executions/{id}/plan/approve",
+    tag = "executions",
+    operation_id = "approveSubdomainPlan",
+    params(ExecutionId),
+    request_body(content = PlanApproval, description = "The hash of the plan the caller read."),
+    responses(
+        (status = 202, description = "Approved; the execution goes on.", body = PlanApproved),
+        (status = 400, description = "`invalid_json` or `validation_error` (with `issues`).", body = Error),
+        (status = 403, description = "`forbidden`: the caller may not use the execution's workflow.", body = Error),
+        (status = 404, description = "`not_found`: no such execution.", body = Error),
+        (status = 409, description = "`state_invalid`: not waiting for approval, or `reason: stale_plan_hash`.", body = Error),
+        (status = 501, description = "Workflow orchestration is not configured.", body = Error),
+    ),
+    security(("bearer" = [])),
+)]
 async fn approve_plan(
     State(state): State<ApiState>,
     caller: Caller,
     Path(id): Path<String>,
     body: Bytes,
-) -> Result<Response, ApiError> {
+) -> Result<(StatusCode, Json<PlanApproved>), ApiError> {
     authorized(&state, &caller, &id, None).await?;
     let body: Value = serde_json::from_slice(&body).map_err(|e| {
         ApiError::bad_request("invalid_json", format!("the body is not valid JSON: {e}"))
@@ -326,12 +496,26 @@ async fn approve_plan(
     let execution = state.engine.approve(&id, hash, body.clone()).await?;
     Ok((
         StatusCode::ACCEPTED,
-        Json(json!({"execution": views::summary(&execution), "planHash": hash})),
-    )
-        .into_response())
+        Json(PlanApproved {
+            execution: views::summary(&execution),
+            plan_hash: hash.to_owned(),
+        }),
+    ))
 }
 
 /// `GET /v1/admin/simulator` (admin:read): the simulated cloud's whole state.
+#[utoipa::path(
+    get,
+    path = "/v1/admin/simulator",
+    tag = "admin",
+    operation_id = "getSimulatorState",
+    responses(
+        (status = 200, description = "The simulated cloud's state (see docs/simulator.md).", body = Object),
+        (status = 403, description = "`forbidden`: admin:read is missing.", body = Error),
+        (status = 501, description = "`not_configured`: this node does not run the simulated cloud.", body = Error),
+    ),
+    security(("bearer" = [])),
+)]
 async fn simulator(State(state): State<ApiState>, caller: Caller) -> Result<Json<Value>, ApiError> {
     caller
         .require(&state, "admin:read", "/v1/admin/simulator", None)
@@ -346,44 +530,76 @@ async fn simulator(State(state): State<ApiState>, caller: Caller) -> Result<Json
     cloud.snapshot().await.map(Json).map_err(ApiError::internal)
 }
 
-fn command_body(outcome: &CommandOutcome, operation: &str) -> Value {
-    let status = match outcome.command.as_ref().map(|c| c.status) {
-        Some(capstan_core::store::CommandStatus::Active) => "active",
-        _ => "queued",
-    };
-    json!({
-        "command": {"commandId": outcome.command.as_ref().map(|c| c.id.clone()), "operation": operation, "status": status},
-        "execution": views::summary(&outcome.execution),
-        "workflowRunId": outcome.execution.run_id,
-    })
+/// 200 `{execution}` or 202 `{command, execution, workflowRunId}`.
+#[derive(Debug)]
+enum RollbackResponse {
+    Immediate(ExecutionEnvelope),
+    Queued(CommandResponse),
 }
 
+impl axum::response::IntoResponse for RollbackResponse {
+    fn into_response(self) -> axum::response::Response {
+        match self {
+            Self::Immediate(b) => (StatusCode::OK, Json(b)).into_response(),
+            Self::Queued(b) => (StatusCode::ACCEPTED, Json(b)).into_response(),
+        }
+    }
+}
+
+/// `POST /v1/executions/{id}/rollback`.
+#[utoipa::path(
+    post,
+    path = "/v1/executions/{id}/rollback",
+    tag = "executions",
+    operation_id = "rollbackExecution",
+    params(ExecutionId),
+    responses(
+        (status = 200, description = "Rolled back at once (nothing to undo).", body = ExecutionEnvelope),
+        (status = 202, description = "A rollback command was queued.", body = CommandResponse),
+        (status = 403, description = "`forbidden`: the caller may not use the execution's workflow.", body = Error),
+        (status = 404, description = "`not_found`: no such execution.", body = Error),        (status = 409, description = "`state_invalid` (with `reason`): not valid in the execution's state.", body = Error),
+        (status = 501, description = "The operation is not configured on this node.", body = Error),
+    ),
+    security(("bearer" = [])),
+)]
 async fn rollback(
     State(state): State<ApiState>,
     caller: Caller,
     Path(id): Path<String>,
-) -> Result<Response, ApiError> {
+) -> Result<RollbackResponse, ApiError> {
     authorized(&state, &caller, &id, None).await?;
     let outcome = state.engine.rollback(&id).await?;
     if outcome.immediate {
-        return Ok((
-            StatusCode::OK,
-            Json(json!({"execution": views::summary(&outcome.execution)})),
-        )
-            .into_response());
+        return Ok(RollbackResponse::Immediate(ExecutionEnvelope {
+            execution: views::summary(&outcome.execution),
+        }));
     }
-    Ok((
-        StatusCode::ACCEPTED,
-        Json(command_body(&outcome, "rollback")),
-    )
-        .into_response())
+    Ok(RollbackResponse::Queued(views::command(
+        &outcome,
+        CommandOperation::Rollback,
+    )))
 }
 
+/// `POST /v1/executions/{id}/retry-finalization` (add-certificate and onboard-domain).
+#[utoipa::path(
+    post,
+    path = "/v1/executions/{id}/retry-finalization",
+    tag = "executions",
+    operation_id = "retryFinalization",
+    params(ExecutionId),
+    responses(
+        (status = 202, description = "A retry-finalization command was queued (or a pending one returned).", body = CommandResponse),
+        (status = 403, description = "`forbidden`: the caller may not use the execution's workflow.", body = Error),
+        (status = 404, description = "`not_found`: no such execution.", body = Error),        (status = 409, description = "`state_invalid` (with `reason`): not valid in the execution's state.", body = Error),
+        (status = 501, description = "The operation is not configured on this node.", body = Error),
+    ),
+    security(("bearer" = [])),
+)]
 async fn retry_finalization(
     State(state): State<ApiState>,
     caller: Caller,
     Path(id): Path<String>,
-) -> Result<Response, ApiError> {
+) -> Result<(StatusCode, Json<CommandResponse>), ApiError> {
     let execution = state
         .store_execution(&id)
         .await?
@@ -403,16 +619,34 @@ async fn retry_finalization(
         .await?;
     Ok((
         StatusCode::ACCEPTED,
-        Json(command_body(&outcome, "retry-finalization")),
-    )
-        .into_response())
+        Json(views::command(
+            &outcome,
+            CommandOperation::RetryFinalization,
+        )),
+    ))
 }
 
+/// `POST /v1/executions/{id}/retry-maps-whitelist` (onboard-domain).
+#[utoipa::path(
+    post,
+    path = "/v1/executions/{id}/retry-maps-whitelist",
+    tag = "executions",
+    operation_id = "retryMapsWhitelist",
+    params(ExecutionId),
+    responses(
+        (status = 202, description = "A retry-maps-whitelist command was queued (or a pending one returned).", body = CommandResponse),
+        (status = 403, description = "`forbidden`: `workflows:onboard-domain` is missing.", body = Error),
+        (status = 404, description = "`not_found`: no such execution.", body = Error),
+        (status = 409, description = "`state_invalid` (with `reason`): not valid in the execution's state.", body = Error),
+        (status = 501, description = "The operation is not configured on this node.", body = Error),
+    ),
+    security(("bearer" = [])),
+)]
 async fn retry_maps_whitelist(
     State(state): State<ApiState>,
     caller: Caller,
     Path(id): Path<String>,
-) -> Result<Response, ApiError> {
+) -> Result<(StatusCode, Json<CommandResponse>), ApiError> {
     let execution = authorized(&state, &caller, &id, Some("workflows:onboard-domain")).await?;
     let manual = execution
         .outcome_json
@@ -433,16 +667,35 @@ async fn retry_maps_whitelist(
         .await?;
     Ok((
         StatusCode::ACCEPTED,
-        Json(command_body(&outcome, "retry-maps-whitelist")),
-    )
-        .into_response())
+        Json(views::command(
+            &outcome,
+            CommandOperation::RetryMapsWhitelist,
+        )),
+    ))
 }
 
+/// `GET /v1/executions/{id}/events`: the execution's persisted events, in order.
+#[utoipa::path(
+    get,
+    path = "/v1/executions/{id}/events",
+    tag = "executions",
+    operation_id = "listExecutionEvents",
+    params(ExecutionId),
+    responses(
+        (status = 200, description = "The execution's events in order (JSON); with `Accept: text/event-stream`, a server-sent event feed of them.", content(
+            (EventList = "application/json"),
+            (String = "text/event-stream"),
+        )),
+        (status = 403, description = "`forbidden`: the caller may not use the execution's workflow.", body = Error),
+        (status = 404, description = "`not_found`: no such execution.", body = Error),
+    ),
+    security(("bearer" = [])),
+)]
 async fn events(
     State(state): State<ApiState>,
     caller: Caller,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<EventList>, ApiError> {
     authorized(&state, &caller, &id, None).await?;
     use capstan_core::store::EngineStore;
     let events = state
@@ -450,22 +703,9 @@ async fn events(
         .events(&id)
         .await
         .map_err(capstan_engine::EngineError::from)?;
-    Ok(Json(
-        json!({"events": events.iter().map(views::event).collect::<Vec<_>>()}),
-    ))
-}
-
-fn key_metadata(k: &capstan_store::auth::ApiKeyRecord) -> Value {
-    json!({
-        "apiKeyId": k.id,
-        "createdAt": views::rfc3339(k.created_ms),
-        "expiresAt": views::rfc3339(k.expires_ms),
-        "prefix": k.prefix,
-        "principalId": k.principal_id,
-        "pepperVersion": k.pepper_version,
-        "lastUsedAt": k.last_used_ms.map(views::rfc3339),
-        "revokedAt": k.revoked_ms.map(views::rfc3339),
-    })
+    Ok(Json(EventList {
+        events: events.iter().map(views::event).collect(),
+    }))
 }
 
 async fn own_or_manage(
@@ -485,12 +725,27 @@ async fn own_or_manage(
         .await
 }
 
+/// `POST /v1/principals/{principalId}/api-keys`: mints a key; the plaintext is returned once.
+#[utoipa::path(
+    post,
+    path = "/v1/principals/{principalId}/api-keys",
+    tag = "api-keys",
+    operation_id = "mintApiKey",
+    params(("principalId" = String, Path, description = "The key's principal (own, or any with principals:manage).")),
+    request_body(content = Option<MintApiKeyRequest>, description = "Optional; an empty body takes the default lifetime."),
+    responses(
+        (status = 201, description = "The new key; `plaintextToken` is shown only here.", body = MintedApiKeyEnvelope),
+        (status = 400, description = "`invalid_json` or `validation_error` (invalid principal id or body).", body = Error),
+        (status = 403, description = "`forbidden`: another principal's keys need principals:manage.", body = Error),
+    ),
+    security(("bearer" = [])),
+)]
 async fn mint(
     State(state): State<ApiState>,
     caller: Caller,
     Path(principal_id): Path<String>,
     body: Bytes,
-) -> Result<Response, ApiError> {
+) -> Result<(StatusCode, Json<MintedApiKeyEnvelope>), ApiError> {
     own_or_manage(&state, &caller, &principal_id).await?;
     let body: Value = if body.is_empty() {
         json!({})
@@ -502,9 +757,24 @@ async fn mint(
             )
         })?
     };
+    if !body.is_object() {
+        let mut e = ApiError::bad_request("validation_error", "The request body is invalid.");
+        e.issues = Some(vec![
+            json!({"path": "", "message": "the body must be a JSON object"}),
+        ]);
+        return Err(e);
+    }
+    // An integer in JSON Schema's sense: `30` or `30.0`.
+    let integer = |v: &Value| {
+        v.as_i64().or_else(|| {
+            v.as_f64()
+                .filter(|f| f.fract() == 0.0 && f.abs() < 1e15)
+                .map(|f| f as i64)
+        })
+    };
     let days = match body.get("expiresInDays") {
         None | Some(Value::Null) => None,
-        Some(v) => Some(v.as_i64().filter(|d| (1..=3650).contains(d)).ok_or_else(|| {
+        Some(v) => Some(integer(v).filter(|d| (1..=3650).contains(d)).ok_or_else(|| {
             let mut e = ApiError::bad_request("validation_error", "The request body is invalid.");
             e.issues = Some(vec![json!({"path": "/expiresInDays", "message": "must be an integer from 1 to 3650"})]);
             e
@@ -529,39 +799,62 @@ async fn mint(
     )
     .await
     .map_err(|e| ApiError::bad_request("validation_error", e.to_string()))?;
-    let k = &minted.record;
-    let body = json!({"apiKey": {
-        "apiKeyId": k.id,
-        "expiresAt": views::rfc3339(k.expires_ms),
-        "plaintextToken": minted.plaintext,
-        "prefix": k.prefix,
-        "principalId": k.principal_id,
-        "pepperVersion": k.pepper_version,
-    }});
-    Ok((StatusCode::CREATED, Json(body)).into_response())
+    Ok((
+        StatusCode::CREATED,
+        Json(MintedApiKeyEnvelope {
+            api_key: views::minted(&minted),
+        }),
+    ))
 }
 
+/// `GET /v1/principals/{principalId}/api-keys`: metadata only, never secrets.
+#[utoipa::path(
+    get,
+    path = "/v1/principals/{principalId}/api-keys",
+    tag = "api-keys",
+    operation_id = "listApiKeys",
+    params(("principalId" = String, Path, description = "The keys' principal (own, or any with principals:manage).")),
+    responses(
+        (status = 200, description = "The principal's keys.", body = ApiKeyList),
+        (status = 403, description = "`forbidden`: another principal's keys need principals:manage.", body = Error),
+    ),
+    security(("bearer" = [])),
+)]
 async fn list_keys(
     State(state): State<ApiState>,
     caller: Caller,
     Path(principal_id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ApiKeyList>, ApiError> {
     own_or_manage(&state, &caller, &principal_id).await?;
     let keys = state
         .store
         .api_keys_of(&principal_id)
         .await
         .map_err(ApiError::internal)?;
-    Ok(Json(
-        json!({"apiKeys": keys.iter().map(key_metadata).collect::<Vec<_>>()}),
-    ))
+    Ok(Json(ApiKeyList {
+        api_keys: keys.iter().map(views::key_metadata).collect(),
+    }))
 }
 
+/// `DELETE /v1/api-keys/{apiKeyId}` (principals:manage): effective for the next authentication.
+#[utoipa::path(
+    delete,
+    path = "/v1/api-keys/{apiKeyId}",
+    tag = "api-keys",
+    operation_id = "revokeApiKey",
+    params(("apiKeyId" = String, Path, description = "The key's id.")),
+    responses(
+        (status = 204, description = "Revoked."),
+        (status = 403, description = "`forbidden`: principals:manage is missing.", body = Error),
+        (status = 404, description = "`not_found`: no such key.", body = Error),
+    ),
+    security(("bearer" = [])),
+)]
 async fn revoke(
     State(state): State<ApiState>,
     caller: Caller,
     Path(id): Path<String>,
-) -> Result<Response, ApiError> {
+) -> Result<StatusCode, ApiError> {
     caller
         .require(
             &state,
@@ -578,14 +871,28 @@ async fn revoke(
     {
         return Err(ApiError::not_found(format!("API key {id} not found")));
     }
-    Ok(StatusCode::NO_CONTENT.into_response())
+    Ok(StatusCode::NO_CONTENT)
 }
 
+/// `GET /v1/audit-logs` (audit:read): authorization decisions, newest first.
+#[utoipa::path(
+    get,
+    path = "/v1/audit-logs",
+    tag = "audit",
+    operation_id = "listAuditLogs",
+    params(AuditQuery),
+    responses(
+        (status = 200, description = "The decisions, newest first.", body = AuditLogList),
+        (status = 400, description = "`invalid_filter`: an unknown parameter or an invalid value.", body = Error),
+        (status = 403, description = "`forbidden`: audit:read is missing.", body = Error),
+    ),
+    security(("bearer" = [])),
+)]
 async fn audit_logs(
     State(state): State<ApiState>,
     caller: Caller,
     Query(query): Query<HashMap<String, String>>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<AuditLogList>, ApiError> {
     caller
         .require(&state, "audit:read", "/v1/audit-logs", None)
         .await?;
@@ -631,12 +938,7 @@ async fn audit_logs(
         .audit(&filter)
         .await
         .map_err(ApiError::internal)?;
-    let logs: Vec<Value> = rows
-        .iter()
-        .map(|a| json!({
-            "id": a.id, "action": a.action, "at": views::rfc3339(a.at_ms), "method": a.method, "principalId": a.principal_id,
-            "resource": a.resource, "route": a.route, "result": a.result, "executionId": a.execution_id, "ip": a.ip, "userAgent": a.user_agent,
-        }))
-        .collect();
-    Ok(Json(json!({"auditLogs": logs})))
+    Ok(Json(AuditLogList {
+        audit_logs: rows.iter().map(views::audit_log).collect(),
+    }))
 }
