@@ -56,7 +56,11 @@ pub fn capstan(home: &Path) -> Command {
         .arg("--log-format")
         .arg("json")
         .env_remove("RUST_LOG")
-        .env("CAPSTAN_PEPPERS", "1:test-pepper-0123456789abcdef");
+        .env("CAPSTAN_PEPPERS", "1:test-pepper-0123456789abcdef")
+        .env(
+            "CAPSTAN_SECRET_KEYS",
+            "1:dGVzdC1zZWNyZXQta2V5LTAxMjM0NTY3ODlhYmNkZWY=",
+        );
     let config = home.join("capstan.toml");
     if config.is_file() {
         cmd.arg("--config").arg(config);

@@ -55,23 +55,98 @@ async fn every_route_requires_its_permission() {
     let victim_key = keys["apiKeys"][0]["apiKeyId"].as_str().unwrap().to_owned();
 
     let routes: Vec<(Method, String, &str, Option<Value>)> = vec![
-        (Method::POST, "/v1/workflows/hello".into(), "workflows:hello", Some(json!({"name": "x"}))),
-        (Method::GET, format!("/v1/executions/{id}"), "workflows:hello", None),
-        (Method::POST, format!("/v1/executions/{id}/cancel"), "workflows:hello", None),
-        (Method::POST, format!("/v1/executions/{id}/resume"), "workflows:hello", None),
-        (Method::POST, format!("/v1/executions/{id}/rollback"), "workflows:hello", None),
-        (Method::GET, format!("/v1/executions/{id}/events"), "workflows:hello", None),
-        (Method::GET, format!("/v1/executions/{id}/plan"), "workflows:hello", None),
-        (Method::POST, format!("/v1/executions/{id}/plan/approve"), "workflows:hello", Some(json!({"planHash": "0".repeat(64)}))),
-        (Method::POST, "/v1/principals/victim/api-keys".into(), "principals:manage", Some(json!({}))),
-        (Method::GET, "/v1/principals/victim/api-keys".into(), "principals:manage", None),
-        (Method::DELETE, format!("/v1/api-keys/{victim_key}"), "principals:manage", None),
+        (
+            Method::POST,
+            "/v1/workflows/hello".into(),
+            "workflows:hello",
+            Some(json!({"name": "x"})),
+        ),
+        (
+            Method::GET,
+            format!("/v1/executions/{id}"),
+            "workflows:hello",
+            None,
+        ),
+        (
+            Method::POST,
+            format!("/v1/executions/{id}/cancel"),
+            "workflows:hello",
+            None,
+        ),
+        (
+            Method::POST,
+            format!("/v1/executions/{id}/resume"),
+            "workflows:hello",
+            None,
+        ),
+        (
+            Method::POST,
+            format!("/v1/executions/{id}/rollback"),
+            "workflows:hello",
+            None,
+        ),
+        (
+            Method::GET,
+            format!("/v1/executions/{id}/events"),
+            "workflows:hello",
+            None,
+        ),
+        (
+            Method::GET,
+            format!("/v1/executions/{id}/plan"),
+            "workflows:hello",
+            None,
+        ),
+        (
+            Method::POST,
+            format!("/v1/executions/{id}/plan/approve"),
+            "workflows:hello",
+            Some(json!({"planHash": "0".repeat(64)})),
+        ),
+        (
+            Method::POST,
+            "/v1/principals/victim/api-keys".into(),
+            "principals:manage",
+            Some(json!({})),
+        ),
+        (
+            Method::GET,
+            "/v1/principals/victim/api-keys".into(),
+            "principals:manage",
+            None,
+        ),
+        (
+            Method::DELETE,
+            format!("/v1/api-keys/{victim_key}"),
+            "principals:manage",
+            None,
+        ),
         (Method::GET, "/v1/audit-logs".into(), "audit:read", None),
-        (Method::GET, "/v1/admin/simulator".into(), "admin:read", None),
+        (
+            Method::GET,
+            "/v1/admin/simulator".into(),
+            "admin:read",
+            None,
+        ),
         (Method::GET, "/v1/admin/proxy".into(), "admin:read", None),
-        (Method::GET, "/v1/admin/proxy/some/page".into(), "admin:read", None),
-        (Method::GET, "/v1/admin/event-versions/ExecutionQueued/1/usage".into(), "admin:read", None),
-        (Method::POST, "/v1/admin/event-versions/ExecutionQueued/1/archive".into(), "admin:write", Some(json!({"confirm": true}))),
+        (
+            Method::GET,
+            "/v1/admin/proxy/some/page".into(),
+            "admin:read",
+            None,
+        ),
+        (
+            Method::GET,
+            "/v1/admin/event-versions/ExecutionQueued/1/usage".into(),
+            "admin:read",
+            None,
+        ),
+        (
+            Method::POST,
+            "/v1/admin/event-versions/ExecutionQueued/1/archive".into(),
+            "admin:write",
+            Some(json!({"confirm": true})),
+        ),
     ];
     for (method, path, permission, body) in routes {
         let send = |key: &str| {
@@ -85,7 +160,11 @@ async fn every_route_requires_its_permission() {
             r.send()
         };
         let denied = send(&none).await.unwrap();
-        assert_eq!(denied.status(), StatusCode::FORBIDDEN, "{method} {path} without {permission}");
+        assert_eq!(
+            denied.status(),
+            StatusCode::FORBIDDEN,
+            "{method} {path} without {permission}"
+        );
         let body_denied: Value = denied.json().await.unwrap();
         assert_eq!(body_denied["error"], "forbidden");
         assert_eq!(
@@ -95,7 +174,10 @@ async fn every_route_requires_its_permission() {
         );
         let allowed = send(&all).await.unwrap();
         assert!(
-            !matches!(allowed.status(), StatusCode::FORBIDDEN | StatusCode::UNAUTHORIZED),
+            !matches!(
+                allowed.status(),
+                StatusCode::FORBIDDEN | StatusCode::UNAUTHORIZED
+            ),
             "{method} {path} with {permission}: {}",
             allowed.status()
         );
@@ -168,10 +250,16 @@ fn upstream() -> String {
             let line = text.lines().next().unwrap_or_default().to_owned();
             let principal = text
                 .lines()
-                .find_map(|l| l.to_ascii_lowercase().strip_prefix("x-capstan-principal: ").map(str::to_owned))
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("x-capstan-principal: ")
+                        .map(str::to_owned)
+                })
                 .unwrap_or_default();
             let auth = text.to_ascii_lowercase().contains("authorization:");
-            let body = json!({"requestLine": line, "principal": principal, "sawAuthorization": auth}).to_string();
+            let body =
+                json!({"requestLine": line, "principal": principal, "sawAuthorization": auth})
+                    .to_string();
             let _ = write!(
                 stream,
                 "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
@@ -200,16 +288,25 @@ async fn the_admin_proxy_forwards_gets_with_the_principal_or_answers_501() {
         .unwrap();
     assert_eq!(described["upstream"], format!("{up}/"));
     let r = c
-        .get(format!("{}/v1/admin/proxy/reports/daily?day=2026-11-22", server.base))
+        .get(format!(
+            "{}/v1/admin/proxy/reports/daily?day=2026-11-22",
+            server.base
+        ))
         .bearer_auth(&admin)
         .send()
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::OK);
     let echoed: Value = r.json().await.unwrap();
-    assert_eq!(echoed["requestLine"], "GET /dash/reports/daily?day=2026-11-22 HTTP/1.1");
+    assert_eq!(
+        echoed["requestLine"],
+        "GET /dash/reports/daily?day=2026-11-22 HTTP/1.1"
+    );
     assert_eq!(echoed["principal"], "admin");
-    assert_eq!(echoed["sawAuthorization"], false, "the caller's key stays with Capstan");
+    assert_eq!(
+        echoed["sawAuthorization"], false,
+        "the caller's key stays with Capstan"
+    );
     drop(server);
 
     let home = home_with(&[], "");

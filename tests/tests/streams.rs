@@ -53,10 +53,7 @@ async fn trigger(c: &Client, base: &str, key: &str, n: u32) -> String {
 
 #[tokio::test]
 async fn httpx_sse_reads_resumes_with_a_token_and_misses_nothing() {
-    let home = home(&[
-        "guest-fixtures/fixture-steps.wasm",
-        "workflows/hello.wasm",
-    ]);
+    let home = home(&["guest-fixtures/fixture-steps.wasm", "workflows/hello.wasm"]);
     let key = key_for(home.path(), "ops", &["workflows:fixture-steps"]);
     let hello_only = key_for(home.path(), "greeter", &["workflows:hello"]);
     let nobody = key_for(home.path(), "nobody", &[]);
@@ -68,19 +65,39 @@ async fn httpx_sse_reads_resumes_with_a_token_and_misses_nothing() {
     let status = |r: reqwest::Response| r.status();
     let get = |url: String, k: String| c.get(url).bearer_auth(k).send();
     assert_eq!(
-        status(get(format!("{base}/v1/streams/events?colour=blue"), key.clone()).await.unwrap()),
+        status(
+            get(format!("{base}/v1/streams/events?colour=blue"), key.clone())
+                .await
+                .unwrap()
+        ),
         StatusCode::BAD_REQUEST
     );
     assert_eq!(
-        status(get(format!("{base}/v1/streams/events?event=NoSuchThing.v1"), key.clone()).await.unwrap()),
+        status(
+            get(
+                format!("{base}/v1/streams/events?event=NoSuchThing.v1"),
+                key.clone()
+            )
+            .await
+            .unwrap()
+        ),
         StatusCode::BAD_REQUEST
     );
     assert_eq!(
-        status(get(format!("{base}/v1/streams/events"), nobody.clone()).await.unwrap()),
+        status(
+            get(format!("{base}/v1/streams/events"), nobody.clone())
+                .await
+                .unwrap()
+        ),
         StatusCode::FORBIDDEN
     );
     assert_eq!(
-        c.post(format!("{base}/v1/streams/token")).bearer_auth(&nobody).send().await.unwrap().status(),
+        c.post(format!("{base}/v1/streams/token"))
+            .bearer_auth(&nobody)
+            .send()
+            .await
+            .unwrap()
+            .status(),
         StatusCode::FORBIDDEN
     );
     let minted: Value = c
@@ -95,12 +112,21 @@ async fn httpx_sse_reads_resumes_with_a_token_and_misses_nothing() {
     assert_eq!(minted["expiresIn"], 300);
     let token = minted["token"].as_str().unwrap();
     assert_eq!(
-        c.get(format!("{base}/v1/executions")).bearer_auth(token).send().await.unwrap().status(),
+        c.get(format!("{base}/v1/executions"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
+            .status(),
         StatusCode::UNAUTHORIZED,
         "a stream token authenticates nothing but the stream"
     );
     assert_eq!(
-        c.get(format!("{base}/v1/streams/events?token=cst_forged")).send().await.unwrap().status(),
+        c.get(format!("{base}/v1/streams/events?token=cst_forged"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
         StatusCode::UNAUTHORIZED
     );
 
@@ -150,19 +176,32 @@ async fn httpx_sse_reads_resumes_with_a_token_and_misses_nothing() {
         .collect();
     let expected: Vec<&Value> = events_a.iter().chain(events_b.iter()).collect();
     assert_eq!(
-        received.iter().map(|e| e["eventId"].clone()).collect::<Vec<_>>(),
-        expected.iter().map(|e| e["eventId"].clone()).collect::<Vec<_>>(),
+        received
+            .iter()
+            .map(|e| e["eventId"].clone())
+            .collect::<Vec<_>>(),
+        expected
+            .iter()
+            .map(|e| e["eventId"].clone())
+            .collect::<Vec<_>>(),
         "the union of both connections is every event, in order, once"
     );
     let ids: Vec<i64> = received
         .iter()
         .map(|e| e["id"].as_str().unwrap().parse().unwrap())
         .collect();
-    assert!(ids.windows(2).all(|w| w[0] < w[1]), "cursors increase: {ids:?}");
+    assert!(
+        ids.windows(2).all(|w| w[0] < w[1]),
+        "cursors increase: {ids:?}"
+    );
     for (r, e) in received.iter().zip(&expected) {
         assert_eq!(
             r["event"],
-            format!("{}.v{}", e["eventType"].as_str().unwrap(), e["eventVersion"].as_str().unwrap())
+            format!(
+                "{}.v{}",
+                e["eventType"].as_str().unwrap(),
+                e["eventVersion"].as_str().unwrap()
+            )
         );
     }
 }
@@ -207,5 +246,75 @@ async fn an_unknown_cursor_gets_a_resync_event_and_capacity_is_bounded() {
         .send()
         .await
         .unwrap();
-    assert_eq!(third.status(), StatusCode::OK, "a closed stream frees its slot");
+    assert_eq!(
+        third.status(),
+        StatusCode::OK,
+        "a closed stream frees its slot"
+    );
+}
+
+#[tokio::test]
+async fn an_execution_streams_its_events_from_the_first_when_asked_for_event_stream() {
+    let home = home(&["guest-fixtures/fixture-steps.wasm"]);
+    let key = key_for(home.path(), "ops", &["workflows:fixture-steps"]);
+    let server = Server::start(home.path());
+    let base = server.base.clone();
+    let c = Client::new();
+    let id = trigger(&c, &base, &key, 7).await;
+    let events = finish(&c, &base, &key, &id).await;
+    let mut r = c
+        .get(format!("{base}/v1/executions/{id}/events"))
+        .bearer_auth(&key)
+        .header("Accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert!(
+        r.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    let mut text = String::new();
+    while text.matches("\nevent: ").count() + usize::from(text.starts_with("event: "))
+        < events.len()
+    {
+        let chunk = tokio::time::timeout(Duration::from_secs(10), r.chunk())
+            .await
+            .expect("the stream goes quiet before every event arrived")
+            .unwrap()
+            .unwrap();
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    for e in &events {
+        assert!(text.contains(e["eventId"].as_str().unwrap()), "{text}");
+    }
+    // Resuming after the third event gives the rest only.
+    let third: i64 = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("id: "))
+        .nth(2)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut r = c
+        .get(format!("{base}/v1/executions/{id}/events"))
+        .bearer_auth(&key)
+        .header("Accept", "text/event-stream")
+        .header("Last-Event-ID", third.to_string())
+        .send()
+        .await
+        .unwrap();
+    let mut rest = String::new();
+    while !rest.contains(events.last().unwrap()["eventId"].as_str().unwrap()) {
+        let chunk = r.chunk().await.unwrap().unwrap();
+        rest.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    for e in &events[..3] {
+        assert!(
+            !rest.contains(e["eventId"].as_str().unwrap()),
+            "no duplicate after resume"
+        );
+    }
 }

@@ -78,7 +78,12 @@ async fn forward(
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
     caller
-        .require(&state, "admin:read", &format!("/v1/admin/proxy/{path}"), None)
+        .require(
+            &state,
+            "admin:read",
+            &format!("/v1/admin/proxy/{path}"),
+            None,
+        )
         .await?;
     let proxy = configured(&state)?;
     if path.split('/').any(|segment| segment == "..") {
@@ -118,7 +123,5 @@ async fn forward(
     if let Some(ct) = content_type {
         response = response.header(header::CONTENT_TYPE, ct);
     }
-    response
-        .body(Body::from(bytes))
-        .map_err(ApiError::internal)
+    response.body(Body::from(bytes)).map_err(ApiError::internal)
 }

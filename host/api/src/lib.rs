@@ -20,6 +20,7 @@ pub mod ratelimit;
 pub mod streams;
 pub mod v1;
 pub mod views;
+pub mod webhooks;
 
 use capstan_core::Clock;
 use capstan_engine::Engine;
@@ -53,6 +54,8 @@ pub struct ApiState {
     pub admin_proxy: Option<admin::AdminProxy>,
     /// Bounded SSE connections.
     pub streams: Arc<streams::StreamCapacity>,
+    /// Webhook keyring, URL policy and retry schedule.
+    pub webhooks: Arc<webhooks::WebhookConfig>,
 }
 
 impl ApiState {

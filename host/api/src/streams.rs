@@ -36,13 +36,21 @@ pub const TOKEN_LIFETIME_SECONDS: i64 = 300;
 /// How often a stream looks for events committed elsewhere (other nodes) when nothing woke it.
 const POLL: Duration = Duration::from_millis(500);
 
-/// Open SSE connections, bounded.
+/// Open SSE connections, bounded; closed all at once when the server shuts down.
 #[derive(Debug)]
-pub struct StreamCapacity(Arc<Semaphore>);
+pub struct StreamCapacity(Arc<Semaphore>, tokio::sync::watch::Sender<bool>);
 
 impl StreamCapacity {
     pub fn new(connections: usize) -> Self {
-        Self(Arc::new(Semaphore::new(connections)))
+        Self(
+            Arc::new(Semaphore::new(connections)),
+            tokio::sync::watch::Sender::new(false),
+        )
+    }
+
+    /// Ends every open stream (shutdown).
+    pub fn close(&self) {
+        self.1.send_replace(true);
     }
 }
 
@@ -58,7 +66,11 @@ fn token_hash(token: &str) -> String {
 }
 
 /// The caller's workflow entitlements, or 403 when there are none.
-async fn require_workflows(state: &ApiState, caller: &Caller, resource: &str) -> Result<Vec<String>, ApiError> {
+async fn require_workflows(
+    state: &ApiState,
+    caller: &Caller,
+    resource: &str,
+) -> Result<Vec<String>, ApiError> {
     let workflows = caller.workflows();
     caller
         .audit(state, "workflows:*", resource, None, !workflows.is_empty())
@@ -70,7 +82,10 @@ async fn require_workflows(state: &ApiState, caller: &Caller, resource: &str) ->
 }
 
 /// `POST /v1/streams/token`.
-async fn mint_token(State(state): State<ApiState>, caller: Caller) -> Result<Json<serde_json::Value>, ApiError> {
+async fn mint_token(
+    State(state): State<ApiState>,
+    caller: Caller,
+) -> Result<Json<serde_json::Value>, ApiError> {
     require_workflows(&state, &caller, "/v1/streams/token").await?;
     let token = format!(
         "cst_{}{}",
@@ -88,7 +103,9 @@ async fn mint_token(State(state): State<ApiState>, caller: Caller) -> Result<Jso
         )
         .await
         .map_err(ApiError::internal)?;
-    Ok(Json(json!({"expiresIn": TOKEN_LIFETIME_SECONDS, "token": token})))
+    Ok(Json(
+        json!({"expiresIn": TOKEN_LIFETIME_SECONDS, "token": token}),
+    ))
 }
 
 fn invalid_filter(message: impl Into<String>) -> ApiError {
@@ -96,7 +113,10 @@ fn invalid_filter(message: impl Into<String>) -> ApiError {
 }
 
 /// `GET /v1/streams/events`.
-async fn stream_events(State(state): State<ApiState>, request: Request) -> Result<Response, ApiError> {
+async fn stream_events(
+    State(state): State<ApiState>,
+    request: Request,
+) -> Result<Response, ApiError> {
     let (mut parts, _) = request.into_parts();
     let axum::extract::Query(query) =
         axum::extract::Query::<Vec<(String, String)>>::try_from_uri(&parts.uri)
@@ -110,10 +130,14 @@ async fn stream_events(State(state): State<ApiState>, request: Request) -> Resul
             "event" => {
                 for name in value.split(',').map(str::trim).filter(|n| !n.is_empty()) {
                     let Some((ty, version)) = capstan_engine::catalog::parse_name(name) else {
-                        return Err(invalid_filter(format!("`{name}` is not of the form <EventType>.v<N>")));
+                        return Err(invalid_filter(format!(
+                            "`{name}` is not of the form <EventType>.v<N>"
+                        )));
                     };
                     if capstan_engine::catalog::find(ty, version).is_none() {
-                        return Err(invalid_filter(format!("`{name}` is not in the event catalog (GET /v1/events/catalog)")));
+                        return Err(invalid_filter(format!(
+                            "`{name}` is not in the event catalog (GET /v1/events/catalog)"
+                        )));
                     }
                     filter.events.push((ty.to_owned(), version.to_owned()));
                 }
@@ -148,7 +172,10 @@ async fn stream_events(State(state): State<ApiState>, request: Request) -> Resul
     filter.workflows = if wanted_workflows.is_empty() {
         entitled
     } else {
-        wanted_workflows.into_iter().filter(|w| entitled.contains(w)).collect()
+        wanted_workflows
+            .into_iter()
+            .filter(|w| entitled.contains(w))
+            .collect()
     };
     let cursor = cursor.or_else(|| {
         parts
@@ -181,6 +208,7 @@ struct Cursor {
     after: i64,
     pending: VecDeque<Event>,
     wake: tokio::sync::watch::Receiver<u64>,
+    closing: tokio::sync::watch::Receiver<bool>,
     first: bool,
     _permit: OwnedSemaphorePermit,
 }
@@ -198,7 +226,11 @@ async fn open(
             "every stream connection of this node is in use; retry later",
         )
     })?;
-    let last = state.store.last_event_seq().await.map_err(ApiError::internal)?;
+    let last = state
+        .store
+        .last_event_seq()
+        .await
+        .map_err(ApiError::internal)?;
     let mut pending = VecDeque::new();
     let after = match cursor.as_deref().map(str::trim) {
         None | Some("") => {
@@ -221,17 +253,22 @@ async fn open(
         },
     };
     let wake = state.store.subscribe_events();
+    let state_closing = state.streams.1.subscribe();
     let cursor = Cursor {
         state,
         filter,
         after,
         pending,
         wake,
+        closing: state_closing,
         first: true,
         _permit: permit,
     };
     let stream = futures_util::stream::unfold(cursor, |mut c| async move {
         loop {
+            if *c.closing.borrow() {
+                return None;
+            }
             if let Some(mut event) = c.pending.pop_front() {
                 if c.first {
                     event = event.retry(Duration::from_secs(3));
@@ -253,7 +290,11 @@ async fn open(
                     }
                 }
                 Ok(_) => {
-                    let _ = tokio::time::timeout(POLL, c.wake.changed()).await;
+                    tokio::select! {
+                        _ = c.wake.changed() => {}
+                        _ = c.closing.changed() => {}
+                        () = tokio::time::sleep(POLL) => {}
+                    }
                 }
                 Err(error) => {
                     tracing::warn!(%error, "stream could not read the outbox; retrying");
@@ -263,6 +304,10 @@ async fn open(
         }
     });
     Ok(Sse::new(stream)
-        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)).text("keepalive"))
+        .keep_alive(
+            KeepAlive::new()
+                .interval(Duration::from_secs(15))
+                .text("keepalive"),
+        )
         .into_response())
 }

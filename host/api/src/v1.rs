@@ -14,6 +14,7 @@ use crate::views::{
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
 use capstan_core::execution::ExecutionStatus;
 use capstan_core::store::{ExecutionFilter, ExecutionRecord};
@@ -695,8 +696,20 @@ async fn events(
     State(state): State<ApiState>,
     caller: Caller,
     Path(id): Path<String>,
-) -> Result<Json<EventList>, ApiError> {
-    authorized(&state, &caller, &id, None).await?;
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let execution = authorized(&state, &caller, &id, None).await?;
+    let wants_stream = headers
+        .get(axum::http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("text/event-stream"));
+    if wants_stream {
+        let last = headers
+            .get("last-event-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        return crate::streams::execution_stream(state, execution.workflow, id, last).await;
+    }
     use capstan_core::store::EngineStore;
     let events = state
         .store
@@ -705,7 +718,8 @@ async fn events(
         .map_err(capstan_engine::EngineError::from)?;
     Ok(Json(EventList {
         events: events.iter().map(views::event).collect(),
-    }))
+    })
+    .into_response())
 }
 
 async fn own_or_manage(

@@ -85,6 +85,36 @@ pub struct Settings {
     pub admin_proxy_upstream: Option<String>,
     /// Open SSE connections this node accepts; one more is answered 503.
     pub stream_connections: usize,
+    /// Outbound webhooks.
+    pub webhooks: WebhookSettings,
+}
+
+/// `[webhooks]`: delivery behaviour. The two `allow_*` switches exist for tests against a local
+/// receiver and are off by default; production never needs them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WebhookSettings {
+    /// Delay before each retry, milliseconds (its length bounds the attempts: one more).
+    pub retry_schedule_ms: Vec<i64>,
+    pub timeout_ms: u64,
+    /// Accept loopback callback addresses (tests only).
+    pub allow_loopback: bool,
+    /// Accept http:// callbacks (tests only).
+    pub allow_http: bool,
+    /// A CA certificate (PEM file) trusted for callbacks besides the web PKI (tests only).
+    pub extra_root_ca: Option<PathBuf>,
+}
+
+impl Default for WebhookSettings {
+    fn default() -> Self {
+        Self {
+            retry_schedule_ms: capstan_api::webhooks::DEFAULT_SCHEDULE_MS.to_vec(),
+            timeout_ms: 10_000,
+            allow_loopback: false,
+            allow_http: false,
+            extra_root_ca: None,
+        }
+    }
 }
 
 /// A principal's permissions from the config (grants made with `capstan principals grant` add to them).
@@ -117,6 +147,7 @@ impl Default for Settings {
             rate_limit: capstan_api::ratelimit::RateLimit::default(),
             admin_proxy_upstream: None,
             stream_connections: 1_000,
+            webhooks: WebhookSettings::default(),
         }
     }
 }
@@ -182,7 +213,7 @@ pub struct Overrides {
 }
 
 /// Keys the environment may set (`CAPSTAN_<KEY>`); other `CAPSTAN_*` variables are not settings.
-const ENV_KEYS: [&str; 17] = [
+const ENV_KEYS: [&str; 18] = [
     "listen",
     "sandbox_listen",
     "database",
@@ -200,6 +231,7 @@ const ENV_KEYS: [&str; 17] = [
     "rate_limit",
     "admin_proxy_upstream",
     "stream_connections",
+    "webhooks",
 ];
 
 impl Settings {

@@ -30,6 +30,15 @@ pub struct App {
     pub api: ApiState,
 }
 
+/// The at-rest keyring for webhook secrets: `CAPSTAN_SECRET_KEYS` (`1:<base64 of 32 bytes>,...`).
+/// Required.
+pub fn secret_keys() -> anyhow::Result<capstan_api::webhooks::secrets::Keyring> {
+    let text = std::env::var("CAPSTAN_SECRET_KEYS").map_err(|_| {
+        anyhow::anyhow!("CAPSTAN_SECRET_KEYS is not set: webhook secrets cannot be encrypted at rest without a key (e.g. CAPSTAN_SECRET_KEYS=\"1:$(head -c32 /dev/urandom | base64)\")")
+    })?;
+    Ok(capstan_api::webhooks::secrets::Keyring::parse(&text)?)
+}
+
 /// The peppers for API keys: `CAPSTAN_PEPPERS` (`1:<secret>,2:<secret>`). Required.
 pub fn peppers() -> anyhow::Result<Peppers> {
     let text = std::env::var("CAPSTAN_PEPPERS").map_err(|_| {
@@ -42,6 +51,7 @@ impl App {
     /// Opens the store (migrating it), loads the workflows directory, and builds the engine on the
     /// simulated cloud.
     pub async fn start(settings: &Settings, peppers: Peppers) -> anyhow::Result<Self> {
+        let keyring = secret_keys()?;
         let store = Store::open(&settings.database).await?;
         let registry = Arc::new(Registry::load(settings).await?);
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
@@ -93,6 +103,21 @@ impl App {
             streams: Arc::new(capstan_api::streams::StreamCapacity::new(
                 settings.stream_connections,
             )),
+            webhooks: Arc::new(capstan_api::webhooks::WebhookConfig {
+                keyring,
+                policy: capstan_api::webhooks::safety::UrlPolicy {
+                    allow_loopback: settings.webhooks.allow_loopback,
+                    allow_http: settings.webhooks.allow_http,
+                },
+                extra_root_pem: settings
+                    .webhooks
+                    .extra_root_ca
+                    .as_ref()
+                    .map(std::fs::read)
+                    .transpose()?,
+                schedule_ms: settings.webhooks.retry_schedule_ms.clone(),
+                timeout_ms: settings.webhooks.timeout_ms,
+            }),
         };
         Ok(Self {
             store,
@@ -116,6 +141,7 @@ pub fn router(app: App) -> Router {
     let catalog = capstan_api::events_catalog::router(app.api.clone());
     let admin = capstan_api::admin::router(app.api.clone());
     let streams = capstan_api::streams::router(app.api.clone());
+    let subscriptions = capstan_api::webhooks::router(app.api.clone());
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
@@ -124,6 +150,7 @@ pub fn router(app: App) -> Router {
         .merge(catalog)
         .merge(admin)
         .merge(streams)
+        .merge(subscriptions)
         .fallback(|| async { error_response(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .method_not_allowed_fallback(|| async {
             error_response(
@@ -184,6 +211,11 @@ pub async fn serve(
     );
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let workers = app.api.engine.spawn_workers(stop_rx.clone());
+    let webhooks = tokio::spawn(capstan_api::webhooks::delivery::run(
+        app.api.clone(),
+        stop_rx.clone(),
+    ));
+    let streams = app.api.streams.clone();
     let mut stop_main = stop_rx.clone();
     let mut stop_sandbox = stop_rx;
     let main = axum::serve(
@@ -206,11 +238,14 @@ pub async fn serve(
         shutdown.await;
         tracing::info!("shutting down: draining in-flight requests");
         let _ = stop_tx.send(true);
+        // Open event streams end so the listeners can drain.
+        streams.close();
     });
     let (a, b) = tokio::join!(main, sandbox);
     for worker in workers {
         let _ = worker.await;
     }
+    let _ = webhooks.await;
     a?;
     b?;
     tracing::info!("stopped");

@@ -10,6 +10,7 @@ pub mod auth;
 mod engine;
 pub mod event_versions;
 pub mod streams;
+pub mod subscriptions;
 
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use std::str::FromStr;

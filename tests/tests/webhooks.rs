@@ -1,0 +1,399 @@
+//! Webhook subscriptions end to end: a Python receiver verifies every delivery with PyPI
+//! `standardwebhooks`; it answers 500, then 429 with Retry-After, then 200, and the attempts are
+//! recorded; a secret rotation signs with both secrets; a redelivery repeats the webhook id; 410
+//! disables; bad input is refused with the subscription error shape and changes nothing.
+//! (The test config allows a loopback http receiver — settings that are off by default.)
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use capstan_e2e::{Server, home_with, key_for, repo};
+use reqwest::{Client, StatusCode};
+use serde_json::{Value, json};
+use std::io::BufRead;
+use std::time::Duration;
+
+const OLD: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+const NEW: &str = "whsec_c2Vjb25kLXNlY3JldC1mb3ItY2Fwc3Rhbi10ZXN0cw==";
+
+struct Receiver {
+    child: std::process::Child,
+    port: u16,
+    log: std::path::PathBuf,
+}
+
+impl Receiver {
+    fn start(dir: &std::path::Path, script: &str) -> Self {
+        let log = dir.join("received.jsonl");
+        let mut child = std::process::Command::new("python3")
+            .arg(repo().join("tests/clients/webhook_receiver.py"))
+            .arg(&log)
+            .arg(script)
+            .args([OLD, NEW])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3 with standardwebhooks (just setup installs it)");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        Self {
+            child,
+            port: line.trim().parse().unwrap(),
+            log,
+        }
+    }
+
+    fn received(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    async fn until(&self, what: &str, ok: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+        for _ in 0..400 {
+            let got = self.received();
+            if ok(&got) {
+                return got;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("receiver never saw {what}: {:#?}", self.received());
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test]
+async fn deliveries_are_signed_retried_in_order_rotated_redelivered_and_410_disables() {
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = Receiver::start(dir.path(), "500,429:1");
+    let home = home_with(
+        &["guest-fixtures/fixture-steps.wasm"],
+        "[grants]\nfixture-steps = [\"dns\", \"convergence\"]\n[simulator]\ndns_propagation_ms = 0\n[webhooks]\nallow_loopback = true\nallow_http = true\nretry_schedule_ms = [100, 100, 100]\ntimeout_ms = 2000\n",
+    );
+    let key = key_for(
+        home.path(),
+        "ops",
+        &["workflows:fixture-steps", "subscriptions:manage"],
+    );
+    let other = key_for(home.path(), "other", &["subscriptions:manage"]);
+    let server = Server::start(home.path());
+    let base = server.base.clone();
+    let c = Client::new();
+    let hook = format!("http://127.0.0.1:{}/hook", receiver.port);
+
+    // Bad input: the subscription error shape, nothing created.
+    for (body, field) in [
+        (
+            json!({"events": ["ExecutionSucceeded.v1"], "secret": OLD, "url": "ftp://example.com/x"}),
+            "/url",
+        ),
+        (
+            json!({"events": ["ExecutionSucceeded.v1"], "secret": OLD, "url": "http://10.1.2.3/x"}),
+            "/url",
+        ),
+        (
+            json!({"events": ["ExecutionSucceeded.v1"], "secret": OLD, "url": "http://169.254.169.254/latest"}),
+            "/url",
+        ),
+        (
+            json!({"events": ["NoSuchEvent.v1"], "secret": OLD, "url": hook}),
+            "/events/0",
+        ),
+        (json!({"events": [], "secret": OLD, "url": hook}), "/events"),
+        (
+            json!({"events": ["ExecutionSucceeded.v1"], "secret": "", "url": hook}),
+            "/secret",
+        ),
+    ] {
+        let r = c
+            .post(format!("{base}/v1/subscriptions"))
+            .bearer_auth(&key)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{body}");
+        let e: Value = r.json().await.unwrap();
+        assert_eq!(e["error"], "validation_error");
+        assert!(
+            e["issues"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|i| i["path"] == field),
+            "{body}: {e}"
+        );
+    }
+    let none: Value = c
+        .get(format!("{base}/v1/subscriptions"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(none["subscriptions"], json!([]));
+
+    let created = c
+        .post(format!("{base}/v1/subscriptions"))
+        .bearer_auth(&key)
+        .json(&json!({"events": ["ExecutionQueued.v1", "ExecutionSucceeded.v1"], "secret": OLD, "url": hook}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), StatusCode::CREATED);
+    let sub = created.json::<Value>().await.unwrap()["subscription"].clone();
+    let mut fields: Vec<&String> = sub.as_object().unwrap().keys().collect();
+    fields.sort();
+    assert_eq!(
+        fields,
+        [
+            "active",
+            "createdAt",
+            "events",
+            "health",
+            "id",
+            "kmsKeyId",
+            "ownerPrincipalId",
+            "url"
+        ],
+        "no secret material is ever returned"
+    );
+    assert_eq!(sub["kmsKeyId"], "local:1");
+    let id = sub["id"].as_str().unwrap().to_owned();
+    // Owner only.
+    assert_eq!(
+        c.get(format!("{base}/v1/subscriptions/{id}"))
+            .bearer_auth(&other)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::NOT_FOUND
+    );
+    let r = c
+        .patch(format!("{base}/v1/subscriptions/{id}"))
+        .bearer_auth(&key)
+        .json(&json!({"url": "http://x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        r.status(),
+        StatusCode::BAD_REQUEST,
+        "neither active nor events, and url cannot change"
+    );
+
+    // One execution: ExecutionQueued is answered 500, 429 (Retry-After 1 s), 200; then
+    // ExecutionSucceeded — never before its predecessor.
+    let trigger = |n: u32| {
+        c.post(format!("{base}/v1/workflows/fixture-steps"))
+            .bearer_auth(&key)
+            .header("Idempotency-Key", format!("wh-{n}"))
+            .json(&json!({"zone": "ZEXAMPLE-COM", "stages": 1}))
+            .send()
+    };
+    let exec: Value = trigger(1).await.unwrap().json().await.unwrap();
+    let exec = exec["executionId"].as_str().unwrap().to_owned();
+    let got = receiver
+        .until("two accepted events", |r| {
+            r.iter().filter(|e| e["answered"] == 200).count() >= 2
+        })
+        .await;
+    let types: Vec<(&str, i64)> = got
+        .iter()
+        .map(|e| {
+            (
+                e["eventType"].as_str().unwrap(),
+                e["answered"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        types[..4],
+        [
+            ("ExecutionQueued", 500),
+            ("ExecutionQueued", 429),
+            ("ExecutionQueued", 200),
+            ("ExecutionSucceeded", 200)
+        ]
+    );
+    for e in &got {
+        assert_eq!(
+            e["verifiedWith"],
+            json!([0]),
+            "standardwebhooks verifies with the secret: {e}"
+        );
+        assert_eq!(
+            e["webhookId"], e["eventId"],
+            "webhook-id is the event id, stable across retries"
+        );
+        assert_eq!(e["executionId"], exec.as_str());
+    }
+    let deliveries: Value = c
+        .get(format!("{base}/v1/subscriptions/{id}/deliveries?limit=10"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let queued_event = got[0]["eventId"].clone();
+    let mut attempts: Vec<(i64, String, Value)> = deliveries["deliveries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["eventId"] == queued_event)
+        .map(|d| {
+            (
+                d["attempt"].as_i64().unwrap(),
+                d["status"].as_str().unwrap().to_owned(),
+                d["responseCode"].clone(),
+            )
+        })
+        .collect();
+    attempts.sort_by_key(|a| a.0);
+    assert_eq!(
+        attempts,
+        [
+            (1, "failed".into(), json!(500)),
+            (2, "failed".into(), json!(429)),
+            (3, "succeeded".into(), json!(200))
+        ]
+    );
+    let bad_limit = c
+        .get(format!("{base}/v1/subscriptions/{id}/deliveries?limit=0"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad_limit.status(), StatusCode::BAD_REQUEST);
+
+    // Rotation: the next deliveries carry both signatures; each verifies.
+    let rotated = c
+        .post(format!("{base}/v1/subscriptions/{id}/secret"))
+        .bearer_auth(&key)
+        .json(&json!({"secret": NEW}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(rotated.status(), StatusCode::OK);
+    assert!(
+        rotated.json::<Value>().await.unwrap()["subscription"]
+            .get("secret")
+            .is_none()
+    );
+    trigger(2).await.unwrap();
+    let got = receiver
+        .until("events after the rotation", |r| {
+            r.iter().filter(|e| e["answered"] == 200).count() >= 4
+        })
+        .await;
+    let after: Vec<&Value> = got
+        .iter()
+        .filter(|e| e["answered"] == 200)
+        .skip(2)
+        .collect();
+    for e in after {
+        assert_eq!(e["signatures"], 2, "{e}");
+        assert_eq!(
+            e["verifiedWith"],
+            json!([0, 1]),
+            "old and new secret both verify: {e}"
+        );
+    }
+
+    // Redelivery: a new attempt with the same webhook id.
+    let r = c
+        .post(format!(
+            "{base}/v1/subscriptions/{id}/redeliver/{}",
+            queued_event.as_str().unwrap()
+        ))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    let d = r.json::<Value>().await.unwrap()["delivery"].clone();
+    assert_eq!(d["status"], "pending");
+    assert_eq!(d["attempt"], 4);
+    receiver
+        .until("the redelivery", |r| {
+            r.iter()
+                .filter(|e| e["eventId"] == queued_event && e["answered"] == 200)
+                .count()
+                == 2
+        })
+        .await;
+    assert_eq!(
+        c.post(format!("{base}/v1/subscriptions/{id}/redeliver/nope"))
+            .bearer_auth(&key)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::NOT_FOUND
+    );
+
+    // 410 Gone disables the subscription; its history is kept.
+    let gone: Value = c
+        .post(format!("{base}/v1/subscriptions"))
+        .bearer_auth(&key)
+        .json(&json!({"events": ["ExecutionQueued.v1"], "secret": OLD, "url": format!("http://127.0.0.1:{}/gone", receiver.port)}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let gone_id = gone["subscription"]["id"].as_str().unwrap().to_owned();
+    trigger(3).await.unwrap();
+    receiver
+        .until("the 410", |r| r.iter().any(|e| e["answered"] == 410))
+        .await;
+    let mut state = Value::Null;
+    for _ in 0..100 {
+        state = c
+            .get(format!("{base}/v1/subscriptions/{gone_id}"))
+            .bearer_auth(&key)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap_or(Value::Null);
+        if state.is_null() || state["subscription"]["active"] == false {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(state["subscription"]["active"], false, "{state}");
+    assert_eq!(state["subscription"]["health"], "disabled");
+
+    // Delete: 204, gone from the list.
+    let r = c
+        .delete(format!("{base}/v1/subscriptions/{id}"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    assert_eq!(
+        c.get(format!("{base}/v1/subscriptions/{id}"))
+            .bearer_auth(&key)
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::NOT_FOUND
+    );
+}
