@@ -115,7 +115,12 @@ pub fn document() -> &'static Value {
 /// The `OpenApi` of routers merged beside `v1::router` (see the module docs). Add the admin
 /// proxy's here when `admin.rs` lands.
 pub fn other_routers() -> Vec<Document> {
-    vec![catalog::openapi(), admin::openapi(), streams::openapi()]
+    vec![
+        catalog::openapi(),
+        admin::openapi(),
+        streams::openapi(),
+        subscriptions::openapi(),
+    ]
 }
 
 /// The document of the `/v1` router plus `extra` (the `OpenApi` of other routers), as JSON.
@@ -511,6 +516,157 @@ pub mod streams {
 
     pub fn openapi() -> utoipa::openapi::OpenApi {
         Streams::openapi()
+    }
+}
+
+/// Webhook subscriptions (`webhooks/mod.rs`, merged in serve.rs). Their handlers build JSON with
+/// `subscription_view` / `delivery_view`; these types document exactly those shapes.
+pub mod subscriptions {
+    use crate::views::Error;
+    use serde::Serialize;
+    use utoipa::{OpenApi, ToSchema};
+
+    /// A webhook subscription. Secret material is never returned.
+    #[derive(Debug, Serialize, ToSchema)]
+    #[serde(rename_all = "camelCase")]
+    pub struct Subscription {
+        pub id: String,
+        pub owner_principal_id: String,
+        pub url: String,
+        /// The keyring version that seals the secret (`local:<N>`).
+        pub kms_key_id: String,
+        pub created_at: String,
+        /// `healthy`, `degraded`, `failing` or `disabled`.
+        pub health: String,
+        pub active: bool,
+        pub events: Vec<String>,
+    }
+
+    /// One delivery attempt.
+    #[derive(Debug, Serialize, ToSchema)]
+    #[serde(rename_all = "camelCase")]
+    pub struct SubscriptionDelivery {
+        pub id: String,
+        pub subscription_id: String,
+        pub event_id: String,
+        pub attempt: i64,
+        /// `pending`, `succeeded`, `failed` or `exhausted`.
+        pub status: String,
+        pub dispatched_at: Option<String>,
+        pub last_error: Option<String>,
+        pub next_attempt_at: Option<String>,
+        pub response_code: Option<i64>,
+    }
+
+    #[derive(Debug, Serialize, ToSchema)]
+    pub struct SubscriptionEnvelope {
+        pub subscription: Subscription,
+    }
+    #[derive(Debug, Serialize, ToSchema)]
+    pub struct SubscriptionList {
+        pub subscriptions: Vec<Subscription>,
+    }
+    #[derive(Debug, Serialize, ToSchema)]
+    pub struct DeliveryEnvelope {
+        pub delivery: SubscriptionDelivery,
+    }
+    #[derive(Debug, Serialize, ToSchema)]
+    pub struct DeliveryList {
+        pub deliveries: Vec<SubscriptionDelivery>,
+    }
+
+    /// CreateSubscription.
+    #[derive(Debug, Serialize, ToSchema)]
+    pub struct CreateSubscription {
+        /// `<EventType>.v<N>` names of catalogued, non-archived versions.
+        #[schema(min_items = 1)]
+        pub events: Vec<String>,
+        /// `whsec_<base64>` for the Standard Webhooks libraries.
+        #[schema(min_length = 1)]
+        pub secret: String,
+        /// A public HTTPS callback.
+        #[schema(format = "uri")]
+        pub url: String,
+        #[schema(default = true)]
+        pub active: Option<bool>,
+    }
+
+    /// UpdateSubscription: at least one of the two.
+    #[derive(Debug, Serialize, ToSchema)]
+    pub struct UpdateSubscription {
+        pub active: Option<bool>,
+        #[schema(min_items = 1)]
+        pub events: Option<Vec<String>>,
+    }
+
+    #[derive(Debug, Serialize, ToSchema)]
+    pub struct RotateSecret {
+        #[schema(min_length = 1)]
+        pub secret: String,
+    }
+
+    #[utoipa::path(get, path = "/v1/subscriptions", tag = "subscriptions", operation_id = "listSubscriptions",
+        params(("limit" = Option<i64>, Query, description = "1 to 100, default 50.")),
+        responses((status = 200, body = SubscriptionList), (status = 400, body = Error), (status = 403, body = Error)),
+        security(("bearer" = [])))]
+    #[allow(dead_code)]
+    async fn list() {}
+
+    #[utoipa::path(post, path = "/v1/subscriptions", tag = "subscriptions", operation_id = "createSubscription",
+        request_body = CreateSubscription,
+        responses((status = 201, body = SubscriptionEnvelope), (status = 400, body = Error), (status = 403, body = Error)),
+        security(("bearer" = [])))]
+    #[allow(dead_code)]
+    async fn create() {}
+
+    #[utoipa::path(get, path = "/v1/subscriptions/{id}", tag = "subscriptions", operation_id = "getSubscription",
+        params(("id" = String, Path)),
+        responses((status = 200, body = SubscriptionEnvelope), (status = 403, body = Error), (status = 404, body = Error)),
+        security(("bearer" = [])))]
+    #[allow(dead_code)]
+    async fn read() {}
+
+    #[utoipa::path(patch, path = "/v1/subscriptions/{id}", tag = "subscriptions", operation_id = "updateSubscription",
+        params(("id" = String, Path)), request_body = UpdateSubscription,
+        responses((status = 200, body = SubscriptionEnvelope), (status = 400, body = Error), (status = 403, body = Error), (status = 404, body = Error)),
+        security(("bearer" = [])))]
+    #[allow(dead_code)]
+    async fn update() {}
+
+    #[utoipa::path(delete, path = "/v1/subscriptions/{id}", tag = "subscriptions", operation_id = "deleteSubscription",
+        params(("id" = String, Path)),
+        responses((status = 204, description = "Disabled; its history is kept."), (status = 403, body = Error), (status = 404, body = Error)),
+        security(("bearer" = [])))]
+    #[allow(dead_code)]
+    async fn remove() {}
+
+    #[utoipa::path(get, path = "/v1/subscriptions/{id}/deliveries", tag = "subscriptions", operation_id = "listDeliveries",
+        params(("id" = String, Path), ("limit" = Option<i64>, Query, description = "1 to 100, default 50.")),
+        responses((status = 200, body = DeliveryList), (status = 400, body = Error), (status = 403, body = Error), (status = 404, body = Error)),
+        security(("bearer" = [])))]
+    #[allow(dead_code)]
+    async fn deliveries() {}
+
+    #[utoipa::path(post, path = "/v1/subscriptions/{id}/redeliver/{eventId}", tag = "subscriptions", operation_id = "redeliver",
+        params(("id" = String, Path), ("eventId" = String, Path)),
+        responses((status = 202, body = DeliveryEnvelope), (status = 403, body = Error), (status = 404, body = Error)),
+        security(("bearer" = [])))]
+    #[allow(dead_code)]
+    async fn redeliver() {}
+
+    #[utoipa::path(post, path = "/v1/subscriptions/{id}/secret", tag = "subscriptions", operation_id = "rotateSubscriptionSecret",
+        params(("id" = String, Path)), request_body = RotateSecret,
+        responses((status = 200, body = SubscriptionEnvelope), (status = 400, body = Error), (status = 403, body = Error), (status = 404, body = Error)),
+        security(("bearer" = [])))]
+    #[allow(dead_code)]
+    async fn secret() {}
+
+    #[derive(OpenApi)]
+    #[openapi(paths(list, create, read, update, remove, deliveries, redeliver, secret))]
+    struct Subscriptions;
+
+    pub fn openapi() -> utoipa::openapi::OpenApi {
+        Subscriptions::openapi()
     }
 }
 
