@@ -50,9 +50,14 @@ pub fn capstan(home: &Path) -> Command {
         .arg(format!("sqlite://{}/capstan.db", home.display()))
         .arg("--workflows")
         .arg(home.join("workflows"))
-        // Compiled components are content-addressed: every test server shares one cache.
+        // Compiled components are content-addressed: test servers share one cache, unless the
+        // home has a `data` directory of its own (tests of the cache itself).
         .arg("--data-dir")
-        .arg(repo().join("target").join("e2e-data"))
+        .arg(if home.join("data").is_dir() {
+            home.join("data")
+        } else {
+            repo().join("target").join("e2e-data")
+        })
         .arg("--log-format")
         .arg("json")
         .env_remove("RUST_LOG")

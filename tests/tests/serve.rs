@@ -106,6 +106,7 @@ async fn serve_answers_health_and_readiness_and_says_which_files_failed() {
 #[test]
 fn a_restart_loads_components_from_the_cache_instead_of_compiling() {
     let home = home_with_workflows();
+    std::fs::create_dir_all(home.path().join("data")).unwrap();
     let list = |home: &std::path::Path| {
         let out = capstan(home)
             .args(["workflows", "list", "--json"])

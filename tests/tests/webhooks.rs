@@ -248,6 +248,25 @@ async fn deliveries_are_signed_retried_in_order_rotated_redelivered_and_410_disa
         .await
         .unwrap();
     let queued_event = got[0]["eventId"].clone();
+    // The relay marked the outbox: routed to a subscriber, published to streams, dispatched.
+    let listed: Value = c
+        .get(format!("{base}/v1/executions/{exec}/events"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let queued = listed["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["eventId"] == queued_event)
+        .unwrap();
+    for field in ["routedAt", "streamPublishedAt", "dispatchedAt"] {
+        assert!(queued[field].is_string(), "{field}: {queued}");
+    }
     let mut attempts: Vec<(i64, String, Value)> = deliveries["deliveries"]
         .as_array()
         .unwrap()

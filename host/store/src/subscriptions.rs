@@ -294,6 +294,16 @@ impl Store {
                 .await
                 .map_err(unavailable)?;
         }
+        // Every event the relay passed is published to this node's streams (they read the outbox).
+        sqlx::query(
+            "UPDATE outbox SET stream_published_ms = COALESCE(stream_published_ms, ?) WHERE seq > ? AND seq <= ?",
+        )
+        .bind(now)
+        .bind(expected)
+        .bind(to)
+        .execute(&mut *tx)
+        .await
+        .map_err(unavailable)?;
         sqlx::query(
             "INSERT INTO relay_cursor (name, seq) VALUES ('webhooks', ?) ON CONFLICT (name) DO UPDATE SET seq = excluded.seq",
         )
