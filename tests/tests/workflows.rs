@@ -317,6 +317,7 @@ async fn onboard_domain_outcomes_recovery_and_exact_rollback() {
     assert_eq!(o["ticketing"]["state"], "not-requested");
 
     // add-domain attaches another name to the distribution owned.test uses, through the API.
+    let before_attach = w.simulator().await;
     let attach = w
         .trigger(
             "add-domain",
@@ -336,6 +337,13 @@ async fn onboard_domain_outcomes_recovery_and_exact_rollback() {
                 .unwrap()
                 .contains(&json!("shop.owned.test"))),
         "the alias is attached"
+    );
+    let rolled = w.rollback(&attach).await;
+    assert_eq!(rolled["status"], "rolled_back", "{rolled:#}");
+    assert_eq!(
+        reversible(&w.simulator().await),
+        reversible(&before_attach),
+        "add-domain's rollback detaches the alias and removes its record"
     );
 
     // Dry run: reports, changes nothing.
