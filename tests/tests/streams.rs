@@ -8,6 +8,8 @@ use reqwest::{Client, StatusCode};
 use serde_json::{Value, json};
 use std::time::Duration;
 
+const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
 async fn finish(c: &Client, base: &str, key: &str, id: &str) -> Vec<Value> {
     for _ in 0..800 {
         let e: Value = c
@@ -41,6 +43,7 @@ async fn trigger(c: &Client, base: &str, key: &str, n: u32) -> String {
         .post(format!("{base}/v1/workflows/fixture-steps"))
         .bearer_auth(key)
         .header("Idempotency-Key", format!("sse-{n}"))
+        .header("traceparent", TRACEPARENT)
         .json(&json!({"zone": "ZEXAMPLE-COM", "stages": 2}))
         .send()
         .await
@@ -262,6 +265,12 @@ async fn an_execution_streams_its_events_from_the_first_when_asked_for_event_str
     let c = Client::new();
     let id = trigger(&c, &base, &key, 7).await;
     let events = finish(&c, &base, &key, &id).await;
+    for e in &events {
+        assert_eq!(
+            e["traceparent"], TRACEPARENT,
+            "every event carries the trigger's trace context"
+        );
+    }
     let mut r = c
         .get(format!("{base}/v1/executions/{id}/events"))
         .bearer_auth(&key)

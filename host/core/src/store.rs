@@ -31,6 +31,8 @@ pub struct ExecutionRecord {
     pub outcome_json: Option<Value>,
     /// The run serving the execution now.
     pub run_id: String,
+    /// W3C trace context of the triggering request; carried on every event of the execution.
+    pub traceparent: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -48,7 +48,7 @@ pub fn event(
         workflow: execution.workflow.clone(),
         payload_json: payload,
         occurred_ms: now,
-        traceparent: None,
+        traceparent: execution.traceparent.clone(),
         routed_ms: None,
         stream_published_ms: None,
         dispatched_ms: None,

@@ -491,6 +491,7 @@ impl Engine {
             output_json: None,
             outcome_json: None,
             run_id: capstan_core::ids::new_id(),
+            traceparent: request.traceparent.clone(),
         };
         let run = RunRecord {
             id: execution.run_id.clone(),
@@ -506,14 +507,13 @@ impl Engine {
             cancel_requested: false,
             created_ms: now,
         };
-        let mut queued = event(
+        let queued = event(
             &execution,
             "ExecutionQueued",
             "queued",
             json!({"workflowRunId": run.id}),
             now,
         );
-        queued.traceparent = request.traceparent.clone();
         let mut writes = vec![
             Write::InsertExecution(execution.clone()),
             Write::InsertRun(run),

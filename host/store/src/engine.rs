@@ -51,6 +51,7 @@ fn execution_row(row: &SqliteRow) -> Result<ExecutionRecord, StoreError> {
         output_json: parse_json(row.get("output_json"))?,
         outcome_json: parse_json(row.get("outcome_json"))?,
         run_id: row.get("run_id"),
+        traceparent: row.get("traceparent"),
     })
 }
 
@@ -108,8 +109,8 @@ async fn apply_one(tx: &mut Transaction<'_, Sqlite>, write: Write) -> Result<(),
         Write::InsertExecution(e) => {
             sqlx::query(
                 "INSERT INTO executions (id, workflow, principal_id, status, status_reason, current_stage, created_ms,
-                 finished_ms, cancellation_requested_ms, input_json, output_json, outcome_json, run_id)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                 finished_ms, cancellation_requested_ms, input_json, output_json, outcome_json, run_id, traceparent)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             )
             .bind(&e.id)
             .bind(&e.workflow)
@@ -124,6 +125,7 @@ async fn apply_one(tx: &mut Transaction<'_, Sqlite>, write: Write) -> Result<(),
             .bind(e.output_json.as_ref().map(json_text))
             .bind(e.outcome_json.as_ref().map(json_text))
             .bind(&e.run_id)
+            .bind(&e.traceparent)
             .execute(&mut **tx)
             .await
             .map_err(unavailable)?;
