@@ -190,3 +190,68 @@ impl Drop for Server {
         let _ = self.child.wait();
     }
 }
+
+/// Webhook secrets the test receiver verifies with (Standard Webhooks `whsec_` form).
+pub const OLD_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+pub const NEW_SECRET: &str = "whsec_c2Vjb25kLXNlY3JldC1mb3ItY2Fwc3Rhbi10ZXN0cw==";
+
+/// `tests/clients/webhook_receiver.py`: verifies each delivery with PyPI `standardwebhooks` and
+/// logs it; see that file for the answer script.
+pub struct WebhookReceiver {
+    child: std::process::Child,
+    pub port: u16,
+    log: std::path::PathBuf,
+}
+
+impl WebhookReceiver {
+    pub fn start(dir: &std::path::Path, script: &str) -> Self {
+        let log = dir.join("received.jsonl");
+        let mut child = std::process::Command::new("python3")
+            .arg(repo().join("tests/clients/webhook_receiver.py"))
+            .arg(&log)
+            .arg(script)
+            .args([OLD_SECRET, NEW_SECRET])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3 with standardwebhooks (just setup installs it)");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        Self {
+            child,
+            port: line.trim().parse().unwrap(),
+            log,
+        }
+    }
+
+    pub fn received(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    pub async fn until(
+        &self,
+        what: &str,
+        ok: impl Fn(&[serde_json::Value]) -> bool,
+    ) -> Vec<serde_json::Value> {
+        for _ in 0..400 {
+            let got = self.received();
+            if ok(&got) {
+                return got;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        panic!("receiver never saw {what}: {:#?}", self.received());
+    }
+}
+
+impl Drop for WebhookReceiver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -5,69 +5,12 @@
 //! (The test config allows a loopback http receiver — settings that are off by default.)
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use capstan_e2e::{Server, home_with, key_for, repo};
+use capstan_e2e::{Server, WebhookReceiver as Receiver, home_with, key_for};
 use reqwest::{Client, StatusCode};
 use serde_json::{Value, json};
-use std::io::BufRead;
 use std::time::Duration;
 
-const OLD: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
-const NEW: &str = "whsec_c2Vjb25kLXNlY3JldC1mb3ItY2Fwc3Rhbi10ZXN0cw==";
-
-struct Receiver {
-    child: std::process::Child,
-    port: u16,
-    log: std::path::PathBuf,
-}
-
-impl Receiver {
-    fn start(dir: &std::path::Path, script: &str) -> Self {
-        let log = dir.join("received.jsonl");
-        let mut child = std::process::Command::new("python3")
-            .arg(repo().join("tests/clients/webhook_receiver.py"))
-            .arg(&log)
-            .arg(script)
-            .args([OLD, NEW])
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("python3 with standardwebhooks (just setup installs it)");
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        Self {
-            child,
-            port: line.trim().parse().unwrap(),
-            log,
-        }
-    }
-
-    fn received(&self) -> Vec<Value> {
-        std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
-    }
-
-    async fn until(&self, what: &str, ok: impl Fn(&[Value]) -> bool) -> Vec<Value> {
-        for _ in 0..400 {
-            let got = self.received();
-            if ok(&got) {
-                return got;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        panic!("receiver never saw {what}: {:#?}", self.received());
-    }
-}
-
-impl Drop for Receiver {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use capstan_e2e::{NEW_SECRET as NEW, OLD_SECRET as OLD};
 
 #[tokio::test]
 async fn deliveries_are_signed_retried_in_order_rotated_redelivered_and_410_disables() {
