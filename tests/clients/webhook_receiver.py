@@ -3,8 +3,15 @@ library (PyPI `standardwebhooks`) against the candidate secrets and logs one JSO
 to LOG. Answers on /hook follow SCRIPT (comma-separated: `500`, `429:<retry-after>`, `200`), then
 200; /gone always answers 410. Prints its port on the first line of stdout.
 
+With RECEIVER_TLS_DIR set, it serves HTTPS with a certificate for localhost/127.0.0.1 issued by a
+throwaway test CA written to $RECEIVER_TLS_DIR/ca.pem (made with the openssl CLI).
+
 usage: webhook_receiver.py LOG SCRIPT SECRET [SECRET...]
 """
+
+import os
+import ssl
+import subprocess
 
 import json
 import sys
@@ -56,6 +63,27 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
 
 
+def tls_context(directory):
+    def run(*args):
+        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=Capstan test CA",
+        "-keyout", "ca.key", "-out", "ca.pem", "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    run("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-keyout", "server.key",
+        "-out", "server.csr")
+    with open(os.path.join(directory, "server.ext"), "w") as ext:
+        ext.write("subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n"
+                  "basicConstraints=CA:FALSE\n")
+    run("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+        "-days", "2", "-out", "server.pem", "-extfile", "server.ext")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(os.path.join(directory, "server.pem"), os.path.join(directory, "server.key"))
+    return context
+
+
 server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+if os.environ.get("RECEIVER_TLS_DIR"):
+    server.socket = tls_context(os.environ["RECEIVER_TLS_DIR"]).wrap_socket(server.socket, server_side=True)
 print(server.server_address[1], flush=True)
 server.serve_forever()

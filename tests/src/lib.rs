@@ -204,13 +204,29 @@ pub struct WebhookReceiver {
 }
 
 impl WebhookReceiver {
+    /// A plain-HTTP receiver.
     pub fn start(dir: &std::path::Path, script: &str) -> Self {
+        Self::spawn(dir, script, false)
+    }
+
+    /// An HTTPS receiver whose test CA is at [`WebhookReceiver::ca`].
+    pub fn start_tls(dir: &std::path::Path, script: &str) -> Self {
+        Self::spawn(dir, script, true)
+    }
+
+    /// The test CA of an HTTPS receiver.
+    pub fn ca(&self) -> PathBuf {
+        self.log.with_file_name("ca.pem")
+    }
+
+    fn spawn(dir: &std::path::Path, script: &str, tls: bool) -> Self {
         let log = dir.join("received.jsonl");
         let mut child = std::process::Command::new("python3")
             .arg(repo().join("tests/clients/webhook_receiver.py"))
             .arg(&log)
             .arg(script)
             .args([OLD_SECRET, NEW_SECRET])
+            .envs(tls.then(|| ("RECEIVER_TLS_DIR", dir.as_os_str().to_owned())))
             .stdout(std::process::Stdio::piped())
             .spawn()
             .expect("python3 with standardwebhooks (just setup installs it)");

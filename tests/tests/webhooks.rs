@@ -2,7 +2,8 @@
 //! `standardwebhooks`; it answers 500, then 429 with Retry-After, then 200, and the attempts are
 //! recorded; a secret rotation signs with both secrets; a redelivery repeats the webhook id; 410
 //! disables; bad input is refused with the subscription error shape and changes nothing.
-//! (The test config allows a loopback http receiver — settings that are off by default.)
+//! The receiver speaks HTTPS with a throwaway test CA; the test config trusts that CA and allows a
+//! loopback address — two settings that are off by default.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use capstan_e2e::{Server, WebhookReceiver as Receiver, home_with, key_for};
@@ -15,10 +16,13 @@ use capstan_e2e::{NEW_SECRET as NEW, OLD_SECRET as OLD};
 #[tokio::test]
 async fn deliveries_are_signed_retried_in_order_rotated_redelivered_and_410_disables() {
     let dir = tempfile::tempdir().unwrap();
-    let receiver = Receiver::start(dir.path(), "500,429:1");
+    let receiver = Receiver::start_tls(dir.path(), "500,429:1");
     let home = home_with(
         &["guest-fixtures/fixture-steps.wasm"],
-        "[grants]\nfixture-steps = [\"dns\", \"convergence\"]\n[simulator]\ndns_propagation_ms = 0\n[webhooks]\nallow_loopback = true\nallow_http = true\nretry_schedule_ms = [100, 100, 100]\ntimeout_ms = 2000\n",
+        &format!(
+            "[grants]\nfixture-steps = [\"dns\", \"convergence\"]\n[simulator]\ndns_propagation_ms = 0\n[webhooks]\nallow_loopback = true\nextra_root_ca = {:?}\nretry_schedule_ms = [100, 100, 100]\ntimeout_ms = 2000\n",
+            receiver.ca().display().to_string()
+        ),
     );
     let key = key_for(
         home.path(),
@@ -29,7 +33,7 @@ async fn deliveries_are_signed_retried_in_order_rotated_redelivered_and_410_disa
     let server = Server::start(home.path());
     let base = server.base.clone();
     let c = Client::new();
-    let hook = format!("http://127.0.0.1:{}/hook", receiver.port);
+    let hook = format!("https://localhost:{}/hook", receiver.port);
 
     // Bad input: the subscription error shape, nothing created.
     for (body, field) in [
@@ -38,11 +42,11 @@ async fn deliveries_are_signed_retried_in_order_rotated_redelivered_and_410_disa
             "/url",
         ),
         (
-            json!({"events": ["ExecutionSucceeded.v1"], "secret": OLD, "url": "http://10.1.2.3/x"}),
+            json!({"events": ["ExecutionSucceeded.v1"], "secret": OLD, "url": "https://10.1.2.3/x"}),
             "/url",
         ),
         (
-            json!({"events": ["ExecutionSucceeded.v1"], "secret": OLD, "url": "http://169.254.169.254/latest"}),
+            json!({"events": ["ExecutionSucceeded.v1"], "secret": OLD, "url": "https://169.254.169.254/latest"}),
             "/url",
         ),
         (
@@ -310,7 +314,7 @@ async fn deliveries_are_signed_retried_in_order_rotated_redelivered_and_410_disa
     let gone: Value = c
         .post(format!("{base}/v1/subscriptions"))
         .bearer_auth(&key)
-        .json(&json!({"events": ["ExecutionQueued.v1"], "secret": OLD, "url": format!("http://127.0.0.1:{}/gone", receiver.port)}))
+        .json(&json!({"events": ["ExecutionQueued.v1"], "secret": OLD, "url": format!("https://localhost:{}/gone", receiver.port)}))
         .send()
         .await
         .unwrap()
