@@ -783,3 +783,97 @@ async fn certificates_and_function_versions_roll_back_and_cancel_cooperatively()
         "the version published before the cancel was replayed, not published again"
     );
 }
+
+/// The remaining outcome variants, each driven by a seeded state or a fault scoped to its domain.
+#[tokio::test]
+async fn onboard_domain_unknown_cleanup_and_failed_key_variants() {
+    let seed = json!({
+        "zones": ["unk1.test", "unk2.test", "unk3.test", "clean1.test", "clean2.test", "clean3.test", "mapsfail.test"],
+        "certificates": [
+            {"domain": "clean1.test", "status": "pending-validation", "arn": "arn:sim:acm::certificate/clean1"},
+            {"domain": "clean2.test", "status": "pending-validation", "arn": "arn:sim:acm::certificate/clean2"},
+            {"domain": "clean3.test", "status": "pending-validation", "arn": "arn:sim:acm::certificate/clean3"}
+        ],
+        "mapsKeys": [{"id": "web", "displayName": "Web key", "capacity": 50}],
+    });
+    let faults = r#"
+[[simulator.faults]]
+op = "registrar.check-domain"
+match = "unk1.test"
+error = "permanent"
+[[simulator.faults]]
+op = "certificates.find-certificates"
+match = "unk2.test"
+error = "permanent"
+[[simulator.faults]]
+op = "cdn.find-distribution-by-alias"
+match = "*unk3.test"
+error = "permanent"
+[[simulator.faults]]
+op = "certificates.delete-certificate"
+match = "*clean2"
+error = "permanent"
+code = "not-found"
+[[simulator.faults]]
+op = "certificates.delete-certificate"
+match = "*clean3"
+error = "permanent"
+code = "resource-in-use"
+[[simulator.faults]]
+op = "maps.add-referrer"
+match = "*.mapsfail.test/*"
+error = "permanent"
+code = "key-suspended"
+"#;
+    let w = World::start(seed, faults);
+    let outcome_schema = schema("domain-onboarding-outcome.schema.json");
+    let cases: [(Value, &str, &str); 7] = [
+        (
+            json!({"domain": "unk1.test", "options": {"dryRun": true, "skipReadinessCheck": true}}),
+            "/domain/state",
+            "unknown",
+        ),
+        (
+            json!({"domain": "unk2.test", "options": {"dryRun": true}}),
+            "/certificate/state",
+            "unknown",
+        ),
+        (
+            json!({"domain": "unk3.test", "options": {"dryRun": true}}),
+            "/distributions/proxy/state",
+            "unknown",
+        ),
+        (
+            json!({"domain": "clean1.test"}),
+            "/cleanup/state",
+            "completed",
+        ),
+        (
+            json!({"domain": "clean2.test"}),
+            "/cleanup/state",
+            "already-clean",
+        ),
+        (
+            json!({"domain": "clean3.test"}),
+            "/cleanup/state",
+            "manual-required",
+        ),
+        (
+            json!({"domain": "mapsfail.test"}),
+            "/mapsProvider/keys/0/state",
+            "failed",
+        ),
+    ];
+    for (input, pointer, want) in cases {
+        let id = w.trigger("onboard-domain", input.clone()).await;
+        let e = w.settle(&id).await;
+        assert_eq!(e["status"], "succeeded", "{input}: {e:#}");
+        let o = &e["outcome"];
+        assert_valid(&outcome_schema, o);
+        assert_eq!(
+            o.pointer(pointer).unwrap(),
+            want,
+            "{input} {pointer}: {o:#}"
+        );
+    }
+}
