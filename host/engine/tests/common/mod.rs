@@ -1,0 +1,256 @@
+//! The engine tests' shared harness: real components, a real SQLite file, a manual clock, and an
+//! in-memory cloud that records every call and deduplicates effects by idempotency token.
+#![allow(clippy::unwrap_used, clippy::expect_used, dead_code, unreachable_pub)]
+
+use async_trait::async_trait;
+use capstan_core::execution::ExecutionStatus;
+use capstan_core::store::EngineStore;
+use capstan_core::{Capability, CapabilityError, CapabilityGrants, ManualClock};
+use capstan_engine::{Backoff, Engine, EngineConfig, Providers, TriggerRequest};
+use capstan_runtime::{LoadedWorkflow, Runtime, RuntimeConfig};
+use capstan_store::Store;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+
+pub const T0: u64 = 1_767_225_600_000;
+
+pub fn component(relative: &str) -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../target")
+        .join(relative);
+    assert!(
+        path.is_file(),
+        "{} is missing: run `just build-guests` first",
+        path.display()
+    );
+    path
+}
+
+pub fn runtime() -> Arc<Runtime> {
+    static RUNTIME: OnceLock<Arc<Runtime>> = OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            let cache =
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/component-cache-tests");
+            Arc::new(
+                Runtime::new(RuntimeConfig {
+                    fuel_per_activation: 200_000_000,
+                    cache_dir: Some(cache),
+                    ..RuntimeConfig::default()
+                })
+                .unwrap(),
+            )
+        })
+        .clone()
+}
+
+pub async fn load(relative: &str) -> Arc<LoadedWorkflow> {
+    let all = [Capability::Dns, Capability::Convergence];
+    let grants: CapabilityGrants = ["fixture-steps", "point-record", "fixture-misbehave"]
+        .iter()
+        .map(|n| ((*n).to_owned(), all.iter().copied().collect()))
+        .collect();
+    Arc::new(
+        runtime()
+            .load_file(&component(relative), &grants)
+            .await
+            .unwrap(),
+    )
+}
+
+/// An in-memory cloud: DNS records per name, changes that go in sync after `insync_after` polls,
+/// effects deduplicated by token, scripted failures.
+#[derive(Default)]
+pub struct Cloud {
+    pub records: BTreeMap<String, Value>,
+    pub changes: HashMap<String, u32>,
+    pub by_token: HashMap<String, Value>,
+    pub effects: Vec<(String, String)>,
+    pub fail: HashMap<String, (u32, CapabilityError)>,
+    pub insync_after: u32,
+}
+
+#[derive(Clone, Default)]
+pub struct FakeCloud(pub Arc<Mutex<Cloud>>);
+
+impl FakeCloud {
+    pub fn fail(&self, op: &str, times: u32, error: CapabilityError) {
+        self.0
+            .lock()
+            .unwrap()
+            .fail
+            .insert(op.to_owned(), (times, error));
+    }
+    pub fn effects(&self) -> Vec<(String, String)> {
+        self.0.lock().unwrap().effects.clone()
+    }
+    pub fn records(&self) -> BTreeMap<String, Value> {
+        self.0.lock().unwrap().records.clone()
+    }
+}
+
+#[async_trait]
+impl Providers for FakeCloud {
+    async fn call(&self, op: &str, request: &Value, token: &str) -> Result<Value, CapabilityError> {
+        let mut cloud = self.0.lock().unwrap();
+        if let Some((left, error)) = cloud.fail.get_mut(op)
+            && *left > 0
+        {
+            *left -= 1;
+            return Err(error.clone());
+        }
+        if !token.is_empty()
+            && let Some(done) = cloud.by_token.get(token)
+        {
+            return Ok(done.clone());
+        }
+        let answer = match op {
+            "dns.find-zone" => {
+                if request["domain"].as_str().unwrap().ends_with("example.com") {
+                    json!({"id": "Z1", "name": "example.com"})
+                } else {
+                    Value::Null
+                }
+            }
+            "dns.change-records" => {
+                let mut prior = Vec::new();
+                for change in request["changes"].as_array().unwrap() {
+                    let (set, upsert) = match change.get("Upsert") {
+                        Some(set) => (set, true),
+                        None => (&change["Delete"], false),
+                    };
+                    let name = set["name"].as_str().unwrap().to_owned();
+                    if let Some(old) = cloud.records.get(&name) {
+                        prior.push(old.clone());
+                    }
+                    if upsert {
+                        cloud.records.insert(name, set.clone());
+                    } else {
+                        cloud.records.remove(&name);
+                    }
+                }
+                let id = format!("C{}", cloud.changes.len() + 1);
+                let polls = cloud.insync_after;
+                cloud.changes.insert(id.clone(), polls);
+                json!({"change_id": id, "zone_id": request["zone_id"], "status": "Pending", "prior": prior})
+            }
+            "dns.get-change" => {
+                let id = request["change_id"].as_str().unwrap().to_owned();
+                match cloud.changes.get_mut(&id) {
+                    Some(0) => json!("Insync"),
+                    Some(n) => {
+                        *n -= 1;
+                        json!("Pending")
+                    }
+                    None => {
+                        return Err(CapabilityError::permanent(
+                            "not-found",
+                            format!("no change {id}"),
+                        ));
+                    }
+                }
+            }
+            other => {
+                return Err(CapabilityError::permanent(
+                    "unsupported",
+                    format!("the fake cloud has no {other}"),
+                ));
+            }
+        };
+        if !token.is_empty() {
+            cloud.by_token.insert(token.to_owned(), answer.clone());
+            cloud.effects.push((op.to_owned(), token.to_owned()));
+        }
+        Ok(answer)
+    }
+}
+
+pub struct World {
+    pub engine: Engine,
+    pub store: Store,
+    pub clock: ManualClock,
+    pub cloud: FakeCloud,
+    pub _dir: tempfile::TempDir,
+}
+
+pub fn config(node: &str) -> EngineConfig {
+    EngineConfig {
+        node_id: node.to_owned(),
+        provider_retry: Backoff {
+            initial_ms: 0,
+            max_ms: 0,
+            max_attempts: 3,
+        },
+        convergence: Backoff {
+            initial_ms: 1_000,
+            max_ms: 4_000,
+            max_attempts: u32::MAX,
+        },
+        ..EngineConfig::default()
+    }
+}
+
+pub async fn world() -> World {
+    world_with(config("node-a")).await
+}
+
+pub async fn world_with(config: EngineConfig) -> World {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&format!("sqlite://{}/capstan.db", dir.path().display()))
+        .await
+        .unwrap();
+    let clock = ManualClock::new(T0);
+    let cloud = FakeCloud::default();
+    let engine = Engine::new(
+        Arc::new(store.clone()),
+        runtime(),
+        Arc::new(cloud.clone()),
+        Arc::new(clock.clone()),
+        config,
+    );
+    for w in [
+        "guest-fixtures/fixture-steps.wasm",
+        "workflows/hello.wasm",
+        "examples/point-record.wasm",
+        "guest-fixtures/fixture-misbehave.wasm",
+    ] {
+        engine.register(load(w).await);
+    }
+    World {
+        engine,
+        store,
+        clock,
+        cloud,
+        _dir: dir,
+    }
+}
+
+impl World {
+    pub async fn trigger(&self, workflow: &str, input: Value) -> String {
+        let req = TriggerRequest {
+            workflow: workflow.into(),
+            principal_id: "ops".into(),
+            input,
+            idempotency: None,
+            traceparent: None,
+        };
+        self.engine.trigger(req).await.unwrap().execution.id
+    }
+    pub async fn status(&self, id: &str) -> ExecutionStatus {
+        self.store.execution(id).await.unwrap().unwrap().status
+    }
+    pub async fn settle(&self) {
+        self.engine.run_until_idle().await.unwrap();
+    }
+    pub async fn event_types(&self, id: &str) -> Vec<String> {
+        self.store
+            .events(id)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.event_type)
+            .collect()
+    }
+}
