@@ -84,69 +84,81 @@ impl Engine {
                 })
                 .await?;
             for execution in executions {
-                let Some(run) = self.inner.store.run(&execution.run_id).await? else {
-                    continue;
-                };
-                let journal = self.inner.store.journal(&run.id).await?;
-                let journal_length = journal.len();
-                let mut check = RunCheck {
-                    execution_id: execution.id.clone(),
-                    workflow_run_id: run.id.clone(),
-                    status: execution.status,
-                    replayed: 0,
-                    journal_length,
-                    verdict: "compatible",
-                    same_build: false,
-                    detail: None,
-                };
-                let same_build = run.digest == candidate.digest;
-                let replayed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-                let host = Counting {
-                    inner: ReplayOnly { journal, cursor: 0 },
-                    replayed: replayed.clone(),
-                };
-                let input = execution.input_json.to_string();
-                let activation = candidate
-                    .activate(
-                        &self.inner.runtime,
-                        Box::new(host),
-                        seed_of(&run.id),
-                        &input,
-                    )
-                    .await;
-                check.replayed = replayed.load(std::sync::atomic::Ordering::Relaxed);
-                check.same_build = same_build;
-                match activation {
-                    Activation::Interrupted(Interrupt::Suspend(_)) => {}
-                    Activation::Completed(_) if check.replayed == journal_length => {}
-                    Activation::Completed(_) => {
-                        check.verdict = "diverges";
-                        check.detail = Some(format!(
-                            "the candidate finishes after {} of {journal_length} recorded calls",
-                            check.replayed
-                        ));
-                    }
-                    Activation::Interrupted(Interrupt::Nondeterminism(detail)) => {
-                        check.verdict = "diverges";
-                        check.detail = Some(detail);
-                    }
-                    Activation::Interrupted(other) => {
-                        check.verdict = "diverges";
-                        check.detail = Some(other.to_string());
-                    }
-                    Activation::Limit(limit) => {
-                        check.verdict = "diverges";
-                        check.detail = Some(format!("sandbox limit: {limit}"));
-                    }
-                    Activation::Trapped(trap) => {
-                        check.verdict = "diverges";
-                        check.detail = Some(format!("trap: {trap}"));
-                    }
+                if let Some(check) = self.check_execution(&candidate, &execution).await? {
+                    checks.push(check);
                 }
-                checks.push(check);
             }
         }
         Ok(checks)
+    }
+
+    /// Replays one execution's journal against `candidate` (any status; the bench uses it to
+    /// measure replay cost on finished runs).
+    pub async fn check_execution(
+        &self,
+        candidate: &LoadedWorkflow,
+        execution: &capstan_core::store::ExecutionRecord,
+    ) -> Result<Option<RunCheck>, EngineError> {
+        let Some(run) = self.inner.store.run(&execution.run_id).await? else {
+            return Ok(None);
+        };
+        let journal = self.inner.store.journal(&run.id).await?;
+        let journal_length = journal.len();
+        let mut check = RunCheck {
+            execution_id: execution.id.clone(),
+            workflow_run_id: run.id.clone(),
+            status: execution.status,
+            replayed: 0,
+            journal_length,
+            verdict: "compatible",
+            same_build: false,
+            detail: None,
+        };
+        let same_build = run.digest == candidate.digest;
+        let replayed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let host = Counting {
+            inner: ReplayOnly { journal, cursor: 0 },
+            replayed: replayed.clone(),
+        };
+        let input = execution.input_json.to_string();
+        let activation = candidate
+            .activate(
+                &self.inner.runtime,
+                Box::new(host),
+                seed_of(&run.id),
+                &input,
+            )
+            .await;
+        check.replayed = replayed.load(std::sync::atomic::Ordering::Relaxed);
+        check.same_build = same_build;
+        match activation {
+            Activation::Interrupted(Interrupt::Suspend(_)) => {}
+            Activation::Completed(_) if check.replayed == journal_length => {}
+            Activation::Completed(_) => {
+                check.verdict = "diverges";
+                check.detail = Some(format!(
+                    "the candidate finishes after {} of {journal_length} recorded calls",
+                    check.replayed
+                ));
+            }
+            Activation::Interrupted(Interrupt::Nondeterminism(detail)) => {
+                check.verdict = "diverges";
+                check.detail = Some(detail);
+            }
+            Activation::Interrupted(other) => {
+                check.verdict = "diverges";
+                check.detail = Some(other.to_string());
+            }
+            Activation::Limit(limit) => {
+                check.verdict = "diverges";
+                check.detail = Some(format!("sandbox limit: {limit}"));
+            }
+            Activation::Trapped(trap) => {
+                check.verdict = "diverges";
+                check.detail = Some(format!("trap: {trap}"));
+            }
+        }
+        Ok(Some(check))
     }
 }
 

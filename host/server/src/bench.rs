@@ -55,6 +55,9 @@ struct EngineRun {
     /// With one worker: the rest of the elapsed time — wasmtime (instantiate + guest code) and
     /// the engine's own logic. Not meaningful with several workers (they overlap and idle).
     wasmtime_and_engine_ms: Option<f64>,
+    /// With one worker: replaying one execution's whole 10-stage journal (instantiate + guest
+    /// code + answering every call from the journal).
+    replay_ten_stage_journal: Option<Latency>,
     executions_per_second: f64,
     trigger_to_terminal: Latency,
 }
@@ -121,6 +124,7 @@ async fn engine_run(
             ..EngineConfig::default()
         },
     );
+    let workflow_for_replay = workflow.clone();
     engine.register(workflow);
     let mut ids = Vec::with_capacity(executions);
     let started = Instant::now();
@@ -173,6 +177,28 @@ async fn engine_run(
     for w in workers {
         let _ = w.await;
     }
+    // Replay cost: one finished execution's whole journal (10 stages) replayed against its
+    // component by a replay-only host, as `capstan workflows check` does.
+    let mut replay = None;
+    if concurrency == 1
+        && let Some(id) = ids.first()
+        && let Some(execution) = store.execution(id).await?
+    {
+        let mut samples = Vec::new();
+        for _ in 0..200 {
+            let t = Instant::now();
+            let check = engine
+                .check_execution(&workflow_for_replay, &execution)
+                .await?
+                .ok_or_else(|| anyhow::anyhow!("no run for {id}"))?;
+            samples.push(t.elapsed());
+            anyhow::ensure!(
+                check.verdict == "compatible" && check.replayed == check.journal_length,
+                "replay diverged: {check:?}"
+            );
+        }
+        replay = Some(latency(samples));
+    }
     let ms = |ns: &std::sync::atomic::AtomicU64| {
         ns.load(std::sync::atomic::Ordering::Relaxed) as f64 / 1e6
     };
@@ -189,6 +215,7 @@ async fn engine_run(
         providers_ms,
         // With one worker the three add up to the elapsed time: what is neither a store call nor
         // a provider call is wasmtime (instantiate + guest code) and the engine's own logic.
+        replay_ten_stage_journal: replay,
         wasmtime_and_engine_ms: (concurrency == 1)
             .then(|| (elapsed_ms - store_ms - providers_ms).max(0.0)),
         executions_per_second: executions as f64 / elapsed.as_secs_f64(),
@@ -320,6 +347,12 @@ pub async fn run(workflows: &Path, quick: bool) -> anyhow::Result<()> {
             r.trigger_to_terminal.median_us / 1e3,
             r.trigger_to_terminal.p99_us / 1e3
         );
+        if let Some(l) = &r.replay_ten_stage_journal {
+            println!(
+                "  replay of a 10-stage journal: median {:.0} µs, p99 {:.0} µs over {} replays",
+                l.median_us, l.p99_us, l.iterations
+            );
+        }
         if let Some(rest) = r.wasmtime_and_engine_ms {
             println!(
                 "  where the time goes (1 worker): store {:.0}% ({} write transactions, {:.2} ms each), simulated cloud {:.0}%, wasmtime + engine logic {:.0}%",

@@ -1,5 +1,7 @@
 //! Where an execution's time goes: wrappers that add up the time spent in the store and in the
-//! providers, so the bench can report storage vs wasmtime-and-engine shares (exact with one worker).
+//! providers, so the bench can report storage vs wasmtime-and-engine shares. With one worker the
+//! split is close but not exact: the node's claimer calls the store concurrently with the worker,
+//! so on a busy machine the store share can read above its true value.
 
 use async_trait::async_trait;
 use capstan_core::CapabilityError;
