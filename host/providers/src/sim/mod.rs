@@ -158,6 +158,22 @@ pub struct Seed {
     pub tickets: Vec<SeedTicket>,
     #[serde(default)]
     pub functions: Vec<SeedFunction>,
+    #[serde(default)]
+    pub distributions: Vec<SeedDistribution>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SeedDistribution {
+    pub id: String,
+    pub origin: String,
+    #[serde(default)]
+    pub aliases: Vec<String>,
+    /// The ARN of a seeded certificate (give the certificate an `arn`).
+    #[serde(default)]
+    pub certificate_arn: Option<String>,
+    #[serde(default)]
+    pub comment: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -438,6 +454,16 @@ impl SimulatedCloud {
             }
             let body = json!({"name": f.name, "versions": versions, "aliases": f.aliases});
             put(&mut tx, "function", &f.name, &body).await?;
+        }
+        for d in &seed.distributions {
+            let aliases: Vec<String> = d.aliases.iter().map(|a| a.to_ascii_lowercase()).collect();
+            let body = json!({
+                "id": d.id, "domain_name": format!("d{}.cdn.sim.capstan.dev", d.id.to_ascii_lowercase()),
+                "hosted_zone_id": "ZCDNSIMULATED",
+                "spec": {"origin": d.origin, "aliases": aliases, "certificate_arn": d.certificate_arn, "comment": d.comment},
+                "deploy_at_ms": now,
+            });
+            put(&mut tx, "distribution", &d.id, &body).await?;
         }
         put(&mut tx, "meta", "seeded", &json!({"at": now})).await?;
         tx.commit().await?;

@@ -442,9 +442,10 @@ async fn a_seed_file_replaces_the_demo_world_and_bad_seeds_are_refused_with_the_
         "zones": ["corp.test"],
         "records": [{"zone": "corp.test", "name": "www.corp.test", "type": "CNAME", "values": ["x.example.net"]}],
         "domains": [{"name": "taken.test", "owned": false}],
-        "certificates": [{"domain": "corp.test", "subjectAlternativeNames": ["*.corp.test"]}],
+        "certificates": [{"domain": "corp.test", "subjectAlternativeNames": ["*.corp.test"], "arn": "arn:sim:acm::certificate/corp"}],
         "mapsKeys": [{"id": "full", "displayName": "Full key", "capacity": 0}],
-        "tickets": [{"id": "INFRA-9", "title": "t"}]
+        "tickets": [{"id": "INFRA-9", "title": "t"}],
+        "distributions": [{"id": "EOLD", "origin": "old.example.net", "aliases": ["www.corp.test"], "certificateArn": "arn:sim:acm::certificate/corp"}]
     }).to_string()).unwrap();
     let settings = SimulationSettings {
         seed_file: Some(path),
@@ -464,6 +465,12 @@ async fn a_seed_file_replaces_the_demo_world_and_bad_seeds_are_refused_with_the_
     );
     assert_eq!(snap["dns"]["records"][0]["recordSet"]["type_"], "Cname");
     assert_eq!(snap["certificates"][0]["status"], "Issued");
+    assert_eq!(
+        snap["certificates"][0]["in_use_by"],
+        json!(["EOLD"]),
+        "a seeded distribution uses it"
+    );
+    assert_eq!(snap["distributions"][0]["status"], "Deployed");
     assert_eq!(
         ok(
             &cloud,
