@@ -271,3 +271,35 @@ impl Drop for WebhookReceiver {
         let _ = self.child.wait();
     }
 }
+
+/// `GET url` with a bearer key, as JSON (`Null` when the body is not JSON).
+pub async fn get_json(client: &reqwest::Client, url: &str, key: &str) -> serde_json::Value {
+    client
+        .get(url)
+        .bearer_auth(key)
+        .send()
+        .await
+        .expect("GET")
+        .json()
+        .await
+        .unwrap_or(serde_json::Value::Null)
+}
+
+/// Polls `GET /v1/executions/{id}` until its status is one of `statuses` (30 s at most).
+pub async fn until_status(
+    client: &reqwest::Client,
+    base: &str,
+    key: &str,
+    id: &str,
+    statuses: &[&str],
+) -> serde_json::Value {
+    let mut last = serde_json::Value::Null;
+    for _ in 0..1200 {
+        last = get_json(client, &format!("{base}/v1/executions/{id}"), key).await;
+        if statuses.iter().any(|s| last["status"] == *s) {
+            return last;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("execution {id} never reached {statuses:?}; last: {last:#}");
+}

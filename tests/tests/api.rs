@@ -6,7 +6,6 @@ use capstan_e2e::{Server, home, key_for};
 use reqwest::{Client, StatusCode};
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
-use std::time::Duration;
 
 fn keys(v: &Value) -> BTreeSet<String> {
     v.as_object().unwrap().keys().cloned().collect()
@@ -17,22 +16,7 @@ fn set(items: &[&str]) -> BTreeSet<String> {
 }
 
 async fn wait_for(client: &Client, base: &str, key: &str, id: &str, status: &str) -> Value {
-    for _ in 0..400 {
-        let e: Value = client
-            .get(format!("{base}/v1/executions/{id}"))
-            .bearer_auth(key)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if e["status"] == status {
-            return e;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("execution {id} never reached {status}");
+    capstan_e2e::until_status(client, base, key, id, &[status]).await
 }
 
 #[tokio::test]

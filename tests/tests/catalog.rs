@@ -101,23 +101,7 @@ async fn check_events(
 }
 
 async fn until(c: &Client, base: &str, key: &str, id: &str, statuses: &[&str]) -> Value {
-    let mut last = Value::Null;
-    for _ in 0..1200 {
-        last = c
-            .get(format!("{base}/v1/executions/{id}"))
-            .bearer_auth(key)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if statuses.iter().any(|s| last["status"] == *s) {
-            return last;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("execution {id} never reached {statuses:?}; last: {last:#}");
+    capstan_e2e::until_status(c, base, key, id, statuses).await
 }
 
 async fn trigger(c: &Client, base: &str, key: &str, workflow: &str, body: Value) -> String {

@@ -11,31 +11,10 @@ use std::time::Duration;
 const TRACEPARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
 
 async fn finish(c: &Client, base: &str, key: &str, id: &str) -> Vec<Value> {
-    for _ in 0..800 {
-        let e: Value = c
-            .get(format!("{base}/v1/executions/{id}"))
-            .bearer_auth(key)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        if e["status"] == "succeeded" {
-            let events: Value = c
-                .get(format!("{base}/v1/executions/{id}/events"))
-                .bearer_auth(key)
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            return events["events"].as_array().unwrap().clone();
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("{id} did not succeed");
+    let e = capstan_e2e::until_status(c, base, key, id, &["succeeded", "failed", "paused"]).await;
+    assert_eq!(e["status"], "succeeded", "{e:#}");
+    let events = capstan_e2e::get_json(c, &format!("{base}/v1/executions/{id}/events"), key).await;
+    events["events"].as_array().unwrap().clone()
 }
 
 async fn trigger(c: &Client, base: &str, key: &str, n: u32) -> String {

@@ -601,18 +601,8 @@ async fn retry_finalization(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<(StatusCode, Json<CommandResponse>), ApiError> {
-    let execution = state
-        .store_execution(&id)
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("execution {id} not found")))?;
-    if !["add-certificate", "onboard-domain"].contains(&execution.workflow.as_str()) {
-        authorized(&state, &caller, &id, None).await?;
-        return Err(capstan_engine::EngineError::StateInvalid {
-            reason: "not_supported",
-            message: format!("{} has no finalization to retry", execution.workflow),
-        }
-        .into());
-    }
+    // Whether the workflow has a finalization to retry is its own declaration
+    // (`.recovery("retry-finalization", ..)`): the engine answers 409 not_supported otherwise.
     authorized(&state, &caller, &id, None).await?;
     let outcome = state
         .engine

@@ -180,13 +180,19 @@ impl Store {
         Ok(())
     }
 
-    /// Disables a subscription for good; its history is kept.
+    /// Disables a subscription for good (its history is kept) and fails its pending attempts, in
+    /// one transaction.
     pub async fn delete_subscription(
         &self,
         id: &str,
         now: Millis,
         reason: &str,
     ) -> Result<(), StoreError> {
+        let mut tx = self
+            .writer
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(unavailable)?;
         sqlx::query(
             "UPDATE subscriptions SET active = 0, health = 'disabled', deleted_ms = COALESCE(deleted_ms, ?),
              disabled_reason = ? WHERE id = ?",
@@ -194,7 +200,7 @@ impl Store {
         .bind(now)
         .bind(reason)
         .bind(id)
-        .execute(&self.writer)
+        .execute(&mut *tx)
         .await
         .map_err(unavailable)?;
         sqlx::query(
@@ -203,9 +209,10 @@ impl Store {
         )
         .bind(format!("subscription disabled: {reason}"))
         .bind(id)
-        .execute(&self.writer)
+        .execute(&mut *tx)
         .await
         .map_err(unavailable)?;
+        tx.commit().await.map_err(unavailable)?;
         Ok(())
     }
 

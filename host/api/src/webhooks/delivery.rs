@@ -20,6 +20,7 @@ use base64::Engine as _;
 use capstan_store::subscriptions::{DeliveryRecord, Route, SubscriptionRecord};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 /// Runs relay and dispatch until `stop` turns true.
@@ -56,16 +57,27 @@ async fn relay(state: &ApiState) -> anyhow::Result<()> {
             return Ok(());
         };
         let subscriptions = state.store.active_subscriptions().await?;
+        // Each owner's permissions once per batch, not once per (event, subscription).
+        let mut permissions: HashMap<&str, BTreeSet<String>> = HashMap::new();
+        for s in &subscriptions {
+            if !permissions.contains_key(s.owner_principal_id.as_str()) {
+                let granted = permissions_of(state, &s.owner_principal_id)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("{}", e.message))?;
+                permissions.insert(&s.owner_principal_id, granted);
+            }
+        }
         let mut routes = Vec::new();
         let mut routed = Vec::new();
         for event in &events {
             let name = format!("{}.v{}", event.event_type, event.event_version);
+            let needed = format!("workflows:{}", event.workflow);
             let mut any = false;
             for s in subscriptions.iter().filter(|s| s.events.contains(&name)) {
-                let permissions = permissions_of(state, &s.owner_principal_id)
-                    .await
-                    .map_err(|e| anyhow::anyhow!("{}", e.message))?;
-                if permissions.contains(&format!("workflows:{}", event.workflow)) {
+                if permissions
+                    .get(s.owner_principal_id.as_str())
+                    .is_some_and(|p| p.contains(&needed))
+                {
                     routes.push(Route {
                         subscription_id: s.id.clone(),
                         event: event.clone(),
