@@ -16,6 +16,7 @@ pub mod auth;
 pub mod error;
 pub mod events_catalog;
 pub mod keys;
+pub mod partner;
 pub mod ratelimit;
 pub mod streams;
 pub mod v1;

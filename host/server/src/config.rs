@@ -87,6 +87,46 @@ pub struct Settings {
     pub stream_connections: usize,
     /// Outbound webhooks.
     pub webhooks: WebhookSettings,
+    /// The partner booking API.
+    pub booking: BookingSettings,
+}
+
+/// `[booking]`: the partner booking API (docs/partner-api.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BookingSettings {
+    /// How long a new booking holds its seats waiting for capture.
+    pub capture_window_ms: i64,
+    /// Catalog loaded into an empty database at start-up (skipped when the file is missing).
+    pub catalog_file: Option<PathBuf>,
+    /// Base of the voucher URLs of new bookings.
+    pub voucher_base_url: String,
+    /// Directory of fulfilment step components (`*.wasm`, world `fulfilment-step`).
+    pub steps: PathBuf,
+    /// Steps per product type: `[booking.fulfilment] default = [...]`, `by_product_type.EVENT = [...]`.
+    pub fulfilment: capstan_booking::fulfilment::Pipelines,
+    /// Variant ids the simulated supplier rejects (a permanent failure, for demos and tests).
+    pub supplier_rejects: Vec<String>,
+    /// Waits before booking-webhook retries (documented: 5, 10, 20, 20 s).
+    pub webhook_retry_waits_ms: Vec<i64>,
+    /// Time a booking-webhook receiver has to answer (documented: 45 s).
+    pub webhook_timeout_ms: u64,
+}
+
+impl Default for BookingSettings {
+    fn default() -> Self {
+        let policy = capstan_api::partner::delivery::BookingWebhookPolicy::default();
+        Self {
+            capture_window_ms: 3_600_000,
+            catalog_file: Some(PathBuf::from("examples/catalog/demo.json")),
+            voucher_base_url: capstan_booking::BookingConfig::default().voucher_base_url,
+            steps: PathBuf::from("./target/steps"),
+            fulfilment: capstan_booking::fulfilment::Pipelines::default(),
+            supplier_rejects: Vec::new(),
+            webhook_retry_waits_ms: policy.retry_waits_ms,
+            webhook_timeout_ms: policy.timeout_ms,
+        }
+    }
 }
 
 /// `[webhooks]`: delivery behaviour. The two `allow_*` switches exist for tests against a local
@@ -148,6 +188,7 @@ impl Default for Settings {
             admin_proxy_upstream: None,
             stream_connections: 1_000,
             webhooks: WebhookSettings::default(),
+            booking: BookingSettings::default(),
         }
     }
 }
@@ -213,7 +254,7 @@ pub struct Overrides {
 }
 
 /// Keys the environment may set (`CAPSTAN_<KEY>`); other `CAPSTAN_*` variables are not settings.
-const ENV_KEYS: [&str; 18] = [
+const ENV_KEYS: [&str; 19] = [
     "listen",
     "sandbox_listen",
     "database",
@@ -232,6 +273,7 @@ const ENV_KEYS: [&str; 18] = [
     "admin_proxy_upstream",
     "stream_connections",
     "webhooks",
+    "booking",
 ];
 
 impl Settings {

@@ -16,4 +16,5 @@ mod bench_timing;
 pub mod config;
 pub mod registry;
 pub mod serve;
+pub mod steps;
 pub mod telemetry;

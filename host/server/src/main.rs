@@ -69,6 +69,16 @@ enum Command {
         #[command(subcommand)]
         command: WorkflowsCommand,
     },
+    /// Create, list and revoke partners of the booking API (docs/partner-api.md).
+    Partners {
+        #[command(subcommand)]
+        command: PartnersCommand,
+    },
+    /// Load the partner catalog (docs/catalog-format.md).
+    Catalog {
+        #[command(subcommand)]
+        command: CatalogCommand,
+    },
     /// Seed and inspect the simulated cloud (docs/simulator.md).
     Simulator {
         #[command(subcommand)]
@@ -83,6 +93,35 @@ enum SimulatorCommand {
     Seed { file: std::path::PathBuf },
     /// Print the simulated state as JSON.
     Show,
+}
+
+#[derive(Debug, Subcommand)]
+enum PartnersCommand {
+    /// Create a partner; prints only its key on stdout (shown once): `pk_…` production, `tk_…` sandbox.
+    Create {
+        #[arg(long)]
+        name: String,
+        #[arg(long = "type", value_parser = ["affiliate", "booking"])]
+        partner_type: String,
+        #[arg(long, value_parser = ["production", "sandbox"])]
+        environment: String,
+    },
+    /// List partners (no keys).
+    List,
+    /// Revoke a partner's key; effective for the next request.
+    Revoke { partner_id: String },
+}
+
+#[derive(Debug, Subcommand)]
+enum CatalogCommand {
+    /// Validate a catalog file and replace the served catalog with it (all problems are listed;
+    /// nothing changes when there is one). A running `capstan serve` picks it up at restart.
+    Import {
+        file: PathBuf,
+        /// Only validate.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -309,6 +348,125 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
                 }
             }
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Partners { command } => {
+            let store = capstan_store::Store::open(&settings.database).await?;
+            let bookings = capstan_booking::Bookings::new(
+                store,
+                std::sync::Arc::new(capstan_core::SystemClock),
+                capstan_booking::BookingConfig::default(),
+            );
+            match command {
+                PartnersCommand::Create {
+                    name,
+                    partner_type,
+                    environment,
+                } => {
+                    let partner_type = capstan_booking::partners::PartnerType::parse(&partner_type)
+                        .ok_or_else(|| anyhow::anyhow!("--type must be affiliate or booking"))?;
+                    let environment = capstan_booking::Environment::parse(&environment)
+                        .ok_or_else(|| {
+                            anyhow::anyhow!("--environment must be production or sandbox")
+                        })?;
+                    let (record, key) = capstan_api::partner::create_partner(
+                        &bookings,
+                        &serve::peppers()?,
+                        &name,
+                        partner_type,
+                        environment,
+                    )
+                    .await?;
+                    eprintln!(
+                        "created {} partner {} ({}) in {}",
+                        record.partner_type.as_str(),
+                        record.id,
+                        record.name,
+                        record.environment.as_str()
+                    );
+                    println!("{key}");
+                }
+                PartnersCommand::List => {
+                    for p in bookings
+                        .list_partners()
+                        .await
+                        .map_err(|e| anyhow::anyhow!("{e}"))?
+                    {
+                        println!(
+                            "{}  {}  {}  {}  {}  {}",
+                            p.id,
+                            p.key_prefix,
+                            p.partner_type.as_str(),
+                            p.environment.as_str(),
+                            if p.revoked_ms.is_some() {
+                                "revoked"
+                            } else {
+                                "active"
+                            },
+                            p.name
+                        );
+                    }
+                }
+                PartnersCommand::Revoke { partner_id } => {
+                    anyhow::ensure!(
+                        bookings
+                            .revoke_partner(&partner_id)
+                            .await
+                            .map_err(|e| anyhow::anyhow!("{e}"))?,
+                        "no active partner {partner_id}"
+                    );
+                    eprintln!("revoked partner {partner_id}");
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Catalog {
+            command: CatalogCommand::Import { file, dry_run },
+        } => {
+            let text = std::fs::read_to_string(&file)
+                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
+            if dry_run {
+                return match capstan_booking::catalog::Catalog::parse(&text) {
+                    Ok(c) => {
+                        println!(
+                            "{}: valid ({} products)",
+                            file.display(),
+                            c.file.products.len()
+                        );
+                        Ok(ExitCode::SUCCESS)
+                    }
+                    Err(e) => {
+                        eprintln!("capstan: {}: {e}", file.display());
+                        Ok(ExitCode::from(3))
+                    }
+                };
+            }
+            let store = capstan_store::Store::open(&settings.database).await?;
+            let bookings = capstan_booking::Bookings::new(
+                store,
+                std::sync::Arc::new(capstan_core::SystemClock),
+                capstan_booking::BookingConfig::default(),
+            );
+            match bookings.import_catalog(&text).await {
+                Ok(imported) => {
+                    println!(
+                        "imported {}: {} products, {} variants (digest {}{})",
+                        file.display(),
+                        imported.products,
+                        imported.variants,
+                        &imported.digest[..12],
+                        if imported.unchanged {
+                            ", unchanged"
+                        } else {
+                            ""
+                        }
+                    );
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => {
+                    eprintln!("capstan: {}: {e}", file.display());
+                    Ok(ExitCode::from(3))
+                }
+            }
         }
         Command::Simulator { command } => {
             let store = capstan_store::Store::open(&settings.database).await?;

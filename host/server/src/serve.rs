@@ -10,7 +10,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use capstan_api::keys::Peppers;
+use capstan_api::partner::PartnerState;
 use capstan_api::{ApiConfig, ApiState};
+use capstan_booking::fulfilment::StepRunner;
+use capstan_booking::{BookingConfig, Bookings, Environment};
 use capstan_core::{Clock, SystemClock};
 use capstan_engine::{Engine, EngineConfig};
 use capstan_providers::{ProviderSet, SimulatedCloud};
@@ -28,6 +31,12 @@ pub struct App {
     pub store: Store,
     pub registry: Arc<Registry>,
     pub api: ApiState,
+    /// The partner API of the main listener (production) and of the sandbox listener.
+    pub production: PartnerState,
+    pub sandbox: PartnerState,
+    /// Fulfilment step components and the pipelines that use them.
+    pub steps: Arc<dyn StepRunner>,
+    pub booking: crate::config::BookingSettings,
 }
 
 /// The at-rest keyring for webhook secrets: `CAPSTAN_SECRET_KEYS` (`1:<base64 of 32 bytes>,...`).
@@ -76,6 +85,18 @@ impl App {
         for workflow in registry.workflows.values() {
             engine.register(workflow.clone());
         }
+        let bookings = Bookings::new(
+            store.clone(),
+            clock.clone(),
+            BookingConfig {
+                capture_window_ms: settings.booking.capture_window_ms,
+                voucher_base_url: settings.booking.voucher_base_url.clone(),
+            },
+        );
+        load_catalog(&bookings, settings).await?;
+        let steps: Arc<dyn StepRunner> =
+            Arc::new(crate::steps::WasmSteps::load(&registry.runtime, settings).await);
+        let partner_peppers = peppers.clone();
         let config = ApiConfig {
             peppers,
             principals: settings
@@ -119,10 +140,20 @@ impl App {
                 timeout_ms: settings.webhooks.timeout_ms,
             }),
         };
+        let partner = |environment| PartnerState {
+            bookings: bookings.clone(),
+            environment,
+            peppers: partner_peppers.clone(),
+            webhooks: api.webhooks.clone(),
+        };
         Ok(Self {
             store,
             registry,
+            production: partner(Environment::Production),
+            sandbox: partner(Environment::Sandbox),
             api,
+            steps,
+            booking: settings.booking.clone(),
         })
     }
 }
@@ -136,7 +167,51 @@ pub fn error_response(status: StatusCode, code: &str, message: impl Into<String>
         .into_response()
 }
 
+/// Loads the stored catalog, or imports `booking.catalog_file` into an empty database.
+async fn load_catalog(bookings: &Bookings, settings: &Settings) -> anyhow::Result<()> {
+    if bookings.load_catalog().await? {
+        return Ok(());
+    }
+    match &settings.booking.catalog_file {
+        Some(path) if path.exists() => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| anyhow::anyhow!("cannot read the catalog {}: {e}", path.display()))?;
+            let imported = bookings
+                .import_catalog(&text)
+                .await
+                .map_err(|e| anyhow::anyhow!("catalog {}: {e}", path.display()))?;
+            tracing::info!(file = %path.display(), products = imported.products, variants = imported.variants, "catalog imported into an empty database");
+        }
+        Some(path) => {
+            tracing::warn!(file = %path.display(), "no catalog yet and the catalog file does not exist: the partner catalog is empty until `capstan catalog import`")
+        }
+        None => tracing::warn!(
+            "no catalog yet: the partner catalog is empty until `capstan catalog import`"
+        ),
+    }
+    Ok(())
+}
+
+/// The sandbox listener: health and the partner API's sandbox environment.
+pub fn sandbox_router(app: App) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .with_state(app.clone())
+        .merge(capstan_api::partner::router(app.sandbox))
+        .fallback(partner_not_found)
+}
+
+async fn partner_not_found() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        Json(json!({"status": 404, "error": {"code": "E_NOT_FOUND", "message": "no such route"}})),
+    )
+        .into_response()
+}
+
 pub fn router(app: App) -> Router {
+    let partner = capstan_api::partner::router(app.production.clone());
     let api = capstan_api::v1::router(app.api.clone());
     let catalog = capstan_api::events_catalog::router(app.api.clone());
     let admin = capstan_api::admin::router(app.api.clone());
@@ -151,6 +226,7 @@ pub fn router(app: App) -> Router {
         .merge(admin)
         .merge(streams)
         .merge(subscriptions)
+        .merge(partner)
         .fallback(|| async { error_response(StatusCode::NOT_FOUND, "not_found", "no such route") })
         .method_not_allowed_fallback(|| async {
             error_response(
@@ -215,6 +291,7 @@ pub async fn serve(
         app.api.clone(),
         stop_rx.clone(),
     ));
+    let booking_tasks = spawn_booking_tasks(&app, stop_rx.clone());
     let streams = app.api.streams.clone();
     let mut stop_main = stop_rx.clone();
     let mut stop_sandbox = stop_rx;
@@ -228,7 +305,7 @@ pub async fn serve(
     .into_future();
     let sandbox = axum::serve(
         sandbox,
-        router(app).into_make_service_with_connect_info::<std::net::SocketAddr>(),
+        sandbox_router(app).into_make_service_with_connect_info::<std::net::SocketAddr>(),
     )
     .with_graceful_shutdown(async move {
         let _ = stop_sandbox.wait_for(|s| *s).await;
@@ -246,10 +323,77 @@ pub async fn serve(
         let _ = worker.await;
     }
     let _ = webhooks.await;
+    for task in booking_tasks {
+        let _ = task.await;
+    }
     a?;
     b?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The booking engine's background work on this node: the capture-timeout sweeper, the
+/// fulfilment workers and the booking-webhook dispatcher.
+fn spawn_booking_tasks(
+    app: &App,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let bookings = app.production.bookings.clone();
+    let sweeper = {
+        let bookings = bookings.clone();
+        let mut stop = stop.clone();
+        tokio::spawn(async move {
+            loop {
+                match bookings.expire_due(500).await {
+                    Ok(n) if n > 0 => {
+                        tracing::info!(count = n, "bookings timed out (capture window closed)")
+                    }
+                    Ok(_) => {}
+                    Err(error) => tracing::warn!(%error, "capture-timeout sweep failed; retrying"),
+                }
+                tokio::select! {
+                    _ = stop.wait_for(|s| *s) => return,
+                    () = tokio::time::sleep(Duration::from_millis(500)) => {}
+                }
+            }
+        })
+    };
+    let fulfilment = {
+        let bookings = bookings.clone();
+        let steps = app.steps.clone();
+        let pipelines = app.booking.fulfilment.clone();
+        let mut stop = stop.clone();
+        tokio::spawn(async move {
+            loop {
+                let ran = match bookings
+                    .run_fulfilment(steps.as_ref(), &pipelines, 60_000, 32)
+                    .await
+                {
+                    Ok(n) => n,
+                    Err(error) => {
+                        tracing::warn!(%error, "fulfilment pass failed; retrying");
+                        0
+                    }
+                };
+                if ran == 0 {
+                    tokio::select! {
+                        _ = stop.wait_for(|s| *s) => return,
+                        () = tokio::time::sleep(Duration::from_millis(100)) => {}
+                    }
+                }
+            }
+        })
+    };
+    let policy = capstan_api::partner::delivery::BookingWebhookPolicy {
+        retry_waits_ms: app.booking.webhook_retry_waits_ms.clone(),
+        timeout_ms: app.booking.webhook_timeout_ms,
+    };
+    let webhooks = tokio::spawn(capstan_api::partner::delivery::run(
+        vec![app.production.clone()],
+        policy,
+        stop,
+    ));
+    vec![sweeper, fulfilment, webhooks]
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -280,7 +280,7 @@ async fn update_health(state: &ApiState, id: &str) -> anyhow::Result<()> {
 }
 
 /// One POST to the vetted, pinned address; `(status, Retry-After seconds)` or why it failed.
-async fn send(
+pub(crate) async fn send(
     config: &WebhookConfig,
     url: &str,
     id: &str,

@@ -1,0 +1,1284 @@
+//! # capstan-booking
+//!
+//! The partner booking domain behind `/api/public/...` (docs/partner-api.md):
+//! - `catalog` — the catalog file (docs/catalog-format.md), its validation and in-memory index;
+//! - `views` — the documented JSON shapes of products, variants and slots;
+//! - `request` — booking requests parsed with the documented errors;
+//! - this module — partners, inventory, bookings (holds, capture window, cancel, reschedule),
+//!   the capture-timeout sweeper, fulfilment jobs and the booking-webhook outbox, on the SQL store.
+//!
+//! Selling is one guarded statement, `UPDATE slot_usage SET taken = taken + pax WHERE taken + pax
+//! <= capacity`, in the same transaction as the booking row: concurrent creates never oversell, on
+//! SQLite (one writer) as on PostgreSQL (row lock). Every status change writes a `booking_events`
+//! row and, in the same transaction, one pending delivery per enabled partner webhook.
+
+pub mod catalog;
+pub mod fulfilment;
+pub mod partners;
+pub mod request;
+pub mod views;
+pub mod webhooks;
+
+use crate::catalog::{Catalog, CatalogError, LOCAL_FORMAT, local};
+use crate::request::{CreateBooking, UpdateBooking};
+use capstan_core::Clock;
+use capstan_store::Store;
+use chrono::Duration;
+use serde_json::{Value, json};
+use sqlx::Row;
+use std::sync::{Arc, RwLock};
+
+/// An error of the partner API: HTTP status, `E_...` code, message, and extra fields.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BookingError {
+    pub status: u16,
+    pub code: &'static str,
+    pub message: String,
+    /// Extra members of `error` (e.g. `currentPrice` of `E_PRICE_MISMATCH`).
+    pub details: Option<Value>,
+}
+
+impl BookingError {
+    pub fn new(status: u16, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+            details: None,
+        }
+    }
+    pub fn missing(message: impl Into<String>) -> Self {
+        Self::new(400, "E_MISSING_PARAMETER", message)
+    }
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(400, "E_INVALID_ARGUMENT", message)
+    }
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(404, "E_NOT_FOUND", message)
+    }
+    pub fn state(message: impl Into<String>) -> Self {
+        Self::new(409, "E_INVALID_STATE", message)
+    }
+    pub fn internal(e: impl std::fmt::Display) -> Self {
+        tracing::error!(error = %e, "booking store error");
+        Self::new(500, "E_INTERNAL", "An internal error occurred.")
+    }
+    pub fn unavailable(e: impl std::fmt::Display) -> Self {
+        tracing::warn!(error = %e, "booking storage unavailable");
+        Self::new(
+            503,
+            "E_SERVICE_UNAVAILABLE",
+            "Booking storage is unavailable; retry later.",
+        )
+    }
+}
+
+impl std::fmt::Display for BookingError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}: {}", self.status, self.code, self.message)
+    }
+}
+
+impl From<sqlx::Error> for BookingError {
+    fn from(e: sqlx::Error) -> Self {
+        match e {
+            sqlx::Error::PoolClosed | sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) => {
+                Self::unavailable(e)
+            }
+            other => Self::internal(other),
+        }
+    }
+}
+
+/// Production and sandbox: each has its own partners, inventory, bookings and webhooks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Environment {
+    Production,
+    Sandbox,
+}
+
+impl Environment {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Production => "production",
+            Self::Sandbox => "sandbox",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "production" => Some(Self::Production),
+            "sandbox" => Some(Self::Sandbox),
+            _ => None,
+        }
+    }
+    /// `pk_` for production, `tk_` for the sandbox.
+    pub fn key_prefix(self) -> &'static str {
+        match self {
+            Self::Production => "pk_",
+            Self::Sandbox => "tk_",
+        }
+    }
+}
+
+/// Settings of the booking engine.
+#[derive(Debug, Clone)]
+pub struct BookingConfig {
+    /// How long a new booking holds its seats waiting for capture (default one hour).
+    pub capture_window_ms: i64,
+    /// Base of voucher URLs (`<base>/<bookingId>`), until fulfilment delivers the voucher.
+    pub voucher_base_url: String,
+}
+
+impl Default for BookingConfig {
+    fn default() -> Self {
+        Self {
+            capture_window_ms: 3_600_000,
+            voucher_base_url: "https://vouchers.capstan.example/bookings".to_owned(),
+        }
+    }
+}
+
+/// The booking engine: catalog in memory, everything else in the store.
+#[derive(Debug, Clone)]
+pub struct Bookings {
+    store: Store,
+    clock: Arc<dyn Clock>,
+    config: Arc<BookingConfig>,
+    catalog: Arc<RwLock<Option<Arc<Catalog>>>>,
+}
+
+/// Ids of what an import changed.
+#[derive(Debug, Clone)]
+pub struct Imported {
+    pub digest: String,
+    pub products: usize,
+    pub variants: usize,
+    pub unchanged: bool,
+}
+
+impl Bookings {
+    pub fn new(store: Store, clock: Arc<dyn Clock>, config: BookingConfig) -> Self {
+        Self {
+            store,
+            clock,
+            config: Arc::new(config),
+            catalog: Arc::new(RwLock::new(None)),
+        }
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+    pub fn config(&self) -> &BookingConfig {
+        &self.config
+    }
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now_millis() as i64
+    }
+
+    /// The catalog in memory (an empty one before any import).
+    pub fn catalog(&self) -> Arc<Catalog> {
+        if let Ok(guard) = self.catalog.read()
+            && let Some(c) = guard.as_ref()
+        {
+            return c.clone();
+        }
+        Arc::new(empty_catalog())
+    }
+
+    /// Reads the stored catalog into memory; `false` when none was imported yet.
+    pub async fn load_catalog(&self) -> anyhow::Result<bool> {
+        let row: Option<(String,)> = sqlx::query_as("SELECT body FROM catalog WHERE id = 1")
+            .fetch_optional(self.store.pool())
+            .await?;
+        let Some((body,)) = row else {
+            return Ok(false);
+        };
+        let catalog = Catalog::parse(&body)?;
+        if let Ok(mut guard) = self.catalog.write() {
+            *guard = Some(Arc::new(catalog));
+        }
+        Ok(true)
+    }
+
+    /// Validates `text` and replaces the catalog with it (stored, then served).
+    pub async fn import_catalog(&self, text: &str) -> Result<Imported, CatalogError> {
+        let catalog = Catalog::parse(text)?;
+        let body =
+            serde_json::to_string(&catalog.file).map_err(|e| CatalogError::Parse(e.to_string()))?;
+        let previous: Option<(String,)> = sqlx::query_as("SELECT digest FROM catalog WHERE id = 1")
+            .fetch_optional(self.store.pool())
+            .await
+            .map_err(|e| CatalogError::Parse(format!("cannot read the stored catalog: {e}")))?;
+        let unchanged = previous.is_some_and(|(d,)| d == catalog.digest);
+        sqlx::query(
+            "INSERT INTO catalog (id, body, digest, imported_ms) VALUES (1, ?, ?, ?)
+             ON CONFLICT (id) DO UPDATE SET body = excluded.body, digest = excluded.digest, imported_ms = excluded.imported_ms",
+        )
+        .bind(&body)
+        .bind(&catalog.digest)
+        .bind(self.now_ms())
+        .execute(self.store.writer())
+        .await
+        .map_err(|e| CatalogError::Parse(format!("cannot store the catalog: {e}")))?;
+        let imported = Imported {
+            digest: catalog.digest.clone(),
+            products: catalog.file.products.len(),
+            variants: catalog.file.products.iter().map(|p| p.variants.len()).sum(),
+            unchanged,
+        };
+        if let Ok(mut guard) = self.catalog.write() {
+            *guard = Some(Arc::new(catalog));
+        }
+        Ok(imported)
+    }
+
+    /// Seats remaining per slot id (slots without a usage row have their full capacity).
+    pub async fn taken(
+        &self,
+        env: Environment,
+        slot_ids: &[String],
+    ) -> Result<std::collections::HashMap<String, u32>, BookingError> {
+        let mut out = std::collections::HashMap::new();
+        if slot_ids.is_empty() {
+            return Ok(out);
+        }
+        let marks = vec!["?"; slot_ids.len()].join(",");
+        let sql = format!(
+            "SELECT slot_id, taken FROM slot_usage WHERE environment = ? AND slot_id IN ({marks})"
+        );
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(env.as_str());
+        for id in slot_ids {
+            q = q.bind(id);
+        }
+        for row in q.fetch_all(self.store.pool()).await? {
+            out.insert(row.get::<String, _>(0), row.get::<i64, _>(1) as u32);
+        }
+        Ok(out)
+    }
+
+    /// Validates a create request against the catalog and prices it: (slot, pax, price in the
+    /// requested currency, customers JSON, seat info).
+    fn check_create(
+        &self,
+        catalog: &Catalog,
+        req: &CreateBooking,
+        now: chrono::NaiveDateTime,
+    ) -> Result<Checked, BookingError> {
+        let product = catalog.product(&req.product_id).ok_or_else(|| {
+            BookingError::not_found(format!("product `{}` does not exist", req.product_id))
+        })?;
+        let (owner, variant) = catalog
+            .variant(&req.variant_id)
+            .filter(|(p, _)| p.id == product.id)
+            .ok_or_else(|| {
+                BookingError::not_found(format!(
+                    "variant `{}` is not a variant of product `{}`",
+                    req.variant_id, product.id
+                ))
+            })?;
+        let slot = catalog.find_slot(variant, &req.inventory_id, now).ok_or_else(|| {
+            BookingError::not_found(format!(
+                "inventory `{}` is not an open slot of variant `{}` (see GET /api/public/v2/inventory/list-by/tour?tourId={})",
+                req.inventory_id, variant.id, variant.id
+            ))
+        })?;
+        let pax = req.customers.len() as u32;
+        if req.count != pax {
+            return Err(BookingError::invalid(format!(
+                "customersDetails.count ({}) must equal the number of customers ({pax})",
+                req.count
+            )));
+        }
+        if pax < variant.pax.min || pax > variant.pax.max {
+            return Err(BookingError::invalid(format!(
+                "variant `{}` takes {}–{} people per booking, not {pax}",
+                variant.id, variant.pax.min, variant.pax.max
+            )));
+        }
+        let primaries = req.customers.iter().filter(|c| c.is_primary).count();
+        if primaries != 1 {
+            return Err(BookingError::invalid(format!(
+                "exactly one customer must have isPrimary = true ({primaries} have)"
+            )));
+        }
+        // Input fields per customer: PRIMARY_CUSTOMER fields on the primary customer, fields of any
+        // other level on every customer.
+        let mut customers_json = Vec::new();
+        for (i, c) in req.customers.iter().enumerate() {
+            let at = format!("customersDetails.customers[{i}]");
+            if variant.profile_type == "PER_PERSON"
+                && !variant.persons.iter().any(|p| p.kind == c.person_type)
+            {
+                return Err(BookingError::invalid(format!(
+                    "{at}.personType `{}` is not sold for variant `{}` (one of {})",
+                    c.person_type,
+                    variant.id,
+                    variant
+                        .persons
+                        .iter()
+                        .map(|p| p.kind.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )));
+            }
+            let applicable: Vec<&catalog::InputField> = variant
+                .input_fields
+                .iter()
+                .filter(|f| {
+                    if f.level == "PRIMARY_CUSTOMER" {
+                        c.is_primary
+                    } else {
+                        true
+                    }
+                })
+                .collect();
+            let mut out_fields = Vec::new();
+            for (k, given) in c.input_fields.iter().enumerate() {
+                let Some(field) = applicable.iter().find(|f| f.id == given.id) else {
+                    return Err(BookingError::invalid(format!(
+                        "{at}.inputFields[{k}].id `{}` is not an input field of variant `{}` for this customer",
+                        given.id, variant.id
+                    )));
+                };
+                check_field(
+                    catalog,
+                    &variant.id,
+                    field,
+                    &given.value,
+                    &format!("{at}.inputFields[{k}]"),
+                )?;
+                out_fields.push(json!({"id": field.id, "name": field.name, "value": given.value}));
+            }
+            for field in &applicable {
+                let present = c
+                    .input_fields
+                    .iter()
+                    .any(|g| g.id == field.id && !g.value.is_empty());
+                if field.validation.required && !present {
+                    return Err(BookingError::missing(format!(
+                        "{at}.inputFields: `{}` ({}) is required",
+                        field.id, field.name
+                    )));
+                }
+            }
+            customers_json.push(json!({"personType": c.person_type, "isPrimary": c.is_primary, "inputFields": out_fields}));
+        }
+        let currency = catalog.currency(&req.price_currency).ok_or_else(|| {
+            BookingError::invalid(format!(
+                "price.currencyCode `{}` is not a supported currency ({})",
+                req.price_currency,
+                catalog
+                    .file
+                    .currencies
+                    .iter()
+                    .map(|c| c.code.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?;
+        let amount = price_of(catalog, variant, &req.customers, currency);
+        let half_unit = 0.5 / 10f64.powi(currency.precision as i32);
+        if (amount - req.price_amount).abs() >= half_unit {
+            let mut err = BookingError::new(
+                409,
+                "E_PRICE_MISMATCH",
+                format!(
+                    "the expected price {} {} differs from the current price {} {}",
+                    req.price_amount, currency.code, amount, currency.code
+                ),
+            );
+            err.details =
+                Some(json!({"currentPrice": {"amount": amount, "currencyCode": currency.code}}));
+            return Err(err);
+        }
+        let seat_info = match (&variant.seatmap, &req.inventory_seat_ids) {
+            (Some(map), Some(seats)) => {
+                if seats.len() as u32 != pax {
+                    return Err(BookingError::invalid(format!(
+                        "inventorySeatIds has {} seats for {pax} customers",
+                        seats.len()
+                    )));
+                }
+                let mut info = Vec::new();
+                for s in seats {
+                    info.push(map.seat(s).ok_or_else(|| {
+                        BookingError::invalid(format!("seat `{s}` does not exist in this seatmap"))
+                    })?);
+                }
+                let unique: std::collections::HashSet<_> = seats.iter().collect();
+                if unique.len() != seats.len() {
+                    return Err(BookingError::invalid("inventorySeatIds names a seat twice"));
+                }
+                Some(info)
+            }
+            (Some(_), None) => {
+                return Err(BookingError::missing(
+                    "`inventorySeatIds` is required for a seatmap product",
+                ));
+            }
+            (None, Some(seats)) if !seats.is_empty() => {
+                return Err(BookingError::invalid(
+                    "inventorySeatIds is only for seatmap products",
+                ));
+            }
+            (None, _) => None,
+        };
+        let variant_fields = req.variant_input_fields.as_ref().map(|fields| {
+            fields
+                .iter()
+                .map(|f| json!({"id": f.id, "value": f.value}))
+                .collect::<Vec<_>>()
+        });
+        Ok(Checked {
+            product_name: owner.name.clone(),
+            product_type: owner.product_type.clone(),
+            variant_name: variant.name.clone(),
+            slot,
+            pax,
+            amount,
+            currency: currency.code.clone(),
+            customers: json!({"count": pax, "customers": customers_json}),
+            seat_info: seat_info.map(Value::from),
+            variant_input_fields: variant_fields.map(Value::from),
+            policy: json!({"cancellation": variant.cancellation_policy, "reschedule": variant.reschedule_policy}),
+        })
+    }
+
+    /// Creates a booking in UNCAPTURED holding its seats for the capture window.
+    pub async fn create(
+        &self,
+        env: Environment,
+        partner_id: &str,
+        api_version: u8,
+        body: &Value,
+        idempotency_key: Option<&str>,
+    ) -> Result<BookingRow, BookingError> {
+        let req = CreateBooking::parse(body)?;
+        let request_hash = {
+            use sha2::Digest;
+            hex::encode(sha2::Sha256::digest(body.to_string().as_bytes()))
+        };
+        if let Some(key) = idempotency_key {
+            if key.is_empty() || key.len() > 255 {
+                return Err(BookingError::invalid(
+                    "Idempotency-Key must be 1–255 characters",
+                ));
+            }
+            if let Some(existing) = self.by_idempotency_key(env, partner_id, key).await? {
+                return if existing.request_hash.as_deref() == Some(request_hash.as_str()) {
+                    Ok(existing)
+                } else {
+                    Err(BookingError::new(
+                        409,
+                        "E_IDEMPOTENCY_CONFLICT",
+                        "this Idempotency-Key was used with a different request",
+                    ))
+                };
+            }
+        }
+        let now_ms = self.now_ms();
+        let catalog = self.catalog();
+        let checked = self.check_create(&catalog, &req, local(now_ms))?;
+        let mut tx = self.store.writer().begin().await?;
+        take_seats(
+            &mut tx,
+            env,
+            &checked.slot.id,
+            checked.slot.capacity,
+            checked.pax,
+        )
+        .await?;
+        let start_local = checked.slot.start.format(LOCAL_FORMAT).to_string();
+        let inserted = sqlx::query(
+            "INSERT INTO bookings (environment, partner_id, api_version, status, product_id, product_name, product_type,
+                variant_id, variant_name, slot_id, start_local, pax, customers, variant_input_fields, seat_info,
+                price_amount, price_currency, voucher_url, policy, idempotency_key, request_hash,
+                created_ms, capture_deadline_ms, updated_ms)
+             VALUES (?, ?, ?, 'UNCAPTURED', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, '', ?, ?, ?, ?, ?, ?)
+             RETURNING id",
+        )
+        .bind(env.as_str())
+        .bind(partner_id)
+        .bind(i64::from(api_version))
+        .bind(&req.product_id)
+        .bind(&checked.product_name)
+        .bind(&checked.product_type)
+        .bind(&req.variant_id)
+        .bind(&checked.variant_name)
+        .bind(&checked.slot.id)
+        .bind(&start_local)
+        .bind(i64::from(checked.pax))
+        .bind(checked.customers.to_string())
+        .bind(checked.variant_input_fields.as_ref().map(Value::to_string))
+        .bind(checked.seat_info.as_ref().map(Value::to_string))
+        .bind(checked.amount)
+        .bind(&checked.currency)
+        .bind(checked.policy.to_string())
+        .bind(idempotency_key)
+        .bind(idempotency_key.map(|_| request_hash.as_str()))
+        .bind(now_ms)
+        .bind(now_ms + self.config.capture_window_ms)
+        .bind(now_ms)
+        .fetch_one(&mut *tx)
+        .await;
+        let id: i64 = match inserted {
+            Ok(row) => row.get(0),
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                // A concurrent create with the same Idempotency-Key won: answer with its booking.
+                drop(tx);
+                let key = idempotency_key.unwrap_or_default();
+                return match self.by_idempotency_key(env, partner_id, key).await? {
+                    Some(b) if b.request_hash.as_deref() == Some(request_hash.as_str()) => Ok(b),
+                    _ => Err(BookingError::new(
+                        409,
+                        "E_IDEMPOTENCY_CONFLICT",
+                        "this Idempotency-Key was used with a different request",
+                    )),
+                };
+            }
+            Err(e) => return Err(e.into()),
+        };
+        sqlx::query("UPDATE bookings SET voucher_url = ? WHERE id = ?")
+            .bind(format!("{}/{id}", self.config.voucher_base_url))
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        if let Some(seats) = &req.inventory_seat_ids {
+            for seat in seats {
+                let taken = sqlx::query(
+                    "INSERT INTO slot_seats (environment, slot_id, seat_code, booking_id) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                )
+                .bind(env.as_str())
+                .bind(&checked.slot.id)
+                .bind(seat)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+                if taken.rows_affected() == 0 {
+                    return Err(BookingError::new(
+                        409,
+                        "E_INVENTORY_UNAVAILABLE",
+                        format!("seat `{seat}` is already taken"),
+                    ));
+                }
+            }
+        }
+        record_status(&mut tx, env, partner_id, id, "UNCAPTURED", now_ms).await?;
+        tx.commit().await?;
+        self.get_row(id)
+            .await?
+            .ok_or_else(|| BookingError::internal("the new booking vanished"))
+    }
+
+    async fn by_idempotency_key(
+        &self,
+        env: Environment,
+        partner_id: &str,
+        key: &str,
+    ) -> Result<Option<BookingRow>, BookingError> {
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "{SELECT_BOOKING} WHERE environment = ? AND partner_id = ? AND idempotency_key = ?"
+        )))
+        .bind(env.as_str())
+        .bind(partner_id)
+        .bind(key)
+        .fetch_optional(self.store.pool())
+        .await?;
+        Ok(row.map(|r| BookingRow::from_row(&r)))
+    }
+
+    async fn get_row(&self, id: i64) -> Result<Option<BookingRow>, BookingError> {
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "{SELECT_BOOKING} WHERE id = ?"
+        )))
+        .bind(id)
+        .fetch_optional(self.store.writer())
+        .await?;
+        Ok(row.map(|r| BookingRow::from_row(&r)))
+    }
+
+    /// A booking of `partner_id`: 400 for a non-numeric id, 404 unknown, 403 another partner's.
+    pub async fn get(
+        &self,
+        env: Environment,
+        partner_id: &str,
+        id: &str,
+    ) -> Result<BookingRow, BookingError> {
+        let id = parse_id(id)?;
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "{SELECT_BOOKING} WHERE id = ?"
+        )))
+        .bind(id)
+        .fetch_optional(self.store.pool())
+        .await?
+        .map(|r| BookingRow::from_row(&r))
+        .filter(|b| b.environment == env.as_str())
+        .ok_or_else(|| BookingError::not_found(format!("booking {id} does not exist")))?;
+        if row.partner_id != partner_id {
+            return Err(BookingError::new(
+                403,
+                "E_FORBIDDEN",
+                format!("booking {id} belongs to another partner"),
+            ));
+        }
+        Ok(row)
+    }
+
+    /// A page of the partner's bookings, newest first, and the total.
+    pub async fn list(
+        &self,
+        env: Environment,
+        partner_id: &str,
+        offset: i64,
+        limit: i64,
+    ) -> Result<(Vec<BookingRow>, i64), BookingError> {
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "{SELECT_BOOKING} WHERE environment = ? AND partner_id = ? ORDER BY id DESC LIMIT ? OFFSET ?"
+        )))
+        .bind(env.as_str())
+        .bind(partner_id)
+        .bind(limit)
+        .bind(offset)
+        .fetch_all(self.store.pool())
+        .await?;
+        let (total,): (i64,) = sqlx::query_as(
+            "SELECT COUNT(*) FROM bookings WHERE environment = ? AND partner_id = ?",
+        )
+        .bind(env.as_str())
+        .bind(partner_id)
+        .fetch_one(self.store.pool())
+        .await?;
+        Ok((rows.iter().map(BookingRow::from_row).collect(), total))
+    }
+
+    /// `PUT` booking: capture (status PENDING) within the window; v1 also accepts CANCELLED (a
+    /// cancellation under the product's policy).
+    pub async fn update(
+        &self,
+        env: Environment,
+        partner_id: &str,
+        id: &str,
+        body: &Value,
+        v2: bool,
+    ) -> Result<BookingRow, BookingError> {
+        let booking_id = parse_id(id)?;
+        let update = UpdateBooking::parse(body, v2)?;
+        match update.status.as_str() {
+            "PENDING" => {}
+            "CANCELLED" => {
+                self.cancel(
+                    env,
+                    partner_id,
+                    id,
+                    Some("cancelled through PUT /api/public/v1/booking".into()),
+                )
+                .await?;
+                return self.get(env, partner_id, id).await;
+            }
+            other => {
+                return Err(BookingError::invalid(format!(
+                    "a partner sets status PENDING (capture) or CANCELLED, not {other}"
+                )));
+            }
+        }
+        let booking = self.get(env, partner_id, id).await?;
+        let now_ms = self.now_ms();
+        let mut tx = self.store.writer().begin().await?;
+        let (status, deadline): (String, i64) =
+            sqlx::query_as("SELECT status, capture_deadline_ms FROM bookings WHERE id = ?")
+                .bind(booking_id)
+                .fetch_one(&mut *tx)
+                .await?;
+        if status == "UNCAPTURED" && now_ms >= deadline {
+            // The window closed before the sweeper came by: time the booking out now.
+            time_out(&mut tx, env, &booking, now_ms).await?;
+            tx.commit().await?;
+            return Err(BookingError::state(format!(
+                "booking {booking_id} cannot be captured: its capture window closed at {} (status is now CAPTURE_TIMEOUT)",
+                local(deadline).format(LOCAL_FORMAT)
+            )));
+        }
+        if status != "UNCAPTURED" {
+            return Err(BookingError::state(format!(
+                "booking {booking_id} is {status}; only an UNCAPTURED booking can be captured"
+            )));
+        }
+        sqlx::query("UPDATE bookings SET status = 'PENDING', partner_reference_id = ?, updated_ms = ? WHERE id = ? AND status = 'UNCAPTURED'")
+            .bind(&update.partner_reference_id)
+            .bind(now_ms)
+            .bind(booking_id)
+            .execute(&mut *tx)
+            .await?;
+        record_status(&mut tx, env, partner_id, booking_id, "PENDING", now_ms).await?;
+        sqlx::query("INSERT INTO fulfilment_jobs (booking_id, step_index, next_attempt_ms, state) VALUES (?, 0, ?, 'running')")
+            .bind(booking_id)
+            .bind(now_ms)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        self.get(env, partner_id, id).await
+    }
+
+    /// Cancels a booking under its policy: UNCAPTURED always; PENDING or COMPLETED while the
+    /// product is cancellable and the cut-off before the start has not passed. Seats return.
+    pub async fn cancel(
+        &self,
+        env: Environment,
+        partner_id: &str,
+        id: &str,
+        reason: Option<String>,
+    ) -> Result<BookingRow, BookingError> {
+        let booking = self.get(env, partner_id, id).await?;
+        let now_ms = self.now_ms();
+        let mut tx = self.store.writer().begin().await?;
+        let (status,): (String,) = sqlx::query_as("SELECT status FROM bookings WHERE id = ?")
+            .bind(booking.id)
+            .fetch_one(&mut *tx)
+            .await?;
+        match status.as_str() {
+            "UNCAPTURED" => {}
+            "PENDING" | "COMPLETED" => {
+                let policy: catalog::CancellationPolicy =
+                    serde_json::from_value(booking.policy["cancellation"].clone())
+                        .map_err(BookingError::internal)?;
+                if !policy.cancellable {
+                    return Err(BookingError::state(format!(
+                        "booking {} is not cancellable under the product's policy",
+                        booking.id
+                    )));
+                }
+                let start =
+                    chrono::NaiveDateTime::parse_from_str(&booking.start_local, LOCAL_FORMAT)
+                        .map_err(BookingError::internal)?;
+                let cutoff =
+                    start - Duration::minutes(policy.cancellable_up_to_in_minutes.unwrap_or(0));
+                if local(now_ms) > cutoff {
+                    return Err(BookingError::state(format!(
+                        "booking {} could be cancelled until {} ({} minutes before the start)",
+                        booking.id,
+                        cutoff.format(LOCAL_FORMAT),
+                        policy.cancellable_up_to_in_minutes.unwrap_or(0)
+                    )));
+                }
+            }
+            other => {
+                return Err(BookingError::state(format!(
+                    "booking {} is {other} and cannot be cancelled",
+                    booking.id
+                )));
+            }
+        }
+        sqlx::query("UPDATE bookings SET status = 'CANCELLED', cancel_reason = ?, updated_ms = ? WHERE id = ?")
+            .bind(reason)
+            .bind(now_ms)
+            .bind(booking.id)
+            .execute(&mut *tx)
+            .await?;
+        release_seats(&mut tx, env, &booking).await?;
+        sqlx::query("UPDATE fulfilment_jobs SET state = 'cancelled' WHERE booking_id = ? AND state = 'running'")
+            .bind(booking.id)
+            .execute(&mut *tx)
+            .await?;
+        record_status(&mut tx, env, partner_id, booking.id, "CANCELLED", now_ms).await?;
+        tx.commit().await?;
+        self.get(env, partner_id, id).await
+    }
+
+    /// Moves a booking to another slot of the same variant under the reschedule policy: the new
+    /// slot's seats are taken and the old ones returned in one transaction.
+    pub async fn reschedule(
+        &self,
+        env: Environment,
+        partner_id: &str,
+        id: &str,
+        inventory_id: &str,
+    ) -> Result<BookingRow, BookingError> {
+        let booking = self.get(env, partner_id, id).await?;
+        if !matches!(
+            booking.status.as_str(),
+            "UNCAPTURED" | "PENDING" | "COMPLETED"
+        ) {
+            return Err(BookingError::state(format!(
+                "booking {} is {} and cannot be rescheduled",
+                booking.id, booking.status
+            )));
+        }
+        if booking.seat_info.is_some() {
+            return Err(BookingError::state(
+                "seatmap bookings are rescheduled by cancelling and booking new seats",
+            ));
+        }
+        let policy: catalog::ReschedulePolicy =
+            serde_json::from_value(booking.policy["reschedule"].clone())
+                .map_err(BookingError::internal)?;
+        let now_ms = self.now_ms();
+        let now = local(now_ms);
+        let start = chrono::NaiveDateTime::parse_from_str(&booking.start_local, LOCAL_FORMAT)
+            .map_err(BookingError::internal)?;
+        if !policy.reschedulable {
+            return Err(BookingError::state(format!(
+                "booking {} is not reschedulable under the product's policy",
+                booking.id
+            )));
+        }
+        let cutoff = start - Duration::minutes(policy.reschedulable_up_to_in_minutes.unwrap_or(0));
+        if now > cutoff {
+            return Err(BookingError::state(format!(
+                "booking {} could be rescheduled until {}",
+                booking.id,
+                cutoff.format(LOCAL_FORMAT)
+            )));
+        }
+        let catalog = self.catalog();
+        let (_, variant) = catalog.variant(&booking.variant_id).ok_or_else(|| {
+            BookingError::state("the booking's variant is no longer in the catalog")
+        })?;
+        let slot = catalog
+            .find_slot(variant, inventory_id, now)
+            .ok_or_else(|| {
+                BookingError::not_found(format!(
+                    "inventory `{inventory_id}` is not an open slot of variant `{}`",
+                    variant.id
+                ))
+            })?;
+        if slot.id == booking.slot_id {
+            return Err(BookingError::invalid("the booking is already in that slot"));
+        }
+        let mut tx = self.store.writer().begin().await?;
+        take_seats(&mut tx, env, &slot.id, slot.capacity, booking.pax).await?;
+        release_seats(&mut tx, env, &booking).await?;
+        let updated = sqlx::query("UPDATE bookings SET slot_id = ?, start_local = ?, updated_ms = ? WHERE id = ? AND status = ?")
+            .bind(&slot.id)
+            .bind(slot.start.format(LOCAL_FORMAT).to_string())
+            .bind(now_ms)
+            .bind(booking.id)
+            .bind(&booking.status)
+            .execute(&mut *tx)
+            .await?;
+        if updated.rows_affected() == 0 {
+            return Err(BookingError::state("the booking changed meanwhile; retry"));
+        }
+        tx.commit().await?;
+        self.get(env, partner_id, id).await
+    }
+
+    /// The sweeper: every UNCAPTURED booking whose window closed becomes CAPTURE_TIMEOUT and gives
+    /// its seats back. Returns how many were timed out.
+    pub async fn expire_due(&self, limit: i64) -> Result<usize, BookingError> {
+        let now_ms = self.now_ms();
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "{SELECT_BOOKING} WHERE status = 'UNCAPTURED' AND capture_deadline_ms <= ? ORDER BY capture_deadline_ms LIMIT ?"
+        )))
+        .bind(now_ms)
+        .bind(limit)
+        .fetch_all(self.store.pool())
+        .await?;
+        let mut count = 0;
+        for row in rows {
+            let booking = BookingRow::from_row(&row);
+            let env = Environment::parse(&booking.environment).unwrap_or(Environment::Production);
+            let mut tx = self.store.writer().begin().await?;
+            if time_out(&mut tx, env, &booking, now_ms).await? {
+                count += 1;
+            }
+            tx.commit().await?;
+        }
+        Ok(count)
+    }
+
+    /// The next time the sweeper has work, if any.
+    pub async fn next_deadline(&self) -> Result<Option<i64>, BookingError> {
+        let (next,): (Option<i64>,) = sqlx::query_as(
+            "SELECT MIN(capture_deadline_ms) FROM bookings WHERE status = 'UNCAPTURED'",
+        )
+        .fetch_one(self.store.pool())
+        .await?;
+        Ok(next)
+    }
+
+    /// Seats taken (held or sold) in a slot — for tests, benchmarks and the admin.
+    pub async fn seats_taken(&self, env: Environment, slot_id: &str) -> Result<u32, BookingError> {
+        Ok(self
+            .taken(env, &[slot_id.to_owned()])
+            .await?
+            .get(slot_id)
+            .copied()
+            .unwrap_or(0))
+    }
+}
+
+pub(crate) const SELECT_BOOKING: &str = "SELECT id, environment, partner_id, api_version, status, product_id, product_name, product_type,
+    variant_id, variant_name, slot_id, start_local, pax, customers, variant_input_fields, seat_info, price_amount,
+    price_currency, partner_reference_id, tickets, voucher_url, policy, request_hash, created_ms, capture_deadline_ms,
+    updated_ms FROM bookings";
+
+/// A booking as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BookingRow {
+    pub id: i64,
+    pub environment: String,
+    pub partner_id: String,
+    pub api_version: i64,
+    pub status: String,
+    pub product_id: String,
+    pub product_name: String,
+    pub product_type: String,
+    pub variant_id: String,
+    pub variant_name: String,
+    pub slot_id: String,
+    pub start_local: String,
+    pub pax: u32,
+    pub customers: Value,
+    pub variant_input_fields: Option<Value>,
+    pub seat_info: Option<Value>,
+    pub price_amount: f64,
+    pub price_currency: String,
+    pub partner_reference_id: Option<String>,
+    pub tickets: Value,
+    pub voucher_url: String,
+    pub policy: Value,
+    pub request_hash: Option<String>,
+    pub created_ms: i64,
+    pub capture_deadline_ms: i64,
+    pub updated_ms: i64,
+}
+
+fn json_col(s: Option<String>) -> Option<Value> {
+    s.and_then(|s| serde_json::from_str(&s).ok())
+}
+
+impl BookingRow {
+    pub(crate) fn from_row(r: &sqlx::sqlite::SqliteRow) -> Self {
+        Self {
+            id: r.get("id"),
+            environment: r.get("environment"),
+            partner_id: r.get("partner_id"),
+            api_version: r.get("api_version"),
+            status: r.get("status"),
+            product_id: r.get("product_id"),
+            product_name: r.get("product_name"),
+            product_type: r.get("product_type"),
+            variant_id: r.get("variant_id"),
+            variant_name: r.get("variant_name"),
+            slot_id: r.get("slot_id"),
+            start_local: r.get("start_local"),
+            pax: r.get::<i64, _>("pax") as u32,
+            customers: json_col(r.get("customers")).unwrap_or(Value::Null),
+            variant_input_fields: json_col(r.get("variant_input_fields")),
+            seat_info: json_col(r.get("seat_info")),
+            price_amount: r.get("price_amount"),
+            price_currency: r.get("price_currency"),
+            partner_reference_id: r.get("partner_reference_id"),
+            tickets: json_col(r.get("tickets")).unwrap_or_else(|| json!([])),
+            voucher_url: r.get("voucher_url"),
+            policy: json_col(r.get("policy")).unwrap_or(Value::Null),
+            request_hash: r.get("request_hash"),
+            created_ms: r.get("created_ms"),
+            capture_deadline_ms: r.get("capture_deadline_ms"),
+            updated_ms: r.get("updated_ms"),
+        }
+    }
+
+    /// The documented Booking shape (`v2` adds `variantInputFields`).
+    pub fn to_json(&self, v2: bool) -> Value {
+        let mut out = json!({
+            "bookingId": self.id.to_string(),
+            "partnerReferenceId": self.partner_reference_id,
+            "variantId": self.variant_id,
+            "startDateTime": self.start_local,
+            "product": {"id": self.product_id, "name": self.product_name, "variant": {"id": self.variant_id, "name": self.variant_name}},
+            "customersDetails": self.customers,
+            "seatInfo": self.seat_info,
+            "price": {"amount": self.price_amount, "currencyCode": self.price_currency},
+            "status": self.status,
+            "voucherUrl": self.voucher_url,
+            "tickets": self.tickets,
+            "creationTimestamp": self.created_ms,
+        });
+        if v2 {
+            out["variantInputFields"] = self.variant_input_fields.clone().unwrap_or(Value::Null);
+        }
+        out
+    }
+}
+
+struct Checked {
+    product_name: String,
+    product_type: String,
+    variant_name: String,
+    slot: catalog::Slot,
+    pax: u32,
+    amount: f64,
+    currency: String,
+    customers: Value,
+    seat_info: Option<Value>,
+    variant_input_fields: Option<Value>,
+    policy: Value,
+}
+
+fn parse_id(id: &str) -> Result<i64, BookingError> {
+    id.parse::<i64>().ok().filter(|n| *n > 0).ok_or_else(|| {
+        BookingError::invalid(format!(
+            "`{id}` is not a valid booking id (a positive integer)"
+        ))
+    })
+}
+
+fn check_field(
+    catalog: &Catalog,
+    variant_id: &str,
+    field: &catalog::InputField,
+    value: &str,
+    at: &str,
+) -> Result<(), BookingError> {
+    let v = &field.validation;
+    if value.is_empty() {
+        return Ok(()); // `required` is checked by the caller.
+    }
+    let chars = value.chars().count() as u32;
+    if let Some(min) = v.min_length
+        && chars < min
+    {
+        return Err(BookingError::invalid(format!(
+            "{at} `{}`: at least {min} characters",
+            field.id
+        )));
+    }
+    if let Some(max) = v.max_length
+        && chars > max
+    {
+        return Err(BookingError::invalid(format!(
+            "{at} `{}`: at most {max} characters",
+            field.id
+        )));
+    }
+    if let Some(re) = catalog.field_regex(variant_id, &field.id)
+        && !re.is_match(value)
+    {
+        return Err(BookingError::invalid(format!(
+            "{at} `{}`: `{value}` does not match {}",
+            field.id,
+            re.as_str()
+        )));
+    }
+    if v.min_value.is_some() || v.max_value.is_some() {
+        let n: f64 = value.trim().parse().map_err(|_| {
+            BookingError::invalid(format!("{at} `{}`: `{value}` is not a number", field.id))
+        })?;
+        if v.min_value.is_some_and(|m| n < m) || v.max_value.is_some_and(|m| n > m) {
+            return Err(BookingError::invalid(format!(
+                "{at} `{}`: {n} is outside {}–{}",
+                field.id,
+                v.min_value.map_or("-∞".into(), |m| m.to_string()),
+                v.max_value.map_or("∞".into(), |m| m.to_string())
+            )));
+        }
+    }
+    if let Some(values) = &v.values
+        && !values.is_empty()
+        && !values.iter().any(|x| x == value)
+    {
+        return Err(BookingError::invalid(format!(
+            "{at} `{}`: `{value}` is not one of {}",
+            field.id,
+            values.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+/// The price of a booking in `currency`: per person, the sum of each customer's converted price;
+/// per group, the smallest group that fits (or enough of the largest).
+pub fn price_of(
+    catalog: &Catalog,
+    variant: &catalog::Variant,
+    customers: &[request::Customer],
+    currency: &catalog::Currency,
+) -> f64 {
+    let total = if variant.profile_type == "PER_GROUP" {
+        let pax = customers.len() as u32;
+        let fitting = variant
+            .groups
+            .iter()
+            .filter(|g| g.size >= pax)
+            .min_by(|a, b| a.price.total_cmp(&b.price));
+        match fitting {
+            Some(g) => catalog.convert(g.price, currency),
+            None => match variant.groups.iter().max_by_key(|g| g.size) {
+                Some(g) => {
+                    catalog.convert(g.price, currency) * f64::from(pax.div_ceil(g.size.max(1)))
+                }
+                None => 0.0,
+            },
+        }
+    } else {
+        customers
+            .iter()
+            .filter_map(|c| variant.persons.iter().find(|p| p.kind == c.person_type))
+            .map(|p| catalog.convert(p.price, currency))
+            .sum()
+    };
+    catalog::round_to(total, currency.precision)
+}
+
+type Tx<'a> = sqlx::Transaction<'a, sqlx::Sqlite>;
+
+/// Takes `pax` seats of a slot or answers 409 `E_INVENTORY_UNAVAILABLE` with what remains.
+async fn take_seats(
+    tx: &mut Tx<'_>,
+    env: Environment,
+    slot_id: &str,
+    capacity: u32,
+    pax: u32,
+) -> Result<(), BookingError> {
+    sqlx::query(
+        "INSERT INTO slot_usage (environment, slot_id, capacity, taken) VALUES (?, ?, ?, 0)
+         ON CONFLICT (environment, slot_id) DO UPDATE SET capacity = MAX(excluded.capacity, slot_usage.taken)",
+    )
+    .bind(env.as_str())
+    .bind(slot_id)
+    .bind(i64::from(capacity))
+    .execute(&mut **tx)
+    .await?;
+    let sold = sqlx::query("UPDATE slot_usage SET taken = taken + ? WHERE environment = ? AND slot_id = ? AND taken + ? <= capacity")
+        .bind(i64::from(pax))
+        .bind(env.as_str())
+        .bind(slot_id)
+        .bind(i64::from(pax))
+        .execute(&mut **tx)
+        .await?;
+    if sold.rows_affected() == 0 {
+        let (capacity, taken): (i64, i64) = sqlx::query_as(
+            "SELECT capacity, taken FROM slot_usage WHERE environment = ? AND slot_id = ?",
+        )
+        .bind(env.as_str())
+        .bind(slot_id)
+        .fetch_one(&mut **tx)
+        .await?;
+        let mut err = BookingError::new(
+            409,
+            "E_INVENTORY_UNAVAILABLE",
+            format!(
+                "slot `{slot_id}` has {} seat(s) left; {pax} requested",
+                capacity - taken
+            ),
+        );
+        err.details = Some(json!({"remaining": capacity - taken}));
+        return Err(err);
+    }
+    Ok(())
+}
+
+pub(crate) async fn release_seats(
+    tx: &mut Tx<'_>,
+    env: Environment,
+    booking: &BookingRow,
+) -> Result<(), BookingError> {
+    sqlx::query("UPDATE slot_usage SET taken = taken - ? WHERE environment = ? AND slot_id = ? AND taken >= ?")
+        .bind(i64::from(booking.pax))
+        .bind(env.as_str())
+        .bind(&booking.slot_id)
+        .bind(i64::from(booking.pax))
+        .execute(&mut **tx)
+        .await?;
+    sqlx::query("DELETE FROM slot_seats WHERE environment = ? AND booking_id = ?")
+        .bind(env.as_str())
+        .bind(booking.id)
+        .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+/// UNCAPTURED → CAPTURE_TIMEOUT with the seats returned; `false` if the booking moved meanwhile.
+async fn time_out(
+    tx: &mut Tx<'_>,
+    env: Environment,
+    booking: &BookingRow,
+    now_ms: i64,
+) -> Result<bool, BookingError> {
+    let changed = sqlx::query("UPDATE bookings SET status = 'CAPTURE_TIMEOUT', updated_ms = ? WHERE id = ? AND status = 'UNCAPTURED'")
+        .bind(now_ms)
+        .bind(booking.id)
+        .execute(&mut **tx)
+        .await?;
+    if changed.rows_affected() == 0 {
+        return Ok(false);
+    }
+    release_seats(tx, env, booking).await?;
+    record_status(
+        tx,
+        env,
+        &booking.partner_id,
+        booking.id,
+        "CAPTURE_TIMEOUT",
+        now_ms,
+    )
+    .await?;
+    Ok(true)
+}
+
+/// Appends the status change to the booking's history and, except for UNCAPTURED, queues one
+/// webhook delivery per enabled webhook of the partner — in the caller's transaction.
+pub(crate) async fn record_status(
+    tx: &mut Tx<'_>,
+    env: Environment,
+    partner_id: &str,
+    booking_id: i64,
+    status: &str,
+    now_ms: i64,
+) -> Result<(), BookingError> {
+    let event_local = local(now_ms).format("%Y-%m-%dT%H:%M:%S%.3f").to_string();
+    let seq: i64 = sqlx::query("INSERT INTO booking_events (booking_id, status, at_ms, event_local) VALUES (?, ?, ?, ?) RETURNING seq")
+        .bind(booking_id)
+        .bind(status)
+        .bind(now_ms)
+        .bind(&event_local)
+        .fetch_one(&mut **tx)
+        .await?
+        .get(0);
+    if status == "UNCAPTURED" {
+        return Ok(());
+    }
+    let payload = json!({"bookingId": booking_id, "status": status, "eventTimestamp": event_local})
+        .to_string();
+    sqlx::query(
+        "INSERT INTO booking_webhook_deliveries (webhook_id, booking_id, event_seq, payload, message_id, status, next_attempt_ms, created_ms)
+         SELECT id, ?, ?, ?, 'msg_bk_' || ? || '_' || id, 'pending', ?, ? FROM booking_webhooks
+         WHERE environment = ? AND partner_id = ? AND enabled = 1 AND deleted_ms IS NULL",
+    )
+    .bind(booking_id)
+    .bind(seq)
+    .bind(&payload)
+    .bind(seq)
+    .bind(now_ms)
+    .bind(now_ms)
+    .bind(env.as_str())
+    .bind(partner_id)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+fn empty_catalog() -> Catalog {
+    let file = catalog::CatalogFile {
+        base_currency: "EUR".into(),
+        currencies: vec![catalog::Currency {
+            code: "EUR".into(),
+            currency_name: "Euro".into(),
+            symbol: "€".into(),
+            local_symbol: "€".into(),
+            precision: 2,
+            rate: 1.0,
+        }],
+        cities: vec![],
+        categories: vec![],
+        subcategories: vec![],
+        collections: vec![],
+        products: vec![],
+    };
+    match Catalog::new(file) {
+        Ok(c) => c,
+        Err(e) => unreachable!("the empty catalog is valid: {e}"),
+    }
+}
