@@ -33,7 +33,12 @@ class Handler(BaseHTTPRequestHandler):
         body = self.rfile.read(int(self.headers.get("content-length", "0"))).decode()
         headers = {k.lower(): v for k, v in self.headers.items()}
         verified_with = []
-        for i, secret in enumerate(SECRETS):
+        secrets = list(SECRETS)
+        # Secrets learnt after start (a booking webhook's secret is generated at registration).
+        extra = os.environ.get("RECEIVER_SECRETS_FILE")
+        if extra and os.path.exists(extra):
+            secrets += [line.strip() for line in open(extra) if line.strip()]
+        for i, secret in enumerate(secrets):
             try:
                 Webhook(secret).verify(body, headers)
                 verified_with.append(i)
@@ -54,7 +59,7 @@ class Handler(BaseHTTPRequestHandler):
                     "signatures": headers.get("webhook-signature", "").count("v1,"),
                     "verifiedWith": verified_with, "eventId": event.get("eventId"),
                     "eventType": event.get("eventType"), "executionId": event.get("executionId"),
-                    "answered": status,
+                    "answered": status, "body": event,
                 }) + "\n")
         self.send_response(status)
         if retry:

@@ -227,6 +227,7 @@ impl WebhookReceiver {
             .arg(script)
             .args([OLD_SECRET, NEW_SECRET])
             .envs(tls.then(|| ("RECEIVER_TLS_DIR", dir.as_os_str().to_owned())))
+            .env("RECEIVER_SECRETS_FILE", dir.join("secrets.txt"))
             .stdout(std::process::Stdio::piped())
             .spawn()
             .expect("python3 with standardwebhooks (just setup installs it)");

@@ -200,6 +200,9 @@ pub fn sandbox_router(app: App) -> Router {
         .with_state(app.clone())
         .merge(capstan_api::partner::router(app.sandbox))
         .fallback(partner_not_found)
+        .layer(axum::middleware::from_fn(
+            capstan_api::partner::refuse_preflight,
+        ))
 }
 
 async fn partner_not_found() -> Response {
@@ -227,7 +230,13 @@ pub fn router(app: App) -> Router {
         .merge(streams)
         .merge(subscriptions)
         .merge(partner)
-        .fallback(|| async { error_response(StatusCode::NOT_FOUND, "not_found", "no such route") })
+        .fallback(|uri: axum::http::Uri| async move {
+            if uri.path().starts_with("/api/") {
+                partner_not_found().await
+            } else {
+                error_response(StatusCode::NOT_FOUND, "not_found", "no such route")
+            }
+        })
         .method_not_allowed_fallback(|| async {
             error_response(
                 StatusCode::METHOD_NOT_ALLOWED,
@@ -235,6 +244,9 @@ pub fn router(app: App) -> Router {
                 "this route does not accept that method",
             )
         })
+        .layer(axum::middleware::from_fn(
+            capstan_api::partner::refuse_preflight,
+        ))
 }
 
 async fn healthz() -> Json<serde_json::Value> {

@@ -1,16 +1,45 @@
-//! Fulfilment steps (placeholder until the step runtime lands).
+//! Fulfilment steps on this node: the step components of `booking.steps` (world
+//! `fulfilment-step`, loaded by the runtime), and the host side of their imports — the booking
+//! being fulfilled and a simulated supplier, admission-ticket issuer and voucher service.
+//!
+//! The simulated services are deterministic functions of the booking (supplier reference
+//! `SUP-<bookingId>`, tickets `TKT-<bookingId>-<n>`, the voucher at `<voucher base>/<id>.pdf`),
+//! so a step re-run after a crash produces the same effects: exactly-once by construction.
+//! `booking.supplier_rejects` lists variants the supplier refuses (a permanent error).
+
 use crate::config::Settings;
 use async_trait::async_trait;
 use capstan_booking::fulfilment::{StepOutcome, StepRunner};
-use capstan_runtime::Runtime;
-use serde_json::Value;
+use capstan_runtime::{HostCalls, Interrupt, Runtime};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
 
+/// The loaded step components and the simulated services behind their imports.
 #[derive(Debug)]
-pub struct WasmSteps;
+pub struct WasmSteps {
+    steps: BTreeMap<String, capstan_runtime::steps::LoadedStep>,
+    rejects: Vec<String>,
+    voucher_base: String,
+}
 
 impl WasmSteps {
-    pub async fn load(_runtime: &Runtime, _settings: &Settings) -> Self {
-        Self
+    /// Loads every step component of `booking.steps`; failures are logged and leave the step out.
+    pub async fn load(runtime: &Runtime, settings: &Settings) -> Self {
+        let dir = &settings.booking.steps;
+        let report = runtime.load_step_dir(dir).await;
+        for failure in &report.failures {
+            tracing::warn!(file = %failure.file.display(), reason = %failure.error, "fulfilment step not loaded");
+        }
+        tracing::info!(dir = %dir.display(), steps = ?report.steps.keys().collect::<Vec<_>>(), "fulfilment steps loaded");
+        Self {
+            steps: report.steps,
+            rejects: settings.booking.supplier_rejects.clone(),
+            voucher_base: settings.booking.voucher_base_url.clone(),
+        }
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.steps.keys().cloned().collect()
     }
 }
 
@@ -19,12 +48,103 @@ impl StepRunner for WasmSteps {
     async fn run(
         &self,
         step: &str,
-        _booking: &Value,
-        _input: &Value,
-        _key: &str,
+        booking: &Value,
+        input: &Value,
+        key: &str,
     ) -> anyhow::Result<StepOutcome> {
-        Ok(StepOutcome::Transient(format!(
-            "step `{step}` is not loaded"
-        )))
+        let Some(loaded) = self.steps.get(step) else {
+            return Ok(StepOutcome::Transient(format!(
+                "no fulfilment step component named `{step}` is loaded (booking.steps)"
+            )));
+        };
+        let host = StepHost {
+            booking: booking.clone(),
+            rejects: self.rejects.clone(),
+            voucher_base: self.voucher_base.clone(),
+            key: key.to_owned(),
+        };
+        match loaded.run(host, input.clone()).await {
+            Ok(Ok(output)) => Ok(StepOutcome::Done(output)),
+            Ok(Err(error)) if error.is_transient() => Ok(StepOutcome::Transient(format!(
+                "{}: {}",
+                error.code, error.message
+            ))),
+            Ok(Err(error)) => Ok(StepOutcome::Permanent(format!(
+                "{}: {}",
+                error.code, error.message
+            ))),
+            Err(failure) if failure.is_guest_fault() => Ok(StepOutcome::Permanent(format!(
+                "step `{step}` failed: {failure}"
+            ))),
+            Err(failure) => Ok(StepOutcome::Transient(format!("step `{step}`: {failure}"))),
+        }
+    }
+}
+
+/// Answers one step's host calls.
+struct StepHost {
+    booking: Value,
+    rejects: Vec<String>,
+    voucher_base: String,
+    key: String,
+}
+
+fn err(kind: &str, code: &str, message: String) -> Value {
+    json!({"Err": {"kind": kind, "code": code, "message": message}})
+}
+
+#[async_trait]
+impl HostCalls for StepHost {
+    async fn call(&mut self, op: &'static str, request: Value) -> Result<Value, Interrupt> {
+        let booking_id = self.booking["booking_id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let answer = match op {
+            "booking.current" => self.booking.clone(),
+            "supplier.confirm" => {
+                let variant = request["variant_id"].as_str().unwrap_or_default();
+                if self.rejects.iter().any(|r| r == variant) {
+                    err(
+                        "Permanent",
+                        "supplier-rejected",
+                        format!("the supplier refused variant {variant}"),
+                    )
+                } else {
+                    json!({"Ok": {"supplier_reference": format!("SUP-{booking_id}")}})
+                }
+            }
+            "supplier.cancel-confirmation" => {
+                json!({"Ok": {"supplier_reference": request["supplier_reference"]}})
+            }
+            "admission.issue-tickets" => {
+                let count = request["count"].as_u64().unwrap_or(1).clamp(1, 1000);
+                let tickets: Vec<Value> = (1..=count)
+                    .map(|n| {
+                        json!({
+                            "public_id": format!("TKT-{booking_id}-{n}"),
+                            "url": format!("{}/{booking_id}/tickets/{n}.png", self.voucher_base),
+                            "type_": "QRCODE",
+                        })
+                    })
+                    .collect();
+                json!({"Ok": tickets})
+            }
+            "admission.void-tickets" => json!({"Ok": []}),
+            "vouchers.deliver-voucher" => {
+                json!({"Ok": {"url": format!("{}/{booking_id}.pdf", self.voucher_base)}})
+            }
+            "context.log" => {
+                tracing::info!(key = %self.key, message = %request["message"], "fulfilment step log");
+                Value::Null
+            }
+            "time.now" => json!(0),
+            other => {
+                return Err(Interrupt::Host(format!(
+                    "fulfilment steps cannot call `{other}`"
+                )));
+            }
+        };
+        Ok(answer)
     }
 }

@@ -12,7 +12,7 @@ use crate::keys::Peppers;
 use crate::webhooks::{WebhookConfig, safety};
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{FromRequestParts, Path, RawQuery, State};
+use axum::extract::{FromRequestParts, OriginalUri, Path, RawQuery, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
@@ -232,13 +232,16 @@ pub fn router(state: PartnerState) -> Router {
         .nest("/api/public/v1", v1.clone())
         .nest("/api/v1", v1)
         .nest("/api/public/v2", v2)
-        .layer(axum::middleware::from_fn(refuse_preflight))
         .with_state(state)
 }
 
-/// Server-to-server only: a CORS preflight (or any OPTIONS) is refused and no CORS header is sent.
-async fn refuse_preflight(req: axum::extract::Request, next: axum::middleware::Next) -> Response {
-    if req.method() == Method::OPTIONS {
+/// Server-to-server only: a CORS preflight (any OPTIONS under `/api/`) is refused and no CORS
+/// header is sent. A layer of the whole listener (so it also sees methods no route accepts).
+pub async fn refuse_preflight(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if req.method() == Method::OPTIONS && req.uri().path().starts_with("/api/") {
         return PartnerError(BookingError::new(
             403,
             "E_CORS_NOT_SUPPORTED",
@@ -455,7 +458,7 @@ fn matches(catalog: &Catalog, p: &capstan_booking::catalog::Product, q: &Query) 
 async fn products_v2(
     State(s): State<PartnerState>,
     partner: Partner,
-    uri: Uri,
+    OriginalUri(uri): OriginalUri,
     RawQuery(raw): RawQuery,
 ) -> Result<Response> {
     let q = Query::parse(
@@ -537,7 +540,7 @@ fn list_of(uri: &Uri, q: &Query, items: Vec<Value>) -> Result<Response> {
 async fn cities_v2(
     State(s): State<PartnerState>,
     _p: Partner,
-    uri: Uri,
+    OriginalUri(uri): OriginalUri,
     RawQuery(raw): RawQuery,
 ) -> Result<Response> {
     let q = Query::parse(raw, &["languageCode", "offset", "limit"])?;
@@ -575,7 +578,7 @@ fn city_filter(q: &Query, catalog: &Catalog, required: bool) -> Result<Option<St
 async fn categories_v2(
     State(s): State<PartnerState>,
     _p: Partner,
-    uri: Uri,
+    OriginalUri(uri): OriginalUri,
     RawQuery(raw): RawQuery,
 ) -> Result<Response> {
     let q = Query::parse(raw, &["cityCode", "languageCode", "offset", "limit"])?;
@@ -595,7 +598,7 @@ async fn categories_v2(
 async fn subcategories_v2(
     State(s): State<PartnerState>,
     _p: Partner,
-    uri: Uri,
+    OriginalUri(uri): OriginalUri,
     RawQuery(raw): RawQuery,
 ) -> Result<Response> {
     let q = Query::parse(
@@ -626,7 +629,7 @@ async fn subcategories_v2(
 async fn collections_v2(
     State(s): State<PartnerState>,
     _p: Partner,
-    uri: Uri,
+    OriginalUri(uri): OriginalUri,
     RawQuery(raw): RawQuery,
 ) -> Result<Response> {
     let q = Query::parse(raw, &["cityCode", "languageCode", "offset", "limit"])?;
@@ -646,16 +649,16 @@ async fn collections_v2(
 async fn cities_v1(
     state: State<PartnerState>,
     p: Partner,
-    uri: Uri,
+    OriginalUri(uri): OriginalUri,
     RawQuery(raw): RawQuery,
 ) -> Result<Response> {
-    cities_v2(state, p, uri, RawQuery(raw)).await
+    cities_v2(state, p, OriginalUri(uri), RawQuery(raw)).await
 }
 
 async fn categories_v1(
     State(s): State<PartnerState>,
     _p: Partner,
-    uri: Uri,
+    OriginalUri(uri): OriginalUri,
     RawQuery(raw): RawQuery,
 ) -> Result<Response> {
     let q = Query::parse(raw, &["cityCode", "language", "offset", "limit"])?;
@@ -702,7 +705,7 @@ async fn listing_v1(
 async fn listing_by_city_v1(
     State(s): State<PartnerState>,
     partner: Partner,
-    uri: Uri,
+    OriginalUri(uri): OriginalUri,
     RawQuery(raw): RawQuery,
 ) -> Result<Response> {
     let q = Query::parse(
@@ -716,7 +719,7 @@ async fn listing_by_city_v1(
 async fn listing_by_category_v1(
     State(s): State<PartnerState>,
     partner: Partner,
-    uri: Uri,
+    OriginalUri(uri): OriginalUri,
     RawQuery(raw): RawQuery,
 ) -> Result<Response> {
     let q = Query::parse(
@@ -815,7 +818,7 @@ async fn inventory(
 async fn inventory_v2(
     State(s): State<PartnerState>,
     partner: Partner,
-    uri: Uri,
+    OriginalUri(uri): OriginalUri,
     RawQuery(raw): RawQuery,
 ) -> Result<Response> {
     let q = Query::parse(
@@ -835,7 +838,7 @@ async fn inventory_v2(
 async fn inventory_v1(
     State(s): State<PartnerState>,
     partner: Partner,
-    uri: Uri,
+    OriginalUri(uri): OriginalUri,
     RawQuery(raw): RawQuery,
 ) -> Result<Response> {
     let q = Query::parse(
@@ -921,7 +924,7 @@ async fn list(
 async fn list_v2(
     State(s): State<PartnerState>,
     partner: Partner,
-    uri: Uri,
+    OriginalUri(uri): OriginalUri,
     RawQuery(raw): RawQuery,
 ) -> Result<Response> {
     list(&s, &partner, &uri, raw, true).await
@@ -930,7 +933,7 @@ async fn list_v2(
 async fn list_v1(
     State(s): State<PartnerState>,
     partner: Partner,
-    uri: Uri,
+    OriginalUri(uri): OriginalUri,
     RawQuery(raw): RawQuery,
 ) -> Result<Response> {
     list(&s, &partner, &uri, raw, false).await

@@ -1,0 +1,1044 @@
+//! The partner catalog and booking API end to end, on a real `capstan serve` (production on the
+//! main listener, the sandbox on the sandbox listener), a real SQLite file, the test catalog
+//! `tests/catalogs/small.json`, real fulfilment step components, and a Python receiver that
+//! verifies booking webhooks with PyPI `standardwebhooks`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use capstan_e2e::{Server, WebhookReceiver, cli, home_with, repo};
+use reqwest::{Client, Method, StatusCode};
+use serde_json::{Value, json};
+use std::path::Path;
+use std::time::Duration;
+
+fn config(extra: &str) -> String {
+    format!(
+        "[booking]\ncatalog_file = \"{}\"\nsteps = \"{}\"\nwebhook_retry_waits_ms = [50, 50, 50, 50]\nsupplier_rejects = [\"5002\"]\n{extra}\n[webhooks]\nallow_loopback = true\nallow_http = true\n",
+        repo().join("tests/catalogs/small.json").display(),
+        repo().join("target/steps").display(),
+    )
+}
+
+fn partner(home: &Path, kind: &str, env: &str) -> String {
+    let out = cli(
+        home,
+        &[
+            "partners",
+            "create",
+            "--name",
+            &format!("{kind}-{env}"),
+            "--type",
+            kind,
+            "--environment",
+            env,
+        ],
+    );
+    assert_eq!(out.lines().count(), 1, "only the key on stdout: {out:?}");
+    out.trim().to_owned()
+}
+
+async fn call(
+    client: &Client,
+    method: Method,
+    url: &str,
+    key: Option<&str>,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
+    let mut req = client.request(method, url);
+    if let Some(k) = key {
+        req = req.header("Partner-Auth", k);
+    }
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let res = req.send().await.unwrap();
+    let status = res.status();
+    (status, res.json().await.unwrap_or(Value::Null))
+}
+
+fn assert_error(got: &(StatusCode, Value), status: u16, code: &str) {
+    assert_eq!(got.0.as_u16(), status, "{}", got.1);
+    assert_eq!(got.1["status"], status, "{}", got.1);
+    assert_eq!(got.1["error"]["code"], code, "{}", got.1);
+    assert!(
+        got.1["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
+        "{}",
+        got.1
+    );
+}
+
+/// The first open slot of a variant, from the inventory route.
+async fn first_slot(client: &Client, base: &str, key: &str, variant: &str) -> Value {
+    let (status, body) = call(
+        client,
+        Method::GET,
+        &format!("{base}/api/public/v2/inventory/list-by/tour?tourId={variant}&limit=5"),
+        Some(key),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    body["items"][0].clone()
+}
+
+fn booking_body(slot: &str, adults: usize, amount: f64) -> Value {
+    let customers: Vec<Value> = (0..adults)
+        .map(|i| {
+            if i == 0 {
+                json!({"personType": "ADULT", "isPrimary": true, "inputFields": [{"id": "fullName", "value": "Grace Hopper"}, {"id": "email", "value": "grace@example.com"}]})
+            } else {
+                json!({"personType": "ADULT", "isPrimary": false, "inputFields": []})
+            }
+        })
+        .collect();
+    json!({
+        "productId": "1001", "variantId": "5001", "inventoryId": slot, "inventorySeatIds": null,
+        "customersDetails": {"count": adults, "customers": customers}, "variantInputFields": null,
+        "price": {"amount": amount, "currencyCode": "EUR"},
+    })
+}
+
+#[tokio::test]
+async fn keys_environments_partner_types_and_cors() {
+    let home = home_with(&[], &config(""));
+    let prod = partner(home.path(), "booking", "production");
+    let sandbox = partner(home.path(), "booking", "sandbox");
+    let affiliate = partner(home.path(), "affiliate", "production");
+    assert!(prod.starts_with("pk_") && sandbox.starts_with("tk_") && affiliate.starts_with("pk_"));
+    let server = Server::start(home.path());
+    let c = Client::new();
+    let product = |base: &str| format!("{base}/api/public/v2/products/1001");
+
+    assert_error(
+        &call(&c, Method::GET, &product(&server.base), None, None).await,
+        401,
+        "E_UNAUTHORIZED",
+    );
+    assert_error(
+        &call(
+            &c,
+            Method::GET,
+            &product(&server.base),
+            Some("pk_unknownunknownunknown"),
+            None,
+        )
+        .await,
+        401,
+        "E_UNAUTHORIZED",
+    );
+    assert_error(
+        &call(
+            &c,
+            Method::GET,
+            &product(&server.base),
+            Some(&sandbox),
+            None,
+        )
+        .await,
+        401,
+        "E_UNAUTHORIZED",
+    );
+    assert_error(
+        &call(
+            &c,
+            Method::GET,
+            &product(&server.sandbox),
+            Some(&prod),
+            None,
+        )
+        .await,
+        401,
+        "E_UNAUTHORIZED",
+    );
+    assert_eq!(
+        call(&c, Method::GET, &product(&server.base), Some(&prod), None)
+            .await
+            .0,
+        200
+    );
+    assert_eq!(
+        call(
+            &c,
+            Method::GET,
+            &product(&server.sandbox),
+            Some(&sandbox),
+            None
+        )
+        .await
+        .0,
+        200
+    );
+
+    // Affiliates: catalog yes, inventory and bookings no.
+    assert_eq!(
+        call(
+            &c,
+            Method::GET,
+            &product(&server.base),
+            Some(&affiliate),
+            None
+        )
+        .await
+        .0,
+        200
+    );
+    let inv = format!(
+        "{}/api/public/v2/inventory/list-by/tour?tourId=5001",
+        server.base
+    );
+    assert_error(
+        &call(&c, Method::GET, &inv, Some(&affiliate), None).await,
+        403,
+        "E_FORBIDDEN",
+    );
+    let bookings = format!("{}/api/public/v2/bookings/", server.base);
+    assert_error(
+        &call(&c, Method::GET, &bookings, Some(&affiliate), None).await,
+        403,
+        "E_FORBIDDEN",
+    );
+    // Affiliates do not see net prices.
+    let (_, as_affiliate) = call(
+        &c,
+        Method::GET,
+        &product(&server.base),
+        Some(&affiliate),
+        None,
+    )
+    .await;
+    assert_eq!(as_affiliate["pricing"]["netPrice"], Value::Null);
+
+    // No CORS: a preflight is refused and no Access-Control-* header is ever sent.
+    let pre = c
+        .request(Method::OPTIONS, product(&server.base))
+        .header("Origin", "https://evil.example")
+        .header("Access-Control-Request-Method", "GET")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(pre.status(), 403);
+    assert!(
+        pre.headers()
+            .keys()
+            .all(|h| !h.as_str().starts_with("access-control-"))
+    );
+    let get = c
+        .get(product(&server.base))
+        .header("Origin", "https://evil.example")
+        .header("Partner-Auth", &prod)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        get.headers()
+            .keys()
+            .all(|h| !h.as_str().starts_with("access-control-"))
+    );
+
+    // Production and sandbox have their own inventory and bookings.
+    let slot = first_slot(&c, &server.base, &prod, "5001").await;
+    let (s, created) = call(
+        &c,
+        Method::POST,
+        &bookings,
+        Some(&prod),
+        Some(booking_body(slot["id"].as_str().unwrap(), 2, 80.0)),
+    )
+    .await;
+    assert_eq!(s, 200, "{created}");
+    let prod_slot = first_slot(&c, &server.base, &prod, "5001").await;
+    let sandbox_slot = first_slot(&c, &server.sandbox, &sandbox, "5001").await;
+    assert_eq!(
+        (
+            prod_slot["remaining"].as_u64(),
+            sandbox_slot["remaining"].as_u64()
+        ),
+        (Some(3), Some(5))
+    );
+    let in_sandbox = format!(
+        "{}/api/public/v2/bookings/{}/",
+        server.sandbox,
+        created["bookingId"].as_str().unwrap()
+    );
+    assert_error(
+        &call(&c, Method::GET, &in_sandbox, Some(&sandbox), None).await,
+        404,
+        "E_NOT_FOUND",
+    );
+
+    // A revoked partner is refused at the next request.
+    let list = cli(home.path(), &["partners", "list"]);
+    let id = list
+        .lines()
+        .find(|l| l.contains("affiliate"))
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    cli(home.path(), &["partners", "revoke", &id]);
+    assert_error(
+        &call(
+            &c,
+            Method::GET,
+            &product(&server.base),
+            Some(&affiliate),
+            None,
+        )
+        .await,
+        401,
+        "E_UNAUTHORIZED",
+    );
+}
+
+#[tokio::test]
+async fn catalog_routes_v2_and_v1() {
+    let home = home_with(&[], &config(""));
+    let key = partner(home.path(), "booking", "production");
+    let server = Server::start(home.path());
+    let c = Client::new();
+    let get = |path: &str| {
+        let url = format!("{}{path}", server.base);
+        let (c, key) = (c.clone(), key.clone());
+        async move { call(&c, Method::GET, &url, Some(&key), None).await }
+    };
+
+    let (s, p) = get("/api/public/v2/products/1001?currencyCode=USD").await;
+    assert_eq!(s, 200, "{p}");
+    for field in [
+        "id",
+        "name",
+        "canonicalUrl",
+        "content",
+        "city",
+        "media",
+        "startLocation",
+        "endLocation",
+        "productType",
+        "reviewsSummary",
+        "pricing",
+        "listingPrice",
+        "currency",
+        "localeSpecificUrls",
+        "hasInstantConfirmation",
+        "hasMobileTicket",
+        "primaryCategory",
+        "secondaryCategories",
+        "primarySubCategory",
+        "primaryCollection",
+        "variants",
+        "inventorySelectionType",
+        "cancellationPolicy",
+        "reschedulePolicy",
+    ] {
+        assert!(p.get(field).is_some(), "Product v2 lacks {field}: {p}");
+    }
+    assert_eq!(p["id"], "1001");
+    // Product-level price: the minimum across variants (child 20 EUR → 22 USD); strictest policies.
+    assert_eq!(
+        p["pricing"],
+        json!({"currency": "USD", "profileType": "PER_PERSON", "platformSellingPrice": 22.0, "netPrice": 16.5})
+    );
+    assert_eq!(p["currency"]["precision"], 2);
+    assert_eq!(
+        p["cancellationPolicy"],
+        json!({"cancellable": false, "cancellableUpToInMinutes": null})
+    );
+    assert_eq!(
+        p["reschedulePolicy"],
+        json!({"reschedulable": false, "reschedulableUpToInMinutes": null})
+    );
+    assert_eq!(p["variants"][0]["pricing"]["platformSellingPrice"], 22.0);
+    assert_eq!(p["variants"][1]["pricing"]["platformSellingPrice"], 220.0);
+    assert_eq!(
+        p["variants"][0]["inputFields"][1]["validation"]["required"],
+        true
+    );
+    assert_eq!(p["startLocation"]["latitude"], 41.8902);
+    // JPY has no minor unit.
+    let (_, jpy) = get("/api/public/v2/products/1001?currencyCode=JPY").await;
+    assert_eq!(jpy["pricing"]["platformSellingPrice"], 3206.0);
+    // Translations with English fallback per field.
+    let (_, it) = get("/api/public/v2/products/1001?languageCode=IT").await;
+    assert_eq!(it["name"], "Tour guidato del Colosseo");
+    assert_eq!(it["content"]["shortSummary"], "Visita l'arena.");
+    assert_eq!(
+        it["content"]["highlights"], "Arena floor",
+        "missing translation falls back to English"
+    );
+    assert_eq!(it["city"]["name"], "Roma");
+    let (_, de) = get("/api/public/v2/products/1001?languageCode=DE").await;
+    assert_eq!(de["name"], "Colosseum guided tour");
+    assert_error(
+        &get("/api/public/v2/products/1001?languageCode=KO").await,
+        400,
+        "E_INVALID_ARGUMENT",
+    );
+    assert_error(
+        &get("/api/public/v2/products/1001?currencyCode=XYZ").await,
+        400,
+        "E_INVALID_ARGUMENT",
+    );
+    assert_error(
+        &get("/api/public/v2/products/1001?color=red").await,
+        400,
+        "E_INVALID_ARGUMENT",
+    );
+    assert_error(
+        &get("/api/public/v2/products/424242").await,
+        404,
+        "E_NOT_FOUND",
+    );
+
+    // The list: filters, primaryCategoryOnly, pagination, extra list languages.
+    let ids = |v: &Value| {
+        v["products"]
+            .as_array()
+            .unwrap_or_else(|| panic!("not a product list: {v}"))
+            .iter()
+            .map(|p| p["id"].as_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
+    let (_, rome) = get("/api/public/v2/products/?cityCode=ROME").await;
+    assert_eq!(ids(&rome), ["1001", "1002"]);
+    assert_eq!(
+        (
+            rome["total"].as_i64(),
+            rome["nextOffset"].clone(),
+            rome["nextUrl"].clone()
+        ),
+        (Some(2), Value::Null, Value::Null)
+    );
+    let (_, tours) = get("/api/public/v2/products/?categoryId=1").await;
+    assert_eq!(
+        ids(&tours),
+        ["1001", "1002"],
+        "1002 is linked to category 1 through subcategory 11"
+    );
+    let (_, primary) = get("/api/public/v2/products/?categoryId=1&primaryCategoryOnly=true").await;
+    assert_eq!(ids(&primary), ["1001"]);
+    let (_, no_cat) = get("/api/public/v2/products/?primaryCategoryOnly=true").await;
+    assert_eq!(
+        no_cat["total"], 3,
+        "without categoryId primaryCategoryOnly has no effect"
+    );
+    let (_, sub) = get("/api/public/v2/products/?subCategoryId=21").await;
+    assert_eq!(ids(&sub), ["1002"]);
+    let (_, coll) = get("/api/public/v2/products/?collectionId=100").await;
+    assert_eq!(ids(&coll), ["1001"]);
+    let (_, page1) = get("/api/public/v2/products/?limit=2&languageCode=KO").await;
+    assert_eq!(
+        (
+            page1["total"].as_i64(),
+            page1["nextOffset"].as_i64(),
+            page1["prevUrl"].clone()
+        ),
+        (Some(3), Some(2), Value::Null)
+    );
+    let next = page1["nextUrl"].as_str().unwrap().to_owned();
+    assert!(
+        next.contains("offset=2") && next.contains("languageCode=KO"),
+        "{next}"
+    );
+    let (_, page2) = get(&next).await;
+    assert_eq!(
+        (ids(&page2), page2["nextOffset"].clone()),
+        (vec!["1003".to_owned()], Value::Null)
+    );
+    assert!(page2["prevUrl"].as_str().unwrap().contains("offset=0"));
+    assert_error(
+        &get("/api/public/v2/products/?offset=-1").await,
+        400,
+        "E_INVALID_ARGUMENT",
+    );
+    assert_error(
+        &get("/api/public/v2/products/?languageCode=XX").await,
+        400,
+        "E_INVALID_ARGUMENT",
+    );
+
+    // v1 shapes, on the preferred and the legacy path.
+    for path in [
+        "/api/public/v1/product/get/1001?fetch-variants=true",
+        "/api/v1/product/get/1001?fetch-variants=true",
+    ] {
+        let (s, v1) = get(path).await;
+        assert_eq!(s, 200, "{path}: {v1}");
+        assert_eq!(v1["id"], 1001, "v1 ids are integers");
+        assert_eq!(v1["images"][0]["type"], "IMAGE");
+        assert_eq!(v1["ratingCumulative"], json!({"avg": 4.6, "count": 1200}));
+        assert_eq!(
+            v1["startLocation"]["geolocation"],
+            json!({"latitude": 41.8902, "longitude": 12.4922})
+        );
+        assert_eq!(v1["startLocation"]["address"]["cityName"], "Rome");
+        assert_eq!(v1["endLocation"], Value::Null);
+        assert_eq!(
+            v1["pricing"]["minimumPrice"],
+            json!({"originalPrice": 20.0, "finalPrice": 20.0})
+        );
+        assert_eq!(v1["variants"].as_array().unwrap().len(), 2);
+        assert!(v1.get("media").is_none() && v1.get("reviewsSummary").is_none());
+    }
+
+    // Cities, categories, subcategories, collections (v2) and the legacy listings.
+    let (_, cities) = get("/api/public/v2/cities/").await;
+    assert_eq!(cities["items"].as_array().unwrap().len(), 2);
+    let (_, cats) = get("/api/public/v2/categories?cityCode=ROME").await;
+    assert_eq!(cats["total"], 2);
+    let (_, subs) = get("/api/public/v2/subcategories?cityCode=ROME").await;
+    assert_eq!(subs["total"], 2);
+    let (_, colls) = get("/api/public/v2/collections?cityCode=PARIS").await;
+    assert_eq!(colls["total"], 0);
+    assert_error(
+        &get("/api/public/v2/categories?cityCode=BERLIN").await,
+        404,
+        "E_NOT_FOUND",
+    );
+    let (_, by_city) = get("/api/public/v1/product/listing/list-by/city?cityCode=PARIS").await;
+    assert_eq!(by_city["items"][0]["id"], 1003);
+    let (_, by_cat) = get("/api/public/v1/product/listing/list-by/category?categoryId=2").await;
+    assert_eq!(by_cat["total"], 1);
+    assert_error(
+        &get("/api/public/v1/category/list-by/city").await,
+        400,
+        "E_MISSING_PARAMETER",
+    );
+}
+
+#[tokio::test]
+async fn booking_lifecycle_errors_fulfilment_and_webhooks() {
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = WebhookReceiver::start(dir.path(), "500,429,200");
+    let home = home_with(&[], &config(""));
+    let key = partner(home.path(), "booking", "production");
+    let other = partner(home.path(), "booking", "production");
+    let server = Server::start(home.path());
+    let c = Client::new();
+    let base = format!("{}/api/public/v2", server.base);
+
+    // Register a webhook; its secret is returned once.
+    let (s, hook) = call(
+        &c,
+        Method::POST,
+        &format!("{base}/webhooks/"),
+        Some(&key),
+        Some(json!({"url": format!("http://127.0.0.1:{}/hook", receiver.port)})),
+    )
+    .await;
+    assert_eq!(s, 200, "{hook}");
+    assert!(
+        hook["timestamp"].is_i64() && hook["error"].is_null() && hook["data"]["enabled"] == true,
+        "{hook}"
+    );
+    let secret = hook["data"]["secret"].as_str().unwrap();
+    assert!(secret.starts_with("whsec_"));
+    std::fs::write(dir.path().join("secrets.txt"), secret).unwrap();
+    let (_, listed) = call(
+        &c,
+        Method::GET,
+        &format!("{base}/webhooks/"),
+        Some(&key),
+        None,
+    )
+    .await;
+    assert_eq!(listed["data"]["items"].as_array().unwrap().len(), 1);
+    assert!(
+        listed["data"]["items"][0].get("secret").is_none(),
+        "the secret is never shown again"
+    );
+    assert_error(
+        &call(
+            &c,
+            Method::POST,
+            &format!("{base}/webhooks/"),
+            Some(&key),
+            Some(json!({"url": "ftp://x"})),
+        )
+        .await,
+        400,
+        "E_INVALID_ARGUMENT",
+    );
+    assert_error(
+        &call(
+            &c,
+            Method::POST,
+            &format!("{base}/webhooks/"),
+            Some(&key),
+            Some(json!({"enabled": true})),
+        )
+        .await,
+        400,
+        "E_MISSING_PARAMETER",
+    );
+    let long = format!("https://example.com/{}", "a".repeat(2040));
+    assert_error(
+        &call(
+            &c,
+            Method::POST,
+            &format!("{base}/webhooks/"),
+            Some(&key),
+            Some(json!({"url": long})),
+        )
+        .await,
+        400,
+        "E_INVALID_ARGUMENT",
+    );
+
+    // Inventory and create.
+    let slot = first_slot(&c, &server.base, &key, "5001").await;
+    assert_eq!(
+        (slot["availability"].as_str(), slot["remaining"].as_u64()),
+        (Some("LIMITED"), Some(5))
+    );
+    assert_eq!(slot["pricing"]["persons"][0]["price"], 40.0);
+    let slot_id = slot["id"].as_str().unwrap();
+    let (s, b) = call(
+        &c,
+        Method::POST,
+        &format!("{base}/bookings/"),
+        Some(&key),
+        Some(booking_body(slot_id, 2, 80.0)),
+    )
+    .await;
+    assert_eq!(s, 200, "{b}");
+    for field in [
+        "bookingId",
+        "partnerReferenceId",
+        "variantId",
+        "startDateTime",
+        "product",
+        "customersDetails",
+        "seatInfo",
+        "variantInputFields",
+        "price",
+        "status",
+        "voucherUrl",
+        "tickets",
+        "creationTimestamp",
+    ] {
+        assert!(b.get(field).is_some(), "Booking lacks {field}: {b}");
+    }
+    assert_eq!(
+        (
+            b["status"].as_str(),
+            b["tickets"].clone(),
+            b["price"].clone()
+        ),
+        (
+            Some("UNCAPTURED"),
+            json!([]),
+            json!({"amount": 80.0, "currencyCode": "EUR"})
+        )
+    );
+    assert_eq!(
+        b["customersDetails"]["customers"][0]["inputFields"][0],
+        json!({"id": "fullName", "name": "Full name", "value": "Grace Hopper"})
+    );
+    let id = b["bookingId"].as_str().unwrap().to_owned();
+    assert!(id.parse::<i64>().is_ok());
+    let url = format!("{base}/bookings/{id}/");
+
+    // Price mismatch carries the current price; nothing is held.
+    let mismatch = call(
+        &c,
+        Method::POST,
+        &format!("{base}/bookings/"),
+        Some(&key),
+        Some(booking_body(slot_id, 1, 35.0)),
+    )
+    .await;
+    assert_error(&mismatch, 409, "E_PRICE_MISMATCH");
+    assert_eq!(
+        mismatch.1["error"]["currentPrice"],
+        json!({"amount": 40.0, "currencyCode": "EUR"})
+    );
+    assert_eq!(
+        first_slot(&c, &server.base, &key, "5001").await["remaining"],
+        3
+    );
+
+    // The documented errors of get / capture / list.
+    assert_error(
+        &call(
+            &c,
+            Method::GET,
+            &format!("{base}/bookings/abc/"),
+            Some(&key),
+            None,
+        )
+        .await,
+        400,
+        "E_INVALID_ARGUMENT",
+    );
+    assert_error(
+        &call(&c, Method::GET, &url, Some(&other), None).await,
+        403,
+        "E_FORBIDDEN",
+    );
+    assert_error(
+        &call(
+            &c,
+            Method::PUT,
+            &url,
+            Some(&other),
+            Some(json!({"status": "PENDING", "partnerReferenceId": "x"})),
+        )
+        .await,
+        403,
+        "E_FORBIDDEN",
+    );
+    assert_error(
+        &call(
+            &c,
+            Method::PUT,
+            &url,
+            Some(&key),
+            Some(json!({"status": "CANCELLED", "partnerReferenceId": "x"})),
+        )
+        .await,
+        400,
+        "E_INVALID_ARGUMENT",
+    );
+    assert_error(
+        &call(
+            &c,
+            Method::PUT,
+            &url,
+            Some(&key),
+            Some(json!({"status": "PENDING"})),
+        )
+        .await,
+        400,
+        "E_MISSING_PARAMETER",
+    );
+    assert_error(
+        &call(
+            &c,
+            Method::PUT,
+            &format!("{base}/bookings/x1/"),
+            Some(&key),
+            Some(json!({"status": "PENDING", "partnerReferenceId": "x"})),
+        )
+        .await,
+        400,
+        "E_INVALID_ARGUMENT",
+    );
+    assert_error(
+        &call(
+            &c,
+            Method::GET,
+            &format!("{base}/bookings/?offset=-1"),
+            Some(&key),
+            None,
+        )
+        .await,
+        400,
+        "E_INVALID_ARGUMENT",
+    );
+    assert_error(
+        &call(
+            &c,
+            Method::GET,
+            &format!("{base}/bookings/?limit=0"),
+            Some(&key),
+            None,
+        )
+        .await,
+        400,
+        "E_INVALID_ARGUMENT",
+    );
+    assert_error(
+        &call(
+            &c,
+            Method::GET,
+            &format!("{base}/bookings/?limit=-3"),
+            Some(&key),
+            None,
+        )
+        .await,
+        400,
+        "E_INVALID_ARGUMENT",
+    );
+    let (_, capped) = call(
+        &c,
+        Method::GET,
+        &format!("{base}/bookings/?limit=50"),
+        Some(&key),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (
+            capped["total"].as_i64(),
+            capped["items"].as_array().map(Vec::len)
+        ),
+        (Some(1), Some(1))
+    );
+    assert!(capped["nextUrl"].is_null());
+    let (_, others) = call(
+        &c,
+        Method::GET,
+        &format!("{base}/bookings/"),
+        Some(&other),
+        None,
+    )
+    .await;
+    assert_eq!(others["total"], 0, "lists are partner-scoped");
+    assert_eq!(
+        call(&c, Method::GET, &url, Some(&key), None).await.1["status"],
+        "UNCAPTURED",
+        "refused captures changed nothing"
+    );
+
+    // Capture → PENDING → fulfilment by the step components → COMPLETED with tickets.
+    let (s, captured) = call(
+        &c,
+        Method::PUT,
+        &url,
+        Some(&key),
+        Some(json!({"status": "PENDING", "partnerReferenceId": "my-ref-1"})),
+    )
+    .await;
+    assert_eq!(s, 200, "{captured}");
+    assert_eq!(
+        (
+            captured["status"].as_str(),
+            captured["partnerReferenceId"].as_str()
+        ),
+        (Some("PENDING"), Some("my-ref-1"))
+    );
+    assert_error(
+        &call(
+            &c,
+            Method::PUT,
+            &url,
+            Some(&key),
+            Some(json!({"status": "PENDING", "partnerReferenceId": "again"})),
+        )
+        .await,
+        409,
+        "E_INVALID_STATE",
+    );
+    let completed = until_booking(&c, &url, &key, "COMPLETED").await;
+    assert_eq!(
+        completed["tickets"].as_array().unwrap().len(),
+        2,
+        "{completed}"
+    );
+    assert_eq!(completed["tickets"][0]["type"], "QRCODE");
+    assert!(
+        completed["voucherUrl"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("{id}.pdf")),
+        "{completed}"
+    );
+
+    // Webhooks: PENDING then COMPLETED, each verified with standardwebhooks; PENDING needed three
+    // attempts (500, 429, 200) with a stable webhook-id.
+    let got = receiver
+        .until("PENDING and COMPLETED", |r| {
+            r.iter().filter(|e| e["answered"] == 200).count() >= 2
+        })
+        .await;
+    let statuses: Vec<(&str, u64)> = got
+        .iter()
+        .map(|e| {
+            (
+                e["body"]["status"].as_str().unwrap(),
+                e["answered"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            ("PENDING", 500),
+            ("PENDING", 429),
+            ("PENDING", 200),
+            ("COMPLETED", 200)
+        ]
+    );
+    assert!(
+        got.iter().all(|e| e["verifiedWith"] == json!([2])),
+        "{got:#?}"
+    );
+    assert!(
+        got[..3]
+            .iter()
+            .all(|e| e["webhookId"] == got[0]["webhookId"])
+    );
+    assert_ne!(got[3]["webhookId"], got[0]["webhookId"]);
+    assert_eq!(
+        got[0]["body"]["bookingId"],
+        id.parse::<i64>().unwrap(),
+        "bookingId is a number"
+    );
+    let stamp = got[0]["body"]["eventTimestamp"].as_str().unwrap();
+    assert!(chrono_like(stamp), "local ISO 8601 without zone: {stamp}");
+    assert_eq!(
+        got[0]["body"].as_object().unwrap().len(),
+        3,
+        "exactly {{bookingId, status, eventTimestamp}}"
+    );
+
+    // A supplier that rejects (variant 5002 in this config): FAILED, seats returned.
+    let private = first_slot(&c, &server.base, &key, "5002").await;
+    let body = json!({
+        "productId": "1001", "variantId": "5002", "inventoryId": private["id"],
+        "customersDetails": {"count": 3, "customers": [
+            {"personType": "ADULT", "isPrimary": true, "inputFields": [{"id": "fullName", "value": "Ann"}]},
+            {"personType": "ADULT", "isPrimary": false, "inputFields": []},
+            {"personType": "CHILD", "isPrimary": false, "inputFields": []}]},
+        "price": {"amount": 200.0, "currencyCode": "EUR"},
+    });
+    let (s, p) = call(
+        &c,
+        Method::POST,
+        &format!("{base}/bookings/"),
+        Some(&key),
+        Some(body),
+    )
+    .await;
+    assert_eq!(s, 200, "{p}");
+    let purl = format!("{base}/bookings/{}/", p["bookingId"].as_str().unwrap());
+    assert_eq!(
+        first_slot(&c, &server.base, &key, "5002").await["remaining"],
+        5
+    );
+    call(
+        &c,
+        Method::PUT,
+        &purl,
+        Some(&key),
+        Some(json!({"status": "PENDING", "partnerReferenceId": "r"})),
+    )
+    .await;
+    until_booking(&c, &purl, &key, "FAILED").await;
+    assert_eq!(
+        first_slot(&c, &server.base, &key, "5002").await["remaining"],
+        8
+    );
+
+    // Cancel: an UNCAPTURED booking is released at once ({success, message}).
+    let (_, c2) = call(
+        &c,
+        Method::POST,
+        &format!("{base}/bookings/"),
+        Some(&key),
+        Some(booking_body(slot_id, 1, 40.0)),
+    )
+    .await;
+    let (s, ack) = call(
+        &c,
+        Method::POST,
+        &format!(
+            "{base}/bookings/{}/cancel/",
+            c2["bookingId"].as_str().unwrap()
+        ),
+        Some(&key),
+        Some(json!({"reason": "CUSTOMER_REQUEST", "comment": "sick"})),
+    )
+    .await;
+    assert_eq!(
+        (s.as_u16(), ack["success"].clone()),
+        (200, json!(true)),
+        "{ack}"
+    );
+    assert_eq!(
+        first_slot(&c, &server.base, &key, "5001").await["remaining"],
+        3
+    );
+
+    // v1 create/get/list on the same store.
+    let v1 = format!("{}/api/public/v1/booking", server.base);
+    let (s, b1) = call(
+        &c,
+        Method::POST,
+        &v1,
+        Some(&key),
+        Some(booking_body(slot_id, 1, 40.0)),
+    )
+    .await;
+    assert_eq!(s, 200, "{b1}");
+    assert!(
+        b1.get("variantInputFields").is_none(),
+        "v1 has no variantInputFields"
+    );
+    let (_, list1) = call(&c, Method::GET, &v1, Some(&key), None).await;
+    assert_eq!(list1["total"], 4);
+    let (s, _) = call(
+        &c,
+        Method::GET,
+        &format!(
+            "{}/api/v1/booking/{}",
+            server.base,
+            b1["bookingId"].as_str().unwrap()
+        ),
+        Some(&key),
+        None,
+    )
+    .await;
+    assert_eq!(s, 200);
+}
+
+fn chrono_like(s: &str) -> bool {
+    s.len() >= 19 && s.as_bytes()[10] == b'T' && !s.ends_with('Z') && !s.contains('+')
+}
+
+async fn until_booking(c: &Client, url: &str, key: &str, status: &str) -> Value {
+    let mut last = Value::Null;
+    for _ in 0..400 {
+        last = call(c, Method::GET, url, Some(key), None).await.1;
+        if last["status"] == status {
+            return last;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("booking never reached {status}: {last}");
+}
+
+#[tokio::test]
+async fn hundreds_of_concurrent_creates_never_oversell_over_http() {
+    let home = home_with(&[], &config(""));
+    let key = partner(home.path(), "booking", "production");
+    let server = Server::start(home.path());
+    let c = Client::new();
+    let slot = first_slot(&c, &server.base, &key, "5001").await;
+    let slot_id = slot["id"].as_str().unwrap().to_owned();
+    let url = format!("{}/api/public/v2/bookings/", server.base);
+    let mut tasks = Vec::new();
+    for i in 0..240usize {
+        let (c, url, key, slot_id) = (c.clone(), url.clone(), key.clone(), slot_id.clone());
+        let pax = 1 + i % 3;
+        tasks.push(tokio::spawn(async move {
+            let got = call(
+                &c,
+                Method::POST,
+                &url,
+                Some(&key),
+                Some(booking_body(&slot_id, pax, 40.0 * pax as f64)),
+            )
+            .await;
+            (pax, got)
+        }));
+    }
+    let mut sold = 0;
+    for t in tasks {
+        let (pax, (status, body)) = t.await.unwrap();
+        match status.as_u16() {
+            200 => sold += pax,
+            409 => assert_eq!(body["error"]["code"], "E_INVENTORY_UNAVAILABLE", "{body}"),
+            other => panic!("unexpected {other}: {body}"),
+        }
+    }
+    assert!(sold <= 5 && sold >= 3, "sold {sold} of 5 seats");
+    let after = first_slot(&c, &server.base, &key, "5001").await;
+    assert_eq!(
+        after["remaining"].as_u64().unwrap() as usize,
+        5 - sold,
+        "remaining is exact"
+    );
+}
