@@ -120,12 +120,19 @@ pub struct Server {
     pub child: Child,
     pub base: String,
     pub sandbox: String,
+    /// The plain-HTTP redirect listener (`--http-redirect-listen`), when one was asked for.
+    pub redirect: Option<String>,
     pub logs: mpsc::Receiver<String>,
 }
 
 impl Server {
     /// Starts `capstan serve` in `home` on ports chosen by the OS and waits until it listens.
     pub fn start(home: &Path) -> Self {
+        Self::start_with(home, &[])
+    }
+
+    /// Starts `capstan serve` with extra flags (e.g. `--tls-cert`).
+    pub fn start_with(home: &Path, extra: &[&str]) -> Self {
         let mut child = capstan(home)
             .args([
                 "serve",
@@ -134,6 +141,7 @@ impl Server {
                 "--sandbox-listen",
                 "127.0.0.1:0",
             ])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -165,10 +173,20 @@ impl Server {
             {
                 let addr = event["addr"].as_str().expect("addr").to_owned();
                 let sandbox = event["sandbox"].as_str().expect("sandbox").to_owned();
+                let scheme = event["scheme"].as_str().unwrap_or("http").to_owned();
                 return Self {
                     child,
-                    base: format!("http://{addr}"),
-                    sandbox: format!("http://{sandbox}"),
+                    base: format!("{scheme}://{addr}"),
+                    sandbox: format!("{scheme}://{sandbox}"),
+                    redirect: event["redirect"]
+                        .as_str()
+                        .filter(|r| *r != "None")
+                        .map(|r| {
+                            format!(
+                                "http://{}",
+                                r.trim_start_matches("Some(\"").trim_end_matches("\")")
+                            )
+                        }),
                     logs: rx,
                 };
             }

@@ -1042,3 +1042,93 @@ async fn hundreds_of_concurrent_creates_never_oversell_over_http() {
         "remaining is exact"
     );
 }
+
+#[tokio::test]
+async fn tls_listeners_and_the_plain_http_redirect() {
+    let home = home_with(&[], &config(""));
+    let dir = home.path();
+    let status = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+        ])
+        .args([
+            "-addext",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+            "-addext",
+            "basicConstraints=critical,CA:FALSE",
+        ])
+        .arg("-keyout")
+        .arg(dir.join("key.pem"))
+        .arg("-out")
+        .arg(dir.join("cert.pem"))
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("openssl");
+    assert!(status.success());
+    let key = partner(dir, "booking", "sandbox");
+    let (cert, pkey) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let server = Server::start_with(
+        dir,
+        &[
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            pkey.to_str().unwrap(),
+            "--http-redirect-listen",
+            "127.0.0.1:0",
+        ],
+    );
+    assert!(
+        server.base.starts_with("https://") && server.sandbox.starts_with("https://"),
+        "{}",
+        server.base
+    );
+    let ca = reqwest::Certificate::from_pem(&std::fs::read(&cert).unwrap()).unwrap();
+    let c = Client::builder()
+        .add_root_certificate(ca)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let (s, p) = call(
+        &c,
+        Method::GET,
+        &format!("{}/api/public/v2/products/1001", server.sandbox),
+        Some(&key),
+        None,
+    )
+    .await;
+    assert_eq!(s, 200, "{p}");
+    assert_eq!(
+        c.get(format!("{}/healthz", server.base))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    // Plain HTTP on the TLS port does not work; the redirect port answers 301 to HTTPS.
+    let plain = server.base.replacen("https://", "http://", 1);
+    assert!(c.get(format!("{plain}/healthz")).send().await.is_err());
+    let redirect = server.redirect.clone().expect("redirect listener reported");
+    let r = c
+        .get(format!(
+            "{redirect}/api/public/v2/products/1001?languageCode=IT"
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 301);
+    let port = server.base.rsplit(':').next().unwrap();
+    assert_eq!(
+        r.headers()["location"].to_str().unwrap(),
+        format!("https://127.0.0.1:{port}/api/public/v2/products/1001?languageCode=IT")
+    );
+}

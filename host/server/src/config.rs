@@ -53,6 +53,12 @@ pub struct Settings {
     /// Sandbox listener (the partner API's sandbox environment).
     #[serde(deserialize_with = "socket_addr")]
     pub sandbox_listen: SocketAddr,
+    /// A plain-HTTP listener that answers 301 to the HTTPS URL (with TLS only).
+    #[serde(default, deserialize_with = "opt_socket_addr")]
+    pub http_redirect_listen: Option<SocketAddr>,
+    /// PEM certificate chain and private key: both listeners speak HTTPS (rustls).
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
     /// `sqlite://PATH` (embedded, default).
     pub database: String,
     /// Directory of workflow components (`*.wasm`).
@@ -172,6 +178,9 @@ impl Default for Settings {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             sandbox_listen: SocketAddr::from(([127, 0, 0, 1], 8081)),
+            http_redirect_listen: None,
+            tls_cert: None,
+            tls_key: None,
             database: "sqlite://./data/capstan.db".to_owned(),
             workflows: PathBuf::from("./target/workflows"),
             data_dir: PathBuf::from("./data"),
@@ -191,6 +200,14 @@ impl Default for Settings {
             booking: BookingSettings::default(),
         }
     }
+}
+
+fn opt_socket_addr<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<SocketAddr>, D::Error> {
+    #[derive(Deserialize)]
+    struct Wrapped(#[serde(deserialize_with = "socket_addr")] SocketAddr);
+    Ok(Option::<Wrapped>::deserialize(deserializer)?.map(|Wrapped(a)| a))
 }
 
 /// A socket address whose parse error repeats the value and shows the expected form.
@@ -244,6 +261,12 @@ pub struct Overrides {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sandbox_listen: Option<SocketAddr>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub http_redirect_listen: Option<SocketAddr>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_cert: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls_key: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub database: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub workflows: Option<PathBuf>,
@@ -254,9 +277,12 @@ pub struct Overrides {
 }
 
 /// Keys the environment may set (`CAPSTAN_<KEY>`); other `CAPSTAN_*` variables are not settings.
-const ENV_KEYS: [&str; 19] = [
+const ENV_KEYS: [&str; 22] = [
     "listen",
     "sandbox_listen",
+    "http_redirect_listen",
+    "tls_cert",
+    "tls_key",
     "database",
     "workflows",
     "data_dir",

@@ -17,4 +17,5 @@ pub mod config;
 pub mod registry;
 pub mod serve;
 pub mod steps;
+pub mod tls;
 pub mod telemetry;

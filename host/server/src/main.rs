@@ -45,6 +45,15 @@ enum Command {
         /// Sandbox listener (default 127.0.0.1:8081).
         #[arg(long, value_name = "ADDR")]
         sandbox_listen: Option<SocketAddr>,
+        /// PEM certificate chain: both listeners speak HTTPS (with --tls-key).
+        #[arg(long, value_name = "FILE")]
+        tls_cert: Option<PathBuf>,
+        /// PEM private key of --tls-cert.
+        #[arg(long, value_name = "FILE")]
+        tls_key: Option<PathBuf>,
+        /// A plain-HTTP listener answering 301 to the HTTPS URL (with TLS).
+        #[arg(long, value_name = "ADDR")]
+        http_redirect_listen: Option<SocketAddr>,
     },
     /// Run pending database migrations and exit.
     Migrate,
@@ -179,16 +188,28 @@ enum WorkflowsCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let (listen, sandbox_listen) = match &cli.command {
+    let (listen, sandbox_listen, tls_cert, tls_key, http_redirect_listen) = match &cli.command {
         Command::Serve {
             listen,
             sandbox_listen,
-        } => (*listen, *sandbox_listen),
-        _ => (None, None),
+            tls_cert,
+            tls_key,
+            http_redirect_listen,
+        } => (
+            *listen,
+            *sandbox_listen,
+            tls_cert.clone(),
+            tls_key.clone(),
+            *http_redirect_listen,
+        ),
+        _ => (None, None, None, None, None),
     };
     let overrides = Overrides {
         listen,
         sandbox_listen,
+        tls_cert,
+        tls_key,
+        http_redirect_listen,
         database: cli.database.clone(),
         workflows: cli.workflows.clone(),
         data_dir: cli.data_dir.clone(),
@@ -245,7 +266,21 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
                 .map_err(|e| {
                     anyhow::anyhow!("cannot listen on {}: {e}", settings.sandbox_listen)
                 })?;
-            serve::serve(app, listener, sandbox, serve::shutdown_signal()).await?;
+            let redirect = match settings.http_redirect_listen {
+                Some(addr) => {
+                    anyhow::ensure!(
+                        app.tls.is_some(),
+                        "--http-redirect-listen needs TLS (--tls-cert and --tls-key)"
+                    );
+                    Some(
+                        tokio::net::TcpListener::bind(addr)
+                            .await
+                            .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?,
+                    )
+                }
+                None => None,
+            };
+            serve::serve(app, listener, sandbox, redirect, serve::shutdown_signal()).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Migrate => {

@@ -37,6 +37,8 @@ pub struct App {
     /// Fulfilment step components and the pipelines that use them.
     pub steps: Arc<dyn StepRunner>,
     pub booking: crate::config::BookingSettings,
+    /// HTTPS for both listeners (`--tls-cert`/`--tls-key`), or plain HTTP for development.
+    pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
 }
 
 /// The at-rest keyring for webhook secrets: `CAPSTAN_SECRET_KEYS` (`1:<base64 of 32 bytes>,...`).
@@ -154,6 +156,11 @@ impl App {
             api,
             steps,
             booking: settings.booking.clone(),
+            tls: match (&settings.tls_cert, &settings.tls_key) {
+                (Some(cert), Some(key)) => Some(crate::tls::server_config(cert, key)?),
+                (None, None) => None,
+                _ => anyhow::bail!("--tls-cert and --tls-key go together"),
+            },
         })
     }
 }
@@ -285,18 +292,25 @@ async fn readyz(State(app): State<App>) -> Response {
 }
 
 /// Serves `app` on both listeners until `shutdown` resolves, then drains in-flight requests.
+/// With TLS configured both listeners speak HTTPS and `redirect` (if given) answers 301 to the
+/// main listener's HTTPS URL.
 pub async fn serve(
     app: App,
     listener: TcpListener,
     sandbox: TcpListener,
+    redirect: Option<TcpListener>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let main_addr = listener.local_addr()?;
     let sandbox_addr = sandbox.local_addr()?;
-    tracing::info!(addr = %main_addr, sandbox = %sandbox_addr, "listening");
-    tracing::warn!(
-        "serving plain HTTP on {main_addr} and {sandbox_addr}: for local development only (TLS arrives with the partner API)"
-    );
+    let redirect_addr = redirect.as_ref().map(TcpListener::local_addr).transpose()?;
+    let scheme = if app.tls.is_some() { "https" } else { "http" };
+    tracing::info!(addr = %main_addr, sandbox = %sandbox_addr, scheme, redirect = ?redirect_addr.map(|a| a.to_string()), "listening");
+    if app.tls.is_none() {
+        tracing::warn!(
+            "serving PLAIN HTTP on {main_addr} and {sandbox_addr}: for local development only; production needs --tls-cert and --tls-key"
+        );
+    }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let workers = app.api.engine.spawn_workers(stop_rx.clone());
     let webhooks = tokio::spawn(capstan_api::webhooks::delivery::run(
@@ -305,24 +319,37 @@ pub async fn serve(
     ));
     let booking_tasks = spawn_booking_tasks(&app, stop_rx.clone());
     let streams = app.api.streams.clone();
-    let mut stop_main = stop_rx.clone();
-    let mut stop_sandbox = stop_rx;
-    let main = axum::serve(
-        listener,
-        router(app.clone()).into_make_service_with_connect_info::<std::net::SocketAddr>(),
-    )
-    .with_graceful_shutdown(async move {
-        let _ = stop_main.wait_for(|s| *s).await;
-    })
-    .into_future();
-    let sandbox = axum::serve(
-        sandbox,
-        sandbox_router(app).into_make_service_with_connect_info::<std::net::SocketAddr>(),
-    )
-    .with_graceful_shutdown(async move {
-        let _ = stop_sandbox.wait_for(|s| *s).await;
-    })
-    .into_future();
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let one = |listener: TcpListener,
+               router: Router|
+     -> std::pin::Pin<Box<dyn Future<Output = std::io::Result<()>> + Send>> {
+        match &app.tls {
+            Some(config) => match crate::tls::TlsListener::new(listener, config.clone()) {
+                Ok(tls) => Box::pin(crate::tls::serve_tls(tls, router, stopped(stop_rx.clone()))),
+                Err(e) => Box::pin(async move { Err(e) }),
+            },
+            None => Box::pin(
+                axum::serve(
+                    listener,
+                    router.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+                )
+                .with_graceful_shutdown(stopped(stop_rx.clone()))
+                .into_future(),
+            ),
+        }
+    };
+    let main = one(listener, router(app.clone()));
+    let sandbox = one(sandbox, sandbox_router(app.clone()));
+    let redirect = match redirect {
+        Some(l) => Box::pin(
+            axum::serve(l, crate::tls::redirect_router(main_addr.port()))
+                .with_graceful_shutdown(stopped(stop_rx.clone()))
+                .into_future(),
+        ) as std::pin::Pin<Box<dyn Future<Output = std::io::Result<()>> + Send>>,
+        None => Box::pin(async { Ok(()) }),
+    };
     tokio::spawn(async move {
         shutdown.await;
         tracing::info!("shutting down: draining in-flight requests");
@@ -330,7 +357,7 @@ pub async fn serve(
         // Open event streams end so the listeners can drain.
         streams.close();
     });
-    let (a, b) = tokio::join!(main, sandbox);
+    let (a, b, c) = tokio::join!(main, sandbox, redirect);
     for worker in workers {
         let _ = worker.await;
     }
@@ -340,6 +367,7 @@ pub async fn serve(
     }
     a?;
     b?;
+    c?;
     tracing::info!("stopped");
     Ok(())
 }
