@@ -23,16 +23,21 @@ setup:
         || python3 -m pip install --quiet --disable-pip-version-check 'schemathesis==4.32.5'
 
 # Build every guest component (release) and copy it where the host looks:
-# workflows → target/workflows/<name>.wasm, test fixtures → target/guest-fixtures/, examples → target/examples/.
+# workflows → target/workflows/<name>.wasm, fulfilment steps (workflows/steps/*) → target/steps/<name>.wasm,
+# test fixtures → target/guest-fixtures/, examples → target/examples/.
 build-guests: setup
     #!/usr/bin/env bash
     set -euo pipefail
-    mkdir -p target/workflows target/guest-fixtures target/examples
+    mkdir -p target/workflows target/steps target/guest-fixtures target/examples
     (cd workflows && cargo build --release --quiet)
     out=workflows/target/wasm32-wasip2/release
     for manifest in workflows/*/Cargo.toml; do
         crate=$(basename "$(dirname "$manifest")")
         cp "$out/${crate//-/_}.wasm" "target/workflows/$crate.wasm"
+    done
+    for manifest in workflows/steps/*/Cargo.toml; do
+        crate=$(basename "$(dirname "$manifest")")
+        cp "$out/${crate//-/_}.wasm" "target/steps/$crate.wasm"
     done
     for manifest in workflows/fixtures/*/Cargo.toml; do
         crate=fixture-$(basename "$(dirname "$manifest")")
@@ -43,7 +48,7 @@ build-guests: setup
         (cd "$dir" && CARGO_TARGET_DIR=../../workflows/target cargo build --release --quiet)
         cp "$out/${crate//-/_}.wasm" "target/examples/$crate.wasm"
     done
-    ls -1 target/workflows
+    ls -1 target/workflows target/steps
 
 # Guests and the release host binary.
 build: build-guests
@@ -69,13 +74,24 @@ run: build
     key=$($bin api-keys mint --principal dev --expires-in-days 7)
     echo "just run: API key for principal 'dev' (valid 7 days): $key" >&2
     echo "just run: try  curl -s -H \"Authorization: Bearer $key\" localhost:8080/v1/executions" >&2
+    # Partner API: one booking partner per environment, created once and kept in data/ (dev only).
+    keys=data/dev-partner-keys
+    if [ ! -s "$keys" ]; then
+        mkdir -p data && umask 077
+        echo "production $($bin partners create --name dev-booking --type booking --environment production)" > "$keys"
+        echo "sandbox $($bin partners create --name dev-sandbox --type booking --environment sandbox)" >> "$keys"
+    fi
+    pk=$(awk '$1=="production"{print $2}' "$keys"); tk=$(awk '$1=="sandbox"{print $2}' "$keys")
+    echo "just run: partner keys (from $keys): production $pk (localhost:8080), sandbox $tk (localhost:8081)" >&2
+    echo "just run: try  curl -s -H \"Partner-Auth: $pk\" 'localhost:8080/api/public/v2/products/?cityCode=ROME&limit=2'" >&2
     exec $bin serve
 
 # Every test: guest harness tests (native), host unit and integration tests, end-to-end tests.
 test: build-guests
     (cd workflows && cargo test --quiet --target {{host_triple}})
-    for dir in examples/*/; do (cd "$dir" && CARGO_TARGET_DIR=../../workflows/target cargo test --quiet --target {{host_triple}}); done
+    for m in examples/*/Cargo.toml; do (cd "$(dirname "$m")" && CARGO_TARGET_DIR=../../workflows/target cargo test --quiet --target {{host_triple}}); done
     (cd guest-sdk && CARGO_TARGET_DIR=../workflows/target cargo test --quiet --target {{host_triple}})
+    (cd step-sdk && CARGO_TARGET_DIR=../workflows/target cargo test --quiet --target {{host_triple}})
     cargo build --quiet -p capstan
     cargo test --workspace --quiet
 
@@ -84,7 +100,8 @@ lint: setup
     cargo fmt --all --check
     (cd workflows && cargo fmt --all --check)
     (cd guest-sdk && cargo fmt --check)
-    for dir in examples/*/; do (cd "$dir" && cargo fmt --check); done
+    (cd step-sdk && cargo fmt --check)
+    for m in examples/*/Cargo.toml; do (cd "$(dirname "$m")" && cargo fmt --check); done
     cargo clippy --workspace --all-targets --quiet -- -D warnings
     (cd workflows && cargo clippy --release --quiet -- -D warnings)
 
@@ -93,7 +110,8 @@ fmt:
     cargo fmt --all
     (cd workflows && cargo fmt --all)
     (cd guest-sdk && cargo fmt)
-    for dir in examples/*/; do (cd "$dir" && cargo fmt); done
+    (cd step-sdk && cargo fmt)
+    for m in examples/*/Cargo.toml; do (cd "$(dirname "$m")" && cargo fmt); done
 
 # Benchmarks (release): component compile vs cached load, instantiate + call.
 bench: build-guests

@@ -1,11 +1,11 @@
-//! The host's one `bindgen!`, and one `Host` impl per WIT interface.
+//! The `bindgen!` of the `workflow` world, and one `Host` impl per WIT interface (the
+//! `fulfilment-step` world has its own in `crate::steps`, sharing the platform interfaces).
 //!
 //! Every import forwards to [`RunState::call`] with the operation name `<interface>.<function>`
 //! and its arguments as a JSON object keyed by parameter name — the same names and shapes the
 //! guest SDK's harness uses — so the engine can journal, replay and route any call generically.
 
 use crate::sandbox::RunState;
-use serde_json::{Map, Value};
 
 wasmtime::component::bindgen!({
     world: "capstan:host/workflow",
@@ -20,19 +20,20 @@ pub use capstan::infra::{
 };
 pub use capstan::platform::{approvals, context, descriptor, time, types};
 
-/// Forwards each listed function to [`RunState::call`].
+/// Forwards each listed function to [`RunState::call`]. Also used by `crate::steps`.
 macro_rules! forward {
     ($iface:literal; $( fn $name:ident($($arg:ident : $ty:ty),*) -> $ret:ty = $op:literal; )*) => {
         $(
             async fn $name(&mut self, $($arg: $ty),*) -> wasmtime::Result<$ret> {
                 #[allow(unused_mut)]
-                let mut request = Map::new();
-                $( request.insert(stringify!($arg).to_owned(), serde_json::to_value(&$arg)?); )*
-                self.call(concat!($iface, ".", $op), Value::Object(request)).await
+                let mut request = ::serde_json::Map::new();
+                $( request.insert(stringify!($arg).to_owned(), ::serde_json::to_value(&$arg)?); )*
+                self.call(concat!($iface, ".", $op), ::serde_json::Value::Object(request)).await
             }
         )*
     };
 }
+pub(crate) use forward;
 
 use types::{Error, LogLevel};
 

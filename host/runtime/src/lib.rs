@@ -14,15 +14,19 @@
 //! - `sandbox` — [`RunState`] (store data), limits, the deterministic WASI context, [`HostCalls`].
 //! - `cache` — content-addressed compilation with an on-disk artifact cache.
 //! - `loader` — loading a workflows directory: digest, describe, grant check, [`LoadReport`].
+//! - [`steps`] — the `fulfilment-step` world: its `bindgen!`, [`Runtime::load_step_dir`],
+//!   [`LoadedStep::run`], and the JSON of each step import.
 
 mod bindings;
 mod cache;
 mod loader;
 mod sandbox;
+pub mod steps;
 
 pub use cache::CompileStats;
 pub use loader::{LoadError, LoadFailure, LoadReport, LoadedWorkflow};
 pub use sandbox::{HostCalls, Interrupt, LimitExceeded, RunState};
+pub use steps::{LoadedStep, StepFailure, StepLoadReport};
 
 use std::path::PathBuf;
 use wasmtime::component::Linker;
@@ -69,6 +73,8 @@ pub enum Activation {
 pub struct Runtime {
     engine: Engine,
     linker: Linker<RunState>,
+    /// The linker of `fulfilment-step` components (see [`steps`]).
+    step_linker: Linker<RunState>,
     config: RuntimeConfig,
     cache: cache::ComponentCache,
 }
@@ -96,10 +102,12 @@ impl Runtime {
             &mut linker,
             |s| s,
         )?;
+        let step_linker = steps::linker(&engine)?;
         let cache = cache::ComponentCache::new(&engine, config.cache_dir.clone())?;
         Ok(Self {
             engine,
             linker,
+            step_linker,
             config,
             cache,
         })

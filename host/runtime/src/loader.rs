@@ -4,7 +4,7 @@
 
 use crate::bindings::{self, WorkflowPre};
 use crate::sandbox::{HostCalls, Interrupt, LimitExceeded, RunState};
-use crate::{Activation, CompileStats, Runtime, cache};
+use crate::{Activation, CompileStats, Runtime, RuntimeConfig, cache};
 use async_trait::async_trait;
 use capstan_core::{
     CancelMode, Capability, CapabilityError, CapabilityGrants, ErrorKind, RecoveryOperation,
@@ -14,14 +14,15 @@ use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use wasmtime::Store;
+use wasmtime::{Engine, Store};
 
 /// The interface every workflow component exports.
 pub const WORKFLOW_EXPORT: &str = "capstan:platform/workflow@0.1.0";
 
 /// WASI interfaces a guest may import: Rust's std needs them, and the sandbox answers them with
 /// nothing (no env, frozen clocks, seeded random). Filesystem and sockets are never linked for use.
-const VIRTUALIZED_WASI: [&str; 4] = ["wasi:cli/", "wasi:io/", "wasi:clocks/", "wasi:random/"];
+pub(crate) const VIRTUALIZED_WASI: [&str; 4] =
+    ["wasi:cli/", "wasi:io/", "wasi:clocks/", "wasi:random/"];
 
 /// Why a component was refused.
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +36,23 @@ pub enum LoadError {
     Invalid(String),
     #[error("not a workflow component: it does not export `{WORKFLOW_EXPORT}` (wrong world?)")]
     WrongWorld,
+    #[error(
+        "not a workflow component: {path} is a fulfilment step (it exports `{}`); steps load from the steps directory (`booking.steps`)",
+        crate::steps::STEP_EXPORT
+    )]
+    StepNotWorkflow { path: PathBuf },
+    #[error(
+        "{path} is not a fulfilment step component: it does not export `{}` ({})",
+        crate::steps::STEP_EXPORT,
+        if *.is_workflow { "it is a workflow component; workflows load from the workflows directory" } else { "wrong world?" }
+    )]
+    NotAStep { path: PathBuf, is_workflow: bool },
+    #[error(
+        "{path} imports `{import}`, which no fulfilment step may use (only capstan:platform/context, capstan:platform/time and capstan:booking/*)"
+    )]
+    StepForbiddenImport { path: PathBuf, import: String },
+    #[error("step `{name}` is replaced by {by}, a newer component declaring the same name")]
+    StepReplaced { name: String, by: PathBuf },
     #[error(
         "workflow `{workflow}` imports `{import}`, but capability `{capability}` is not granted to it (grant it under [workflows.grants] in the config)"
     )]
@@ -104,10 +122,10 @@ impl LoadedWorkflow {
         seed: u64,
         input: &str,
     ) -> Activation {
-        let mut store = new_store(runtime, host, seed);
+        let mut store = new_store(&runtime.engine, &runtime.config, host, seed);
         let workflow = match self.pre.instantiate_async(&mut store).await {
             Ok(workflow) => workflow,
-            Err(trap) => return classify(trap, &mut store, runtime),
+            Err(trap) => return classify(trap, &mut store, &runtime.config),
         };
         match workflow
             .capstan_platform_workflow()
@@ -116,24 +134,27 @@ impl LoadedWorkflow {
         {
             Ok(Ok(output)) => Activation::Completed(Ok(output)),
             Ok(Err(error)) => Activation::Completed(Err(guest_error(error))),
-            Err(trap) => classify(trap, &mut store, runtime),
+            Err(trap) => classify(trap, &mut store, &runtime.config),
         }
     }
 }
 
-fn new_store(runtime: &Runtime, host: Box<dyn HostCalls>, seed: u64) -> Store<RunState> {
-    let mut store = Store::new(
-        &runtime.engine,
-        RunState::new(host, seed, runtime.config.memory_limit_bytes),
-    );
+/// A store for one activation (of a workflow or a step) with the sandbox limits of `config`.
+pub(crate) fn new_store(
+    engine: &Engine,
+    config: &RuntimeConfig,
+    host: Box<dyn HostCalls>,
+    seed: u64,
+) -> Store<RunState> {
+    let mut store = Store::new(engine, RunState::new(host, seed, config.memory_limit_bytes));
     store.limiter(|state| &mut state.memory);
     // Both only fail when fuel is not enabled, and `Runtime::new` always enables it.
-    let _ = store.set_fuel(runtime.config.fuel_per_activation);
+    let _ = store.set_fuel(config.fuel_per_activation);
     let _ = store.fuel_async_yield_interval(Some(10_000_000));
     store
 }
 
-fn guest_error(error: bindings::types::Error) -> CapabilityError {
+pub(crate) fn guest_error(error: bindings::types::Error) -> CapabilityError {
     CapabilityError {
         kind: match error.kind {
             bindings::types::ErrorKind::Transient => ErrorKind::Transient,
@@ -145,7 +166,11 @@ fn guest_error(error: bindings::types::Error) -> CapabilityError {
 }
 
 /// Says why the guest stopped: a host interrupt, a sandbox limit, or its own trap.
-fn classify(trap: wasmtime::Error, store: &mut Store<RunState>, runtime: &Runtime) -> Activation {
+pub(crate) fn classify(
+    trap: wasmtime::Error,
+    store: &mut Store<RunState>,
+    config: &RuntimeConfig,
+) -> Activation {
     if let Some(interrupt) = store.data_mut().interrupt.take() {
         return Activation::Interrupted(interrupt);
     }
@@ -154,17 +179,17 @@ fn classify(trap: wasmtime::Error, store: &mut Store<RunState>, runtime: &Runtim
     }
     match trap.downcast_ref::<wasmtime::Trap>() {
         Some(wasmtime::Trap::OutOfFuel) => Activation::Limit(LimitExceeded::Cpu {
-            fuel: runtime.config.fuel_per_activation,
+            fuel: config.fuel_per_activation,
         }),
         Some(wasmtime::Trap::StackOverflow) => Activation::Limit(LimitExceeded::Stack {
-            limit_bytes: runtime.config.max_wasm_stack_bytes,
+            limit_bytes: config.max_wasm_stack_bytes,
         }),
         _ => Activation::Trapped(format!("{trap:#}")),
     }
 }
 
 /// `describe()` may not call the host.
-struct NoHostCalls;
+pub(crate) struct NoHostCalls;
 
 #[async_trait]
 impl HostCalls for NoHostCalls {
@@ -206,6 +231,14 @@ impl Runtime {
             .exports(&self.engine)
             .any(|(name, _)| name == WORKFLOW_EXPORT)
         {
+            if ty
+                .exports(&self.engine)
+                .any(|(name, _)| name == crate::steps::STEP_EXPORT)
+            {
+                return Err(LoadError::StepNotWorkflow {
+                    path: path.to_owned(),
+                });
+            }
             return Err(LoadError::WrongWorld);
         }
         let imports: Vec<String> = ty
@@ -219,7 +252,7 @@ impl Runtime {
         let pre =
             WorkflowPre::new(instance_pre).map_err(|e| LoadError::Invalid(format!("{e:#}")))?;
 
-        let mut store = new_store(self, Box::new(NoHostCalls), 0);
+        let mut store = new_store(&self.engine, &self.config, Box::new(NoHostCalls), 0);
         let described = match pre.instantiate_async(&mut store).await {
             Ok(instance) => {
                 instance
@@ -232,7 +265,7 @@ impl Runtime {
         let descriptor = match described {
             Ok(d) => descriptor(d)?,
             Err(trap) => {
-                let why = match classify(trap, &mut store, self) {
+                let why = match classify(trap, &mut store, &self.config) {
                     Activation::Interrupted(i) => i.to_string(),
                     Activation::Limit(l) => l.to_string(),
                     Activation::Trapped(t) => t,

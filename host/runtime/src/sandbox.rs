@@ -16,6 +16,14 @@ pub trait HostCalls: Send {
     async fn call(&mut self, op: &'static str, request: Value) -> Result<Value, Interrupt>;
 }
 
+/// A boxed host is a host, so APIs taking `impl HostCalls` also take a `Box<dyn HostCalls>`.
+#[async_trait]
+impl<H: HostCalls + ?Sized> HostCalls for Box<H> {
+    async fn call(&mut self, op: &'static str, request: Value) -> Result<Value, Interrupt> {
+        (**self).call(op, request).await
+    }
+}
+
 /// Why a host call stops the guest instead of answering it. The activation unwinds (a trap) and
 /// the engine learns why from [`crate::Activation`].
 #[derive(Debug, thiserror::Error)]
