@@ -66,6 +66,8 @@ struct EngineRun {
 struct Results {
     components: Vec<ComponentLoad>,
     hello_instantiate_and_call: Latency,
+    /// Booking creates on contended slots (`booking_bench`).
+    booking: serde_json::Value,
     engine_ten_stages_sqlite: Vec<EngineRun>,
 }
 
@@ -314,10 +316,12 @@ pub async fn run(workflows: &Path, quick: bool) -> anyhow::Result<()> {
             fixture.display()
         );
     }
+    let booking = crate::booking_bench::run(quick).await?;
     let results = Results {
         components,
         hello_instantiate_and_call: latency(samples),
         engine_ten_stages_sqlite: engine_runs,
+        booking,
     };
 
     println!(

@@ -12,6 +12,7 @@
 //! - `serve` — [`serve::App`], the router, health and readiness, `run` with a shutdown future.
 
 pub mod bench;
+pub mod booking_bench;
 mod bench_timing;
 pub mod config;
 pub mod registry;
