@@ -1132,3 +1132,155 @@ async fn tls_listeners_and_the_plain_http_redirect() {
         format!("https://127.0.0.1:{port}/api/public/v2/products/1001?languageCode=IT")
     );
 }
+
+#[tokio::test]
+async fn booking_webhooks_4xx_is_final_and_registrations_can_be_disabled_and_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = WebhookReceiver::start(dir.path(), "400");
+    let home = home_with(&[], &config(""));
+    let key = partner(home.path(), "booking", "production");
+    let other = partner(home.path(), "booking", "production");
+    let server = Server::start(home.path());
+    let c = Client::new();
+    let base = format!("{}/api/public/v2", server.base);
+    let hook_url = format!("http://127.0.0.1:{}/hook", receiver.port);
+    let (_, hook) = call(
+        &c,
+        Method::POST,
+        &format!("{base}/webhooks/"),
+        Some(&key),
+        Some(json!({"url": hook_url})),
+    )
+    .await;
+    let id = hook["data"]["id"].as_str().unwrap().to_owned();
+    let hook_path = format!("{base}/webhooks/{id}/");
+    assert_error(
+        &call(&c, Method::GET, &hook_path, Some(&other), None).await,
+        403,
+        "E_FORBIDDEN",
+    );
+    assert_error(
+        &call(&c, Method::PUT, &hook_path, Some(&key), Some(json!({}))).await,
+        400,
+        "E_MISSING_PARAMETER",
+    );
+
+    // A 400 answer is final: one attempt, status failed.
+    let slot = first_slot(&c, &server.base, &key, "5001").await;
+    let (_, b) = call(
+        &c,
+        Method::POST,
+        &format!("{base}/bookings/"),
+        Some(&key),
+        Some(booking_body(slot["id"].as_str().unwrap(), 1, 40.0)),
+    )
+    .await;
+    let burl = format!(
+        "{base}/bookings/{}/cancel/",
+        b["bookingId"].as_str().unwrap()
+    );
+    let (s, _) = call(
+        &c,
+        Method::POST,
+        &burl,
+        Some(&key),
+        Some(json!({"reason": "test"})),
+    )
+    .await;
+    assert_eq!(s, 200);
+    receiver
+        .until("the CANCELLED notification", |r| !r.is_empty())
+        .await;
+    let mut deliveries = Value::Null;
+    for _ in 0..200 {
+        deliveries = call(
+            &c,
+            Method::GET,
+            &format!("{hook_path}deliveries/"),
+            Some(&key),
+            None,
+        )
+        .await
+        .1;
+        if deliveries["data"]["items"][0]["status"] == "failed" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let d = &deliveries["data"]["items"][0];
+    assert_eq!(
+        (
+            d["status"].as_str(),
+            d["attempts"].as_i64(),
+            d["responseCode"].as_i64()
+        ),
+        (Some("failed"), Some(1), Some(400)),
+        "{deliveries}"
+    );
+    assert_eq!(d["payload"]["status"], "CANCELLED");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        receiver.received().len(),
+        1,
+        "a 4xx other than 408/429 is not retried"
+    );
+
+    // Disabled: no delivery is queued; deleted: gone.
+    let (s, upd) = call(
+        &c,
+        Method::PATCH,
+        &hook_path,
+        Some(&key),
+        Some(json!({"enabled": false})),
+    )
+    .await;
+    assert_eq!(
+        (s.as_u16(), upd["data"]["enabled"].clone()),
+        (200, json!(false)),
+        "{upd}"
+    );
+    let (_, b2) = call(
+        &c,
+        Method::POST,
+        &format!("{base}/bookings/"),
+        Some(&key),
+        Some(booking_body(slot["id"].as_str().unwrap(), 1, 40.0)),
+    )
+    .await;
+    call(
+        &c,
+        Method::POST,
+        &format!(
+            "{base}/bookings/{}/cancel/",
+            b2["bookingId"].as_str().unwrap()
+        ),
+        Some(&key),
+        None,
+    )
+    .await;
+    let (_, after) = call(
+        &c,
+        Method::GET,
+        &format!("{hook_path}deliveries/"),
+        Some(&key),
+        None,
+    )
+    .await;
+    assert_eq!(after["data"]["items"].as_array().unwrap().len(), 1);
+    let (s, _) = call(&c, Method::DELETE, &hook_path, Some(&key), None).await;
+    assert_eq!(s, 200);
+    assert_error(
+        &call(&c, Method::GET, &hook_path, Some(&key), None).await,
+        404,
+        "E_NOT_FOUND",
+    );
+    let (_, list) = call(
+        &c,
+        Method::GET,
+        &format!("{base}/webhooks/"),
+        Some(&key),
+        None,
+    )
+    .await;
+    assert_eq!(list["data"]["items"], json!([]));
+}

@@ -758,3 +758,88 @@ fn an_invalid_catalog_lists_every_problem_with_its_path() {
         matches!(Catalog::parse(&doc.to_string()), Err(CatalogError::Parse(m)) if m.contains("surprise"))
     );
 }
+
+#[tokio::test]
+async fn a_cancelled_booking_cannot_be_captured_and_reschedule_moves_the_seats_atomically() {
+    let w = world().await;
+    let env = Environment::Production;
+    let slot = slot(&w.clock);
+    let b = w
+        .bookings
+        .create(env, "p1", 2, &request(&slot, 2), None)
+        .await
+        .unwrap();
+    w.bookings
+        .cancel(env, "p1", &b.id.to_string(), None)
+        .await
+        .unwrap();
+    let e = w
+        .bookings
+        .update(
+            env,
+            "p1",
+            &b.id.to_string(),
+            &json!({"status": "PENDING", "partnerReferenceId": "r"}),
+            true,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!((e.status, e.code), (409, "E_INVALID_STATE"));
+    assert_eq!(
+        w.bookings
+            .get(env, "p1", &b.id.to_string())
+            .await
+            .unwrap()
+            .status,
+        "CANCELLED"
+    );
+
+    // Reschedule 09:00 → 15:00 the same day: the seats move in one transaction.
+    let later = slot.replace("0900", "1500");
+    let r = w
+        .bookings
+        .create(env, "p1", 2, &request(&slot, 3), None)
+        .await
+        .unwrap();
+    let moved = w
+        .bookings
+        .reschedule(env, "p1", &r.id.to_string(), &later)
+        .await
+        .unwrap();
+    assert_eq!(moved.slot_id, later);
+    assert!(
+        moved.start_local.ends_with("T15:00:00"),
+        "{}",
+        moved.start_local
+    );
+    assert_eq!(w.bookings.seats_taken(env, &slot).await.unwrap(), 0);
+    assert_eq!(w.bookings.seats_taken(env, &later).await.unwrap(), 3);
+    // A full target slot refuses and nothing moves.
+    let filler = w
+        .bookings
+        .create(env, "p1", 2, &request(&slot, 4), None)
+        .await
+        .unwrap();
+    let full = w
+        .bookings
+        .reschedule(env, "p1", &filler.id.to_string(), &later)
+        .await
+        .unwrap_err();
+    assert_eq!(full.code, "E_INVENTORY_UNAVAILABLE");
+    assert_eq!(
+        (
+            w.bookings.seats_taken(env, &slot).await.unwrap(),
+            w.bookings.seats_taken(env, &later).await.unwrap()
+        ),
+        (4, 3)
+    );
+    // Past the 60-minute cut-off: refused.
+    w.clock.advance(HOUR * 38); // tomorrow 14:00 is one hour before 15:00
+    w.clock.advance(1);
+    let late = w
+        .bookings
+        .reschedule(env, "p1", &r.id.to_string(), &slot.replace("0900", "1500"))
+        .await
+        .unwrap_err();
+    assert_eq!(late.code, "E_INVALID_STATE");
+}
