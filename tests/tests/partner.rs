@@ -505,6 +505,41 @@ async fn catalog_routes_v2_and_v1() {
         400,
         "E_MISSING_PARAMETER",
     );
+
+    // `capstan catalog import` on the same database: a bad file changes nothing and lists its
+    // problems; a good one is served by the running server within a second.
+    let mut doc: Value = serde_json::from_str(
+        &std::fs::read_to_string(repo().join("tests/catalogs/small.json")).unwrap(),
+    )
+    .unwrap();
+    doc["products"][0]["variants"][0]["pax"] = json!({"min": 3, "max": 1});
+    let bad = home.path().join("bad.json");
+    std::fs::write(&bad, doc.to_string()).unwrap();
+    let out = capstan_e2e::capstan(home.path())
+        .args(["catalog", "import", bad.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("products[0].variants[0].pax"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    doc["products"][0]["variants"][0]["pax"] = json!({"min": 1, "max": 4});
+    doc["products"][0]["name"] = json!("Colosseum at night");
+    let good = home.path().join("good.json");
+    std::fs::write(&good, doc.to_string()).unwrap();
+    let printed = cli(home.path(), &["catalog", "import", good.to_str().unwrap()]);
+    assert!(printed.contains("3 products"), "{printed}");
+    let mut name = Value::Null;
+    for _ in 0..200 {
+        name = get("/api/public/v2/products/1001").await.1["name"].clone();
+        if name == "Colosseum at night" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(name, "Colosseum at night");
 }
 
 #[tokio::test]

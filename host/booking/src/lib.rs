@@ -201,6 +201,18 @@ impl Bookings {
         Ok(true)
     }
 
+    /// Reloads the catalog when another process (`capstan catalog import`, another node) replaced
+    /// the stored one; `true` if it changed.
+    pub async fn reload_if_changed(&self) -> anyhow::Result<bool> {
+        let stored: Option<(String,)> = sqlx::query_as("SELECT digest FROM catalog WHERE id = 1")
+            .fetch_optional(self.store.pool())
+            .await?;
+        match stored {
+            Some((digest,)) if digest != self.catalog().digest => self.load_catalog().await,
+            _ => Ok(false),
+        }
+    }
+
     /// Validates `text` and replaces the catalog with it (stored, then served).
     pub async fn import_catalog(&self, text: &str) -> Result<Imported, CatalogError> {
         let catalog = Catalog::parse(text)?;

@@ -843,3 +843,86 @@ async fn a_cancelled_booking_cannot_be_captured_and_reschedule_moves_the_seats_a
         .unwrap_err();
     assert_eq!(late.code, "E_INVALID_STATE");
 }
+
+#[tokio::test]
+async fn seatmap_bookings_take_named_seats_once() {
+    let w = world().await;
+    let mut doc: Value = serde_json::from_str(&catalog_text()).unwrap();
+    doc["products"].as_array_mut().unwrap().push(json!({
+        "id": "1004", "name": "Concert", "productType": "EVENT", "cityCode": "PARIS", "primaryCategoryId": "3",
+        "startLocation": {"latitude": 48.85, "longitude": 2.35}, "inventorySelectionType": "SEATMAP",
+        "variants": [{
+            "id": "5005", "name": "Stalls", "duration": 120, "pax": {"min": 1, "max": 4},
+            "persons": [{"type": "ADULT", "name": "Adult", "price": 50.0, "originalPrice": 50.0, "netPrice": 40.0}],
+            "cancellationPolicy": {"cancellable": true, "cancellableUpToInMinutes": null},
+            "reschedulePolicy": {"reschedulable": false, "reschedulableUpToInMinutes": null},
+            "slots": [{"startDateTime": "2030-03-01T20:00:00", "capacity": 999}],
+            "seatmap": {"sections": [{"name": "STALLS", "rows": ["A", "B"], "seatsPerRow": 3}]}
+        }]
+    }));
+    w.bookings.import_catalog(&doc.to_string()).await.unwrap();
+    let env = Environment::Production;
+    let body = |seats: Value, n: usize| {
+        let customers: Vec<Value> = (0..n)
+            .map(|i| json!({"personType": "ADULT", "isPrimary": i == 0}))
+            .collect();
+        json!({"productId": "1004", "variantId": "5005", "inventoryId": "5005-203003012000", "inventorySeatIds": seats,
+               "customersDetails": {"count": n, "customers": customers}, "price": {"amount": 50.0 * n as f64, "currencyCode": "EUR"}})
+    };
+    let a = w
+        .bookings
+        .create(
+            env,
+            "p1",
+            2,
+            &body(json!(["STALLS-A-1", "STALLS-A-2"]), 2),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        a.seat_info.as_ref().unwrap()[1],
+        json!({"section": "STALLS", "row": "A", "seatNumber": "2", "seatCode": "STALLS-A-2"})
+    );
+    let taken = w
+        .bookings
+        .create(env, "p1", 2, &body(json!(["STALLS-A-2"]), 1), None)
+        .await
+        .unwrap_err();
+    assert_eq!((taken.status, taken.code), (409, "E_INVENTORY_UNAVAILABLE"));
+    assert!(taken.message.contains("STALLS-A-2"), "{}", taken.message);
+    let missing = w
+        .bookings
+        .create(env, "p1", 2, &body(Value::Null, 1), None)
+        .await
+        .unwrap_err();
+    assert_eq!(missing.code, "E_MISSING_PARAMETER");
+    let unknown = w
+        .bookings
+        .create(env, "p1", 2, &body(json!(["STALLS-Z-9"]), 1), None)
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.code, "E_INVALID_ARGUMENT");
+    let count = w
+        .bookings
+        .create(env, "p1", 2, &body(json!(["STALLS-B-1"]), 2), None)
+        .await
+        .unwrap_err();
+    assert_eq!(count.code, "E_INVALID_ARGUMENT");
+    // The capacity is the seat count (6), not the slot's nominal 999; a refused create held nothing.
+    assert_eq!(
+        w.bookings
+            .seats_taken(env, "5005-203003012000")
+            .await
+            .unwrap(),
+        2
+    );
+    w.bookings
+        .cancel(env, "p1", &a.id.to_string(), None)
+        .await
+        .unwrap();
+    w.bookings
+        .create(env, "p1", 2, &body(json!(["STALLS-A-2"]), 1), None)
+        .await
+        .unwrap();
+}

@@ -124,7 +124,7 @@ enum PartnersCommand {
 #[derive(Debug, Subcommand)]
 enum CatalogCommand {
     /// Validate a catalog file and replace the served catalog with it (all problems are listed;
-    /// nothing changes when there is one). A running `capstan serve` picks it up at restart.
+    /// nothing changes when there is one). Running servers pick it up within a second.
     Import {
         file: PathBuf,
         /// Only validate.

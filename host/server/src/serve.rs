@@ -384,6 +384,13 @@ fn spawn_booking_tasks(
         let mut stop = stop.clone();
         tokio::spawn(async move {
             loop {
+                match bookings.reload_if_changed().await {
+                    Ok(true) => tracing::info!("catalog changed in the database: reloaded"),
+                    Ok(false) => {}
+                    Err(error) => {
+                        tracing::warn!(%error, "catalog reload failed; serving the previous one")
+                    }
+                }
                 match bookings.expire_due(500).await {
                     Ok(n) if n > 0 => {
                         tracing::info!(count = n, "bookings timed out (capture window closed)")
