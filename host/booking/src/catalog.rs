@@ -742,7 +742,7 @@ impl Catalog {
                 for (price, original, net) in prices {
                     if !(price >= 0.0 && original >= 0.0 && net >= 0.0 && net <= price) {
                         p(
-                            format!("{at}"),
+                            at.clone(),
                             format!(
                                 "prices must be ≥ 0 with netPrice ≤ price (price {price}, netPrice {net})"
                             ),

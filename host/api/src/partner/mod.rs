@@ -1081,8 +1081,9 @@ async fn vet_url(s: &PartnerState, url: &str) -> Result<()> {
             "`url` must be 1–2048 characters",
         )));
     }
-    if !url.starts_with("https://") && !(s.webhooks.policy.allow_http && url.starts_with("http://"))
-    {
+    let https = url.starts_with("https://");
+    let allowed_http = s.webhooks.policy.allow_http && url.starts_with("http://");
+    if !(https || allowed_http) {
         return Err(PartnerError(BookingError::invalid(
             "`url` must be an HTTPS URL (^https://.*)",
         )));
