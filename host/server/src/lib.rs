@@ -12,11 +12,11 @@
 //! - `serve` — [`serve::App`], the router, health and readiness, `run` with a shutdown future.
 
 pub mod bench;
-pub mod booking_bench;
 mod bench_timing;
+pub mod booking_bench;
 pub mod config;
 pub mod registry;
 pub mod serve;
 pub mod steps;
-pub mod tls;
 pub mod telemetry;
+pub mod tls;
