@@ -92,6 +92,7 @@ test: build-guests
     for m in examples/*/Cargo.toml; do (cd "$(dirname "$m")" && CARGO_TARGET_DIR=../../workflows/target cargo test --quiet --target {{host_triple}}); done
     (cd guest-sdk && CARGO_TARGET_DIR=../workflows/target cargo test --quiet --target {{host_triple}})
     (cd step-sdk && CARGO_TARGET_DIR=../workflows/target cargo test --quiet --target {{host_triple}})
+    python3 examples/catalog/check.py examples/catalog/demo.json
     cargo build --quiet -p capstan
     cargo test --workspace --quiet
 

@@ -1319,3 +1319,46 @@ async fn booking_webhooks_4xx_is_final_and_registrations_can_be_disabled_and_del
     .await;
     assert_eq!(list["data"]["items"], json!([]));
 }
+
+#[tokio::test]
+async fn the_demo_catalog_that_just_run_loads_has_open_inventory_for_every_product_type() {
+    let home = home_with(
+        &[],
+        &format!(
+            "[booking]\ncatalog_file = \"{}\"\nsteps = \"{}\"\n",
+            repo().join("examples/catalog/demo.json").display(),
+            repo().join("target/steps").display()
+        ),
+    );
+    let key = partner(home.path(), "booking", "production");
+    let server = Server::start(home.path());
+    let c = Client::new();
+    let mut types = std::collections::BTreeMap::<String, usize>::new();
+    let mut first_of_type = std::collections::BTreeMap::<String, Value>::new();
+    let mut url = format!("{}/api/public/v2/products/?limit=100", server.base);
+    loop {
+        let (s, page) = call(&c, Method::GET, &url, Some(&key), None).await;
+        assert_eq!(s, 200, "{page}");
+        for p in page["products"].as_array().unwrap() {
+            let t = p["productType"].as_str().unwrap().to_owned();
+            *types.entry(t.clone()).or_default() += 1;
+            first_of_type.entry(t).or_insert_with(|| p.clone());
+        }
+        match page["nextUrl"].as_str() {
+            Some(next) => url = format!("{}{next}", server.base),
+            None => break,
+        }
+    }
+    assert_eq!(types.len(), 7, "{types:?}");
+    assert!(types.values().all(|n| *n >= 20), "{types:?}");
+    // One product of each type has open, priced inventory.
+    for (t, p) in &first_of_type {
+        let variant = &p["variants"][0];
+        let slot = first_slot(&c, &server.base, &key, variant["id"].as_str().unwrap()).await;
+        assert!(slot["remaining"].as_u64().unwrap() > 0, "{t}: {slot}");
+        assert!(
+            slot["pricing"]["persons"].is_array() && slot["pricing"]["groups"].is_array(),
+            "{t}: {slot}"
+        );
+    }
+}
