@@ -146,7 +146,7 @@ pub async fn permissions_of(
             .store
             .grants_of(principal_id)
             .await
-            .map_err(ApiError::internal)?,
+            .map_err(ApiError::unavailable)?,
     );
     Ok(permissions)
 }
@@ -178,7 +178,7 @@ impl FromRequestParts<ApiState> for Caller {
             .store
             .api_keys_by_prefix(keys::prefix(token))
             .await
-            .map_err(ApiError::internal)?;
+            .map_err(ApiError::unavailable)?;
         let key = candidates.into_iter().find(|k| {
             state
                 .config
@@ -207,7 +207,7 @@ impl FromRequestParts<ApiState> for Caller {
             .store
             .touch_api_key(&key.id, now)
             .await
-            .map_err(ApiError::internal)?;
+            .map_err(ApiError::unavailable)?;
         caller.permissions = permissions_of(state, &key.principal_id).await?;
         caller.principal_id = key.principal_id;
         Ok(caller)

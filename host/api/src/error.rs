@@ -48,6 +48,18 @@ impl ApiError {
     pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, code, message)
     }
+    /// Storage could not answer (a lock held past the busy timeout, a lost connection): 503 with
+    /// `Retry-After`, never a 500 — the request may be retried as is.
+    pub fn unavailable(e: impl std::fmt::Display) -> Self {
+        tracing::warn!(error = %e, "storage unavailable");
+        let mut err = Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            "Storage is unavailable; retry later.",
+        );
+        err.retry_after = Some(1);
+        err
+    }
     pub fn internal(e: impl std::fmt::Display) -> Self {
         tracing::error!(error = %e, "internal error");
         Self::new(

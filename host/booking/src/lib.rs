@@ -85,6 +85,14 @@ impl From<sqlx::Error> for BookingError {
             sqlx::Error::PoolClosed | sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) => {
                 Self::unavailable(e)
             }
+            // SQLITE_BUSY / SQLITE_LOCKED: another writer held the database past the busy timeout.
+            sqlx::Error::Database(ref d)
+                if d.code()
+                    .and_then(|c| c.parse::<i32>().ok())
+                    .is_some_and(|c| matches!(c & 0xff, 5 | 6)) =>
+            {
+                Self::unavailable(e)
+            }
             other => Self::internal(other),
         }
     }
