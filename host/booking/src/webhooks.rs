@@ -50,6 +50,8 @@ pub struct DueDelivery {
     pub payload: String,
     pub message_id: String,
     pub attempts: i64,
+    /// When it was due (the claim compares it, so two dispatchers never send it both).
+    pub next_attempt_ms: i64,
 }
 
 /// What an attempt came to.
@@ -194,7 +196,7 @@ impl Bookings {
         limit: i64,
     ) -> Result<Vec<DueDelivery>, BookingError> {
         let rows = sqlx::query(
-            "SELECT d.id, d.webhook_id, w.url, w.kms_key_id, w.secret_sealed, d.payload, d.message_id, d.attempts
+            "SELECT d.id, d.webhook_id, w.url, w.kms_key_id, w.secret_sealed, d.payload, d.message_id, d.attempts, d.next_attempt_ms
              FROM booking_webhook_deliveries d JOIN booking_webhooks w ON w.id = d.webhook_id
              WHERE d.status = 'pending' AND d.next_attempt_ms <= ?
                AND NOT EXISTS (SELECT 1 FROM booking_webhook_deliveries e
@@ -217,8 +219,28 @@ impl Bookings {
                 payload: r.get(5),
                 message_id: r.get(6),
                 attempts: r.get(7),
+                next_attempt_ms: r.get(8),
             })
             .collect())
+    }
+
+    /// Claims a due delivery for one attempt: pushes its due time to `lease_until_ms` (the attempt's
+    /// time limit and a margin) so no other pass or node sends it meanwhile; after a crash it is
+    /// due again when the lease passes. `false` when someone else claimed it first.
+    pub async fn claim_webhook_delivery(
+        &self,
+        d: &DueDelivery,
+        lease_until_ms: i64,
+    ) -> Result<bool, BookingError> {
+        let done = sqlx::query(
+            "UPDATE booking_webhook_deliveries SET next_attempt_ms = ? WHERE id = ? AND status = 'pending' AND next_attempt_ms = ?",
+        )
+        .bind(lease_until_ms)
+        .bind(d.id)
+        .bind(d.next_attempt_ms)
+        .execute(self.store().writer())
+        .await?;
+        Ok(done.rows_affected() == 1)
     }
 
     pub async fn finish_webhook_attempt(

@@ -36,7 +36,8 @@ pub fn classify(code: Option<u16>) -> (bool, bool) {
     }
 }
 
-/// Sends due deliveries until `stop`; returns when it turns true.
+/// Sends due deliveries until `stop`; returns when it turns true. Attempts run concurrently (at
+/// most 64 in flight), so a slow receiver holds up only its own deliveries.
 pub async fn run(
     states: Vec<PartnerState>,
     policy: BookingWebhookPolicy,
@@ -45,11 +46,12 @@ pub async fn run(
     let Some(first) = states.first().cloned() else {
         return;
     };
+    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(64));
     loop {
         if *stop.borrow() {
             return;
         }
-        let sent = match dispatch(&first, &policy).await {
+        let sent = match dispatch(&first, &policy, &slots).await {
             Ok(n) => n,
             Err(error) => {
                 tracing::warn!(%error, "booking webhook dispatch failed; retrying");
@@ -65,22 +67,46 @@ pub async fn run(
     }
 }
 
-/// One pass: every due delivery attempted once (concurrently). Returns how many were attempted.
+/// One pass: claims every due delivery there is room for and starts its attempt. Returns how
+/// many were started.
 pub async fn dispatch(
     state: &PartnerState,
     policy: &BookingWebhookPolicy,
+    slots: &std::sync::Arc<tokio::sync::Semaphore>,
 ) -> anyhow::Result<usize> {
+    let room = slots.available_permits() as i64;
+    if room == 0 {
+        return Ok(0);
+    }
     let due = state
         .bookings
-        .due_webhook_deliveries(64)
+        .due_webhook_deliveries(room)
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let n = due.len();
-    let attempts = due.into_iter().map(|d| attempt(state, policy, d));
-    for result in futures_util::future::join_all(attempts).await {
-        result?;
+    let mut started = 0;
+    for d in due {
+        let lease_until = state.bookings.now_ms() + policy.timeout_ms as i64 + 5_000;
+        if !state
+            .bookings
+            .claim_webhook_delivery(&d, lease_until)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+        {
+            continue;
+        }
+        let Ok(permit) = slots.clone().acquire_owned().await else {
+            break;
+        };
+        let (state, policy) = (state.clone(), policy.clone());
+        tokio::spawn(async move {
+            if let Err(error) = attempt(&state, &policy, d).await {
+                tracing::warn!(%error, "booking webhook attempt could not be recorded; it is retried after its lease");
+            }
+            drop(permit);
+        });
+        started += 1;
     }
-    Ok(n)
+    Ok(started)
 }
 
 async fn attempt(
