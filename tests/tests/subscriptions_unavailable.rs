@@ -9,6 +9,24 @@ use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 
+/// Another process takes the database's write lock and holds it until a line arrives on its stdin.
+fn hold_write_lock(db: &std::path::Path) -> std::process::Child {
+    let mut locker = Command::new("python3")
+        .arg("-c")
+        .arg("import sqlite3, sys\ncon = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)\ncon.execute('BEGIN EXCLUSIVE')\nprint('locked', flush=True)\nsys.stdin.readline()\ncon.execute('ROLLBACK')\n")
+        .arg(db)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut line = String::new();
+    BufReader::new(locker.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "locked");
+    locker
+}
+
 #[tokio::test]
 async fn subscription_writes_answer_503_while_storage_is_unavailable_and_change_nothing() {
     let home = home_with(
@@ -33,21 +51,8 @@ async fn subscription_writes_answer_503_while_storage_is_unavailable_and_change_
         .unwrap();
     assert_eq!(first.status(), StatusCode::CREATED);
 
-    // Another process takes the database's write lock and holds it until told to let go.
     let db = home.path().join("capstan.db");
-    let mut locker = Command::new("python3")
-        .arg("-c")
-        .arg("import sqlite3, sys\ncon = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)\ncon.execute('BEGIN EXCLUSIVE')\nprint('locked', flush=True)\nsys.stdin.readline()\ncon.execute('ROLLBACK')\n")
-        .arg(&db)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("python3");
-    let mut line = String::new();
-    BufReader::new(locker.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert_eq!(line.trim(), "locked");
+    let mut locker = hold_write_lock(&db);
 
     let refused = c
         .post(&url)
@@ -136,18 +141,7 @@ async fn booking_writes_answer_503_while_storage_is_unavailable() {
         .unwrap();
     let slot = inventory["items"][0]["id"].as_str().unwrap().to_owned();
     let db = home.path().join("capstan.db");
-    let mut locker = Command::new("python3")
-        .arg("-c")
-        .arg("import sqlite3, sys\ncon = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)\ncon.execute('BEGIN EXCLUSIVE')\nprint('locked', flush=True)\nsys.stdin.readline()\ncon.execute('ROLLBACK')\n")
-        .arg(&db)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("python3");
-    let mut line = String::new();
-    BufReader::new(locker.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let mut locker = hold_write_lock(&db);
     let body = json!({"productId": "1002", "variantId": "5003", "inventoryId": slot,
         "customersDetails": {"count": 1, "customers": [{"personType": "ADULT", "isPrimary": true}]},
         "price": {"amount": 30.0, "currencyCode": "EUR"}});

@@ -197,8 +197,8 @@ pub fn router(state: PartnerState) -> Router {
             get(listing_by_category_v1),
         )
         .route("/inventory/list-by/variant", get(inventory_v1))
-        .route("/booking", post(create_v1).get(list_v1))
-        .route("/booking/{id}", get(get_v1).put(update_v1));
+        .route("/booking", post(create::<1>).get(list::<1>))
+        .route("/booking/{id}", get(get_booking::<1>).put(update::<1>));
     let v2 = Router::new()
         .route("/products/{id}", get(product_v2))
         .route("/products/", get(products_v2))
@@ -212,10 +212,10 @@ pub fn router(state: PartnerState) -> Router {
         .route("/collections", get(collections_v2))
         .route("/collections/", get(collections_v2))
         .route("/inventory/list-by/tour", get(inventory_v2))
-        .route("/bookings/", post(create_v2).get(list_v2))
-        .route("/bookings", post(create_v2).get(list_v2))
-        .route("/bookings/{id}/", get(get_v2).put(update_v2))
-        .route("/bookings/{id}", get(get_v2).put(update_v2))
+        .route("/bookings/", post(create::<2>).get(list::<2>))
+        .route("/bookings", post(create::<2>).get(list::<2>))
+        .route("/bookings/{id}/", get(get_booking::<2>).put(update::<2>))
+        .route("/bookings/{id}", get(get_booking::<2>).put(update::<2>))
         .route("/bookings/{id}/cancel/", post(cancel_v2))
         .route("/bookings/{id}/reschedule/", post(reschedule_v2))
         .route("/webhooks/", post(create_webhook).get(list_webhooks))
@@ -856,16 +856,17 @@ async fn inventory_v1(
 }
 
 // ---- bookings ------------------------------------------------------------------------------
+// One handler per operation, generic over the API version `V` (1 or 2): the shapes differ only in
+// `variantInputFields` (v2) and in what a v1 `PUT` accepts.
 
-async fn create(
-    s: &PartnerState,
-    partner: &Partner,
-    headers: &HeaderMap,
-    body: &Bytes,
-    version: u8,
+async fn create<const V: u8>(
+    State(s): State<PartnerState>,
+    partner: Partner,
+    headers: HeaderMap,
+    body: Bytes,
 ) -> Result<Response> {
     partner.must_book()?;
-    let body = json_body(body)?;
+    let body = json_body(&body)?;
     let key = match headers.get("idempotency-key") {
         None => None,
         Some(v) => Some(
@@ -880,35 +881,16 @@ async fn create(
     };
     let booking = s
         .bookings
-        .create(s.environment, &partner.0.id, version, &body, key.as_deref())
+        .create(s.environment, &partner.0.id, V, &body, key.as_deref())
         .await?;
-    Ok(axum::Json(booking.to_json(version == 2)).into_response())
+    Ok(axum::Json(booking.to_json(V == 2)).into_response())
 }
 
-async fn create_v2(
+async fn list<const V: u8>(
     State(s): State<PartnerState>,
     partner: Partner,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Response> {
-    create(&s, &partner, &headers, &body, 2).await
-}
-
-async fn create_v1(
-    State(s): State<PartnerState>,
-    partner: Partner,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Response> {
-    create(&s, &partner, &headers, &body, 1).await
-}
-
-async fn list(
-    s: &PartnerState,
-    partner: &Partner,
-    uri: &Uri,
-    raw: Option<String>,
-    v2: bool,
+    OriginalUri(uri): OriginalUri,
+    RawQuery(raw): RawQuery,
 ) -> Result<Response> {
     partner.must_book()?;
     let q = Query::parse(raw, &["offset", "limit"])?;
@@ -917,59 +899,21 @@ async fn list(
         .bookings
         .list(s.environment, &partner.0.id, offset, limit)
         .await?;
-    let items = rows.iter().map(|b| b.to_json(v2)).collect();
-    Ok(axum::Json(paged(uri, "items", items, total, offset, limit)).into_response())
+    let items = rows.iter().map(|b| b.to_json(V == 2)).collect();
+    Ok(axum::Json(paged(&uri, "items", items, total, offset, limit)).into_response())
 }
 
-async fn list_v2(
-    State(s): State<PartnerState>,
-    partner: Partner,
-    OriginalUri(uri): OriginalUri,
-    RawQuery(raw): RawQuery,
-) -> Result<Response> {
-    list(&s, &partner, &uri, raw, true).await
-}
-
-async fn list_v1(
-    State(s): State<PartnerState>,
-    partner: Partner,
-    OriginalUri(uri): OriginalUri,
-    RawQuery(raw): RawQuery,
-) -> Result<Response> {
-    list(&s, &partner, &uri, raw, false).await
-}
-
-async fn get_v2(
+async fn get_booking<const V: u8>(
     State(s): State<PartnerState>,
     partner: Partner,
     Path(id): Path<String>,
 ) -> Result<Response> {
     partner.must_book()?;
-    Ok(axum::Json(
-        s.bookings
-            .get(s.environment, &partner.0.id, &id)
-            .await?
-            .to_json(true),
-    )
-    .into_response())
+    let booking = s.bookings.get(s.environment, &partner.0.id, &id).await?;
+    Ok(axum::Json(booking.to_json(V == 2)).into_response())
 }
 
-async fn get_v1(
-    State(s): State<PartnerState>,
-    partner: Partner,
-    Path(id): Path<String>,
-) -> Result<Response> {
-    partner.must_book()?;
-    Ok(axum::Json(
-        s.bookings
-            .get(s.environment, &partner.0.id, &id)
-            .await?
-            .to_json(false),
-    )
-    .into_response())
-}
-
-async fn update_v2(
+async fn update<const V: u8>(
     State(s): State<PartnerState>,
     partner: Partner,
     Path(id): Path<String>,
@@ -977,30 +921,11 @@ async fn update_v2(
 ) -> Result<Response> {
     partner.must_book()?;
     let body = json_body(&body)?;
-    Ok(axum::Json(
-        s.bookings
-            .update(s.environment, &partner.0.id, &id, &body, true)
-            .await?
-            .to_json(true),
-    )
-    .into_response())
-}
-
-async fn update_v1(
-    State(s): State<PartnerState>,
-    partner: Partner,
-    Path(id): Path<String>,
-    body: Bytes,
-) -> Result<Response> {
-    partner.must_book()?;
-    let body = json_body(&body)?;
-    Ok(axum::Json(
-        s.bookings
-            .update(s.environment, &partner.0.id, &id, &body, false)
-            .await?
-            .to_json(false),
-    )
-    .into_response())
+    let booking = s
+        .bookings
+        .update(s.environment, &partner.0.id, &id, &body, V == 2)
+        .await?;
+    Ok(axum::Json(booking.to_json(V == 2)).into_response())
 }
 
 async fn cancel_v2(
