@@ -1,5 +1,7 @@
-//! Helpers for black-box tests: spawn the real `capstan` binary on port 0 with a fresh SQLite file
-//! and a workflows directory of the test's choosing, find its address in its JSON log, stop it.
+//! Helpers for black-box tests: spawn the real `capstan` binary on port 0 with a fresh database
+//! (a SQLite file, or a PostgreSQL schema when `CAPSTAN_TEST_DATABASE=postgres`: see
+//! `capstan_store::testing`) and a workflows directory of the test's choosing, find its address
+//! in its JSON log, stop it.
 //!
 //! The binary is the one `cargo build -p capstan` put next to the test executable
 //! (`just test` builds it first).
@@ -47,7 +49,7 @@ pub fn component(relative: &str) -> PathBuf {
 pub fn capstan(home: &Path) -> Command {
     let mut cmd = Command::new(capstan_bin());
     cmd.arg("--database")
-        .arg(format!("sqlite://{}/capstan.db", home.display()))
+        .arg(database_url(home))
         .arg("--workflows")
         .arg(home.join("workflows"))
         // Compiled components are content-addressed: test servers share one cache, unless the
@@ -73,6 +75,22 @@ pub fn capstan(home: &Path) -> Command {
     cmd
 }
 
+/// The database of a test home: chosen when the home was made (`home_with`), so every server
+/// and CLI call of the test shares it; a plain SQLite file in homes made otherwise.
+pub fn database_url(home: &Path) -> String {
+    std::fs::read_to_string(home.join("database-url"))
+        .map(|url| url.trim().to_owned())
+        .unwrap_or_else(|_| format!("sqlite://{}/capstan.db", home.display()))
+}
+
+/// Opens a test home's database directly (to check what the server stored).
+pub async fn database(home: &Path) -> sqlx::AnyPool {
+    sqlx::any::install_default_drivers();
+    sqlx::AnyPool::connect(&database_url(home))
+        .await
+        .expect("open the test database")
+}
+
 /// A home for a server: the given components in `workflows/`, and a config granting the test
 /// workflows their capabilities, with DNS that converges at once.
 pub fn home(components: &[&str]) -> tempfile::TempDir {
@@ -92,6 +110,18 @@ pub fn home_with(components: &[&str], config: &str) -> tempfile::TempDir {
         std::fs::copy(&src, workflows.join(src.file_name().expect("file name"))).expect("copy");
     }
     std::fs::write(home.path().join("capstan.toml"), config).expect("config");
+    // A fresh database for the home, made on a thread of its own: callers may be inside a runtime.
+    let dir = home.path().to_owned();
+    let url = std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+            .block_on(capstan_store::testing::fresh_database_url(&dir))
+    })
+    .join()
+    .expect("create the test database");
+    std::fs::write(home.path().join("database-url"), url).expect("database-url");
     home
 }
 

@@ -257,9 +257,7 @@ async fn the_event_catalog_and_the_admin_event_version_routes() {
     assert_eq!(b["reason"], "not_deprecated");
 
     // An operator deprecates a version (store row, as the CLI will); then it can be archived, once.
-    let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}/capstan.db", home.path().display()))
-        .await
-        .unwrap();
+    let pool = capstan_e2e::database(home.path()).await;
     sqlx::query(
         "INSERT INTO event_versions (event_type, event_version, state, deprecated_ms, replacement, updated_ms) VALUES ('StageFailed', '1', 'deprecated', 1767225600000, 'StageFailed.v2', 1767225600000)",
     )

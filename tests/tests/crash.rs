@@ -84,9 +84,7 @@ async fn sigkill_at_random_moments_loses_nothing_and_duplicates_nothing() {
     }
     drop(server);
 
-    let db = sqlx::SqlitePool::connect(&format!("sqlite://{}/capstan.db", home.path().display()))
-        .await
-        .unwrap();
+    let db = capstan_e2e::database(home.path()).await;
     let effects: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM sim_effects")
         .fetch_one(&db)
         .await

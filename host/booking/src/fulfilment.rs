@@ -140,8 +140,8 @@ impl Bookings {
         let now = self.now_ms();
         let rows = sqlx::query(
             "SELECT booking_id, step_index, step_input, attempts FROM fulfilment_jobs
-             WHERE state = 'running' AND next_attempt_ms <= ? AND (lease_until_ms IS NULL OR lease_until_ms <= ?)
-             ORDER BY next_attempt_ms LIMIT ?",
+             WHERE state = 'running' AND next_attempt_ms <= $1 AND (lease_until_ms IS NULL OR lease_until_ms <= $2)
+             ORDER BY next_attempt_ms LIMIT $3",
         )
         .bind(now)
         .bind(now)
@@ -158,8 +158,8 @@ impl Bookings {
             };
             // Claim: only one worker (or node) runs a job at a time.
             let claimed = sqlx::query(
-                "UPDATE fulfilment_jobs SET lease_until_ms = ? WHERE booking_id = ? AND state = 'running'
-                 AND step_index = ? AND (lease_until_ms IS NULL OR lease_until_ms <= ?)",
+                "UPDATE fulfilment_jobs SET lease_until_ms = $1 WHERE booking_id = $2 AND state = 'running'
+                 AND step_index = $3 AND (lease_until_ms IS NULL OR lease_until_ms <= $4)",
             )
             .bind(now + lease_ms)
             .bind(job.booking_id)
@@ -183,7 +183,7 @@ impl Bookings {
         job: Job,
     ) -> Result<(), BookingError> {
         let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "{} WHERE id = ?",
+            "{} WHERE id = $1",
             crate::SELECT_BOOKING
         )))
         .bind(job.booking_id)
@@ -207,7 +207,7 @@ impl Bookings {
             }
         };
         let now = self.now_ms();
-        let mut tx = self.store().writer().begin().await?;
+        let mut tx = self.store().begin_write().await?;
         match outcome {
             StepOutcome::Done(output) => {
                 // Steps may hand over tickets and a voucher URL (in the Booking's JSON shape).
@@ -216,14 +216,14 @@ impl Bookings {
                         .as_array()
                         .map(|ts| ts.iter().map(|t| json!({"publicId": t.get("publicId").or(t.get("public-id")), "url": t["url"], "type": t["type"]})).collect())
                         .unwrap_or_default();
-                    sqlx::query("UPDATE bookings SET tickets = ? WHERE id = ?")
+                    sqlx::query("UPDATE bookings SET tickets = $1 WHERE id = $2")
                         .bind(Value::from(tickets).to_string())
                         .bind(booking.id)
                         .execute(&mut *tx)
                         .await?;
                 }
                 if let Some(url) = output.get("voucherUrl").and_then(Value::as_str) {
-                    sqlx::query("UPDATE bookings SET voucher_url = ? WHERE id = ?")
+                    sqlx::query("UPDATE bookings SET voucher_url = $1 WHERE id = $2")
                         .bind(url)
                         .bind(booking.id)
                         .execute(&mut *tx)
@@ -231,13 +231,13 @@ impl Bookings {
                 }
                 let next = job.step_index + 1;
                 if usize::try_from(next).unwrap_or(usize::MAX) >= steps.len() {
-                    sqlx::query("UPDATE fulfilment_jobs SET state = 'done', step_index = ?, step_input = ?, lease_until_ms = NULL WHERE booking_id = ?")
+                    sqlx::query("UPDATE fulfilment_jobs SET state = 'done', step_index = $1, step_input = $2, lease_until_ms = NULL WHERE booking_id = $3")
                         .bind(next)
                         .bind(output.to_string())
                         .bind(booking.id)
                         .execute(&mut *tx)
                         .await?;
-                    let moved = sqlx::query("UPDATE bookings SET status = 'COMPLETED', updated_ms = ? WHERE id = ? AND status = 'PENDING'")
+                    let moved = sqlx::query("UPDATE bookings SET status = 'COMPLETED', updated_ms = $1 WHERE id = $2 AND status = 'PENDING'")
                         .bind(now)
                         .bind(booking.id)
                         .execute(&mut *tx)
@@ -255,8 +255,8 @@ impl Bookings {
                     }
                 } else {
                     sqlx::query(
-                        "UPDATE fulfilment_jobs SET step_index = ?, step_input = ?, attempts = 0, next_attempt_ms = ?, lease_until_ms = NULL, last_error = NULL
-                         WHERE booking_id = ?",
+                        "UPDATE fulfilment_jobs SET step_index = $1, step_input = $2, attempts = 0, next_attempt_ms = $3, lease_until_ms = NULL, last_error = NULL
+                         WHERE booking_id = $4",
                     )
                     .bind(next)
                     .bind(output.to_string())
@@ -268,7 +268,7 @@ impl Bookings {
             }
             StepOutcome::Transient(error) if job.attempts < i64::from(pipelines.max_retries) => {
                 let delay = 1_000i64 << job.attempts.clamp(0, 10);
-                sqlx::query("UPDATE fulfilment_jobs SET attempts = attempts + 1, next_attempt_ms = ?, lease_until_ms = NULL, last_error = ? WHERE booking_id = ?")
+                sqlx::query("UPDATE fulfilment_jobs SET attempts = attempts + 1, next_attempt_ms = $1, lease_until_ms = NULL, last_error = $2 WHERE booking_id = $3")
                     .bind(now + delay)
                     .bind(&error)
                     .bind(booking.id)
@@ -276,12 +276,12 @@ impl Bookings {
                     .await?;
             }
             StepOutcome::Transient(error) | StepOutcome::Permanent(error) => {
-                sqlx::query("UPDATE fulfilment_jobs SET state = 'failed', lease_until_ms = NULL, last_error = ? WHERE booking_id = ?")
+                sqlx::query("UPDATE fulfilment_jobs SET state = 'failed', lease_until_ms = NULL, last_error = $1 WHERE booking_id = $2")
                     .bind(&error)
                     .bind(booking.id)
                     .execute(&mut *tx)
                     .await?;
-                let moved = sqlx::query("UPDATE bookings SET status = 'FAILED', failure_reason = ?, updated_ms = ? WHERE id = ? AND status = 'PENDING'")
+                let moved = sqlx::query("UPDATE bookings SET status = 'FAILED', failure_reason = $1, updated_ms = $2 WHERE id = $3 AND status = 'PENDING'")
                     .bind(&error)
                     .bind(now)
                     .bind(booking.id)
@@ -300,7 +300,7 @@ impl Bookings {
 
     /// The fulfilment job of a booking: `{state, step, attempts, lastError}` (for operators).
     pub async fn fulfilment_state(&self, booking_id: i64) -> Result<Option<Value>, BookingError> {
-        let row = sqlx::query("SELECT state, step_index, attempts, last_error FROM fulfilment_jobs WHERE booking_id = ?")
+        let row = sqlx::query("SELECT state, step_index, attempts, last_error FROM fulfilment_jobs WHERE booking_id = $1")
             .bind(booking_id)
             .fetch_optional(self.store().pool())
             .await?;

@@ -81,19 +81,12 @@ impl std::fmt::Display for BookingError {
 
 impl From<sqlx::Error> for BookingError {
     fn from(e: sqlx::Error) -> Self {
-        match e {
-            sqlx::Error::PoolClosed | sqlx::Error::PoolTimedOut | sqlx::Error::Io(_) => {
-                Self::unavailable(e)
-            }
-            // SQLITE_BUSY / SQLITE_LOCKED: another writer held the database past the busy timeout.
-            sqlx::Error::Database(ref d)
-                if d.code()
-                    .and_then(|c| c.parse::<i32>().ok())
-                    .is_some_and(|c| matches!(c & 0xff, 5 | 6)) =>
-            {
-                Self::unavailable(e)
-            }
-            other => Self::internal(other),
+        // Busy (SQLite's write lock held past the busy timeout) or unreachable (PostgreSQL
+        // connection lost, serialization failure): 503, retry.
+        if capstan_store::is_unavailable(&e) {
+            Self::unavailable(e)
+        } else {
+            Self::internal(e)
         }
     }
 }
@@ -232,7 +225,7 @@ impl Bookings {
             .map_err(|e| CatalogError::Parse(format!("cannot read the stored catalog: {e}")))?;
         let unchanged = previous.is_some_and(|(d,)| d == catalog.digest);
         sqlx::query(
-            "INSERT INTO catalog (id, body, digest, imported_ms) VALUES (1, ?, ?, ?)
+            "INSERT INTO catalog (id, body, digest, imported_ms) VALUES (1, $1, $2, $3)
              ON CONFLICT (id) DO UPDATE SET body = excluded.body, digest = excluded.digest, imported_ms = excluded.imported_ms",
         )
         .bind(&body)
@@ -263,9 +256,12 @@ impl Bookings {
         if slot_ids.is_empty() {
             return Ok(out);
         }
-        let marks = vec!["?"; slot_ids.len()].join(",");
+        let marks = (2..slot_ids.len() + 2)
+            .map(|n| format!("${n}"))
+            .collect::<Vec<_>>()
+            .join(",");
         let sql = format!(
-            "SELECT slot_id, taken FROM slot_usage WHERE environment = ? AND slot_id IN ({marks})"
+            "SELECT slot_id, taken FROM slot_usage WHERE environment = $1 AND slot_id IN ({marks})"
         );
         let mut q = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(env.as_str());
         for id in slot_ids {
@@ -500,7 +496,7 @@ impl Bookings {
         let now_ms = self.now_ms();
         let catalog = self.catalog();
         let checked = self.check_create(&catalog, &req, local(now_ms))?;
-        let mut tx = self.store.writer().begin().await?;
+        let mut tx = self.store.begin_write().await?;
         take_seats(
             &mut tx,
             env,
@@ -515,7 +511,7 @@ impl Bookings {
                 variant_id, variant_name, slot_id, start_local, pax, customers, variant_input_fields, seat_info,
                 price_amount, price_currency, voucher_url, policy, idempotency_key, request_hash,
                 created_ms, capture_deadline_ms, updated_ms)
-             VALUES (?, ?, ?, 'UNCAPTURED', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, '', ?, ?, ?, ?, ?, ?)
+             VALUES ($1, $2, $3, 'UNCAPTURED', $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, '', $17, $18, $19, $20, $21, $22)
              RETURNING id",
         )
         .bind(env.as_str())
@@ -559,7 +555,7 @@ impl Bookings {
             }
             Err(e) => return Err(e.into()),
         };
-        sqlx::query("UPDATE bookings SET voucher_url = ? WHERE id = ?")
+        sqlx::query("UPDATE bookings SET voucher_url = $1 WHERE id = $2")
             .bind(format!("{}/{id}", self.config.voucher_base_url))
             .bind(id)
             .execute(&mut *tx)
@@ -567,7 +563,7 @@ impl Bookings {
         if let Some(seats) = &req.inventory_seat_ids {
             for seat in seats {
                 let taken = sqlx::query(
-                    "INSERT INTO slot_seats (environment, slot_id, seat_code, booking_id) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                    "INSERT INTO slot_seats (environment, slot_id, seat_code, booking_id) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
                 )
                 .bind(env.as_str())
                 .bind(&checked.slot.id)
@@ -598,7 +594,7 @@ impl Bookings {
         key: &str,
     ) -> Result<Option<BookingRow>, BookingError> {
         let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "{SELECT_BOOKING} WHERE environment = ? AND partner_id = ? AND idempotency_key = ?"
+            "{SELECT_BOOKING} WHERE environment = $1 AND partner_id = $2 AND idempotency_key = $3"
         )))
         .bind(env.as_str())
         .bind(partner_id)
@@ -610,7 +606,7 @@ impl Bookings {
 
     async fn get_row(&self, id: i64) -> Result<Option<BookingRow>, BookingError> {
         let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "{SELECT_BOOKING} WHERE id = ?"
+            "{SELECT_BOOKING} WHERE id = $1"
         )))
         .bind(id)
         .fetch_optional(self.store.writer())
@@ -627,7 +623,7 @@ impl Bookings {
     ) -> Result<BookingRow, BookingError> {
         let id = parse_id(id)?;
         let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "{SELECT_BOOKING} WHERE id = ?"
+            "{SELECT_BOOKING} WHERE id = $1"
         )))
         .bind(id)
         .fetch_optional(self.store.pool())
@@ -654,7 +650,7 @@ impl Bookings {
         limit: i64,
     ) -> Result<(Vec<BookingRow>, i64), BookingError> {
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "{SELECT_BOOKING} WHERE environment = ? AND partner_id = ? ORDER BY id DESC LIMIT ? OFFSET ?"
+            "{SELECT_BOOKING} WHERE environment = $1 AND partner_id = $2 ORDER BY id DESC LIMIT $3 OFFSET $4"
         )))
         .bind(env.as_str())
         .bind(partner_id)
@@ -663,7 +659,7 @@ impl Bookings {
         .fetch_all(self.store.pool())
         .await?;
         let (total,): (i64,) = sqlx::query_as(
-            "SELECT COUNT(*) FROM bookings WHERE environment = ? AND partner_id = ?",
+            "SELECT COUNT(*) FROM bookings WHERE environment = $1 AND partner_id = $2",
         )
         .bind(env.as_str())
         .bind(partner_id)
@@ -704,9 +700,9 @@ impl Bookings {
         }
         let booking = self.get(env, partner_id, id).await?;
         let now_ms = self.now_ms();
-        let mut tx = self.store.writer().begin().await?;
+        let mut tx = self.store.begin_write().await?;
         let (status, deadline): (String, i64) =
-            sqlx::query_as("SELECT status, capture_deadline_ms FROM bookings WHERE id = ?")
+            sqlx::query_as("SELECT status, capture_deadline_ms FROM bookings WHERE id = $1")
                 .bind(booking_id)
                 .fetch_one(&mut *tx)
                 .await?;
@@ -724,14 +720,14 @@ impl Bookings {
                 "booking {booking_id} is {status}; only an UNCAPTURED booking can be captured"
             )));
         }
-        sqlx::query("UPDATE bookings SET status = 'PENDING', partner_reference_id = ?, updated_ms = ? WHERE id = ? AND status = 'UNCAPTURED'")
+        sqlx::query("UPDATE bookings SET status = 'PENDING', partner_reference_id = $1, updated_ms = $2 WHERE id = $3 AND status = 'UNCAPTURED'")
             .bind(&update.partner_reference_id)
             .bind(now_ms)
             .bind(booking_id)
             .execute(&mut *tx)
             .await?;
         record_status(&mut tx, env, partner_id, booking_id, "PENDING", now_ms).await?;
-        sqlx::query("INSERT INTO fulfilment_jobs (booking_id, step_index, next_attempt_ms, state) VALUES (?, 0, ?, 'running')")
+        sqlx::query("INSERT INTO fulfilment_jobs (booking_id, step_index, next_attempt_ms, state) VALUES ($1, 0, $2, 'running')")
             .bind(booking_id)
             .bind(now_ms)
             .execute(&mut *tx)
@@ -751,8 +747,8 @@ impl Bookings {
     ) -> Result<BookingRow, BookingError> {
         let booking = self.get(env, partner_id, id).await?;
         let now_ms = self.now_ms();
-        let mut tx = self.store.writer().begin().await?;
-        let (status,): (String,) = sqlx::query_as("SELECT status FROM bookings WHERE id = ?")
+        let mut tx = self.store.begin_write().await?;
+        let (status,): (String,) = sqlx::query_as("SELECT status FROM bookings WHERE id = $1")
             .bind(booking.id)
             .fetch_one(&mut *tx)
             .await?;
@@ -789,14 +785,14 @@ impl Bookings {
                 )));
             }
         }
-        sqlx::query("UPDATE bookings SET status = 'CANCELLED', cancel_reason = ?, updated_ms = ? WHERE id = ?")
+        sqlx::query("UPDATE bookings SET status = 'CANCELLED', cancel_reason = $1, updated_ms = $2 WHERE id = $3")
             .bind(reason)
             .bind(now_ms)
             .bind(booking.id)
             .execute(&mut *tx)
             .await?;
         release_seats(&mut tx, env, &booking).await?;
-        sqlx::query("UPDATE fulfilment_jobs SET state = 'cancelled' WHERE booking_id = ? AND state = 'running'")
+        sqlx::query("UPDATE fulfilment_jobs SET state = 'cancelled' WHERE booking_id = $1 AND state = 'running'")
             .bind(booking.id)
             .execute(&mut *tx)
             .await?;
@@ -865,10 +861,10 @@ impl Bookings {
         if slot.id == booking.slot_id {
             return Err(BookingError::invalid("the booking is already in that slot"));
         }
-        let mut tx = self.store.writer().begin().await?;
+        let mut tx = self.store.begin_write().await?;
         take_seats(&mut tx, env, &slot.id, slot.capacity, booking.pax).await?;
         release_seats(&mut tx, env, &booking).await?;
-        let updated = sqlx::query("UPDATE bookings SET slot_id = ?, start_local = ?, updated_ms = ? WHERE id = ? AND status = ?")
+        let updated = sqlx::query("UPDATE bookings SET slot_id = $1, start_local = $2, updated_ms = $3 WHERE id = $4 AND status = $5")
             .bind(&slot.id)
             .bind(slot.start.format(LOCAL_FORMAT).to_string())
             .bind(now_ms)
@@ -888,7 +884,7 @@ impl Bookings {
     pub async fn expire_due(&self, limit: i64) -> Result<usize, BookingError> {
         let now_ms = self.now_ms();
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "{SELECT_BOOKING} WHERE status = 'UNCAPTURED' AND capture_deadline_ms <= ? ORDER BY capture_deadline_ms LIMIT ?"
+            "{SELECT_BOOKING} WHERE status = 'UNCAPTURED' AND capture_deadline_ms <= $1 ORDER BY capture_deadline_ms LIMIT $2"
         )))
         .bind(now_ms)
         .bind(limit)
@@ -898,7 +894,7 @@ impl Bookings {
         for row in rows {
             let booking = BookingRow::from_row(&row);
             let env = Environment::parse(&booking.environment).unwrap_or(Environment::Production);
-            let mut tx = self.store.writer().begin().await?;
+            let mut tx = self.store.begin_write().await?;
             if time_out(&mut tx, env, &booking, now_ms).await? {
                 count += 1;
             }
@@ -969,7 +965,7 @@ fn json_col(s: Option<String>) -> Option<Value> {
 }
 
 impl BookingRow {
-    pub(crate) fn from_row(r: &sqlx::sqlite::SqliteRow) -> Self {
+    pub(crate) fn from_row(r: &sqlx::any::AnyRow) -> Self {
         Self {
             id: r.get("id"),
             environment: r.get("environment"),
@@ -1142,7 +1138,7 @@ pub fn price_of(
     catalog::round_to(total, currency.precision)
 }
 
-type Tx<'a> = sqlx::Transaction<'a, sqlx::Sqlite>;
+type Tx<'a> = sqlx::Transaction<'a, sqlx::Any>;
 
 /// Takes `pax` seats of a slot or answers 409 `E_INVENTORY_UNAVAILABLE` with what remains.
 async fn take_seats(
@@ -1153,15 +1149,15 @@ async fn take_seats(
     pax: u32,
 ) -> Result<(), BookingError> {
     sqlx::query(
-        "INSERT INTO slot_usage (environment, slot_id, capacity, taken) VALUES (?, ?, ?, 0)
-         ON CONFLICT (environment, slot_id) DO UPDATE SET capacity = MAX(excluded.capacity, slot_usage.taken)",
+        "INSERT INTO slot_usage (environment, slot_id, capacity, taken) VALUES ($1, $2, $3, 0)
+         ON CONFLICT (environment, slot_id) DO UPDATE SET capacity = CASE WHEN excluded.capacity > slot_usage.taken THEN excluded.capacity ELSE slot_usage.taken END",
     )
     .bind(env.as_str())
     .bind(slot_id)
     .bind(i64::from(capacity))
     .execute(&mut **tx)
     .await?;
-    let sold = sqlx::query("UPDATE slot_usage SET taken = taken + ? WHERE environment = ? AND slot_id = ? AND taken + ? <= capacity")
+    let sold = sqlx::query("UPDATE slot_usage SET taken = taken + $1 WHERE environment = $2 AND slot_id = $3 AND taken + $4 <= capacity")
         .bind(i64::from(pax))
         .bind(env.as_str())
         .bind(slot_id)
@@ -1170,7 +1166,7 @@ async fn take_seats(
         .await?;
     if sold.rows_affected() == 0 {
         let (capacity, taken): (i64, i64) = sqlx::query_as(
-            "SELECT capacity, taken FROM slot_usage WHERE environment = ? AND slot_id = ?",
+            "SELECT capacity, taken FROM slot_usage WHERE environment = $1 AND slot_id = $2",
         )
         .bind(env.as_str())
         .bind(slot_id)
@@ -1195,14 +1191,14 @@ pub(crate) async fn release_seats(
     env: Environment,
     booking: &BookingRow,
 ) -> Result<(), BookingError> {
-    sqlx::query("UPDATE slot_usage SET taken = taken - ? WHERE environment = ? AND slot_id = ? AND taken >= ?")
+    sqlx::query("UPDATE slot_usage SET taken = taken - $1 WHERE environment = $2 AND slot_id = $3 AND taken >= $4")
         .bind(i64::from(booking.pax))
         .bind(env.as_str())
         .bind(&booking.slot_id)
         .bind(i64::from(booking.pax))
         .execute(&mut **tx)
         .await?;
-    sqlx::query("DELETE FROM slot_seats WHERE environment = ? AND booking_id = ?")
+    sqlx::query("DELETE FROM slot_seats WHERE environment = $1 AND booking_id = $2")
         .bind(env.as_str())
         .bind(booking.id)
         .execute(&mut **tx)
@@ -1217,7 +1213,7 @@ async fn time_out(
     booking: &BookingRow,
     now_ms: i64,
 ) -> Result<bool, BookingError> {
-    let changed = sqlx::query("UPDATE bookings SET status = 'CAPTURE_TIMEOUT', updated_ms = ? WHERE id = ? AND status = 'UNCAPTURED'")
+    let changed = sqlx::query("UPDATE bookings SET status = 'CAPTURE_TIMEOUT', updated_ms = $1 WHERE id = $2 AND status = 'UNCAPTURED'")
         .bind(now_ms)
         .bind(booking.id)
         .execute(&mut **tx)
@@ -1249,7 +1245,7 @@ pub(crate) async fn record_status(
     now_ms: i64,
 ) -> Result<(), BookingError> {
     let event_local = local(now_ms).format("%Y-%m-%dT%H:%M:%S%.3f").to_string();
-    let seq: i64 = sqlx::query("INSERT INTO booking_events (booking_id, status, at_ms, event_local) VALUES (?, ?, ?, ?) RETURNING seq")
+    let seq: i64 = sqlx::query("INSERT INTO booking_events (booking_id, status, at_ms, event_local) VALUES ($1, $2, $3, $4) RETURNING seq")
         .bind(booking_id)
         .bind(status)
         .bind(now_ms)
@@ -1264,8 +1260,8 @@ pub(crate) async fn record_status(
         .to_string();
     sqlx::query(
         "INSERT INTO booking_webhook_deliveries (webhook_id, booking_id, event_seq, payload, message_id, status, next_attempt_ms, created_ms)
-         SELECT id, ?, ?, ?, 'msg_bk_' || ? || '_' || id, 'pending', ?, ? FROM booking_webhooks
-         WHERE environment = ? AND partner_id = ? AND enabled = 1 AND deleted_ms IS NULL",
+         SELECT id, $1, $2, $3, 'msg_bk_' || $4 || '_' || id, 'pending', $5, $6 FROM booking_webhooks
+         WHERE environment = $7 AND partner_id = $8 AND enabled = 1 AND deleted_ms IS NULL",
     )
     .bind(booking_id)
     .bind(seq)

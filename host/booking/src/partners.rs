@@ -41,7 +41,7 @@ pub struct PartnerRecord {
     pub revoked_ms: Option<i64>,
 }
 
-fn from_row(r: &sqlx::sqlite::SqliteRow) -> PartnerRecord {
+fn from_row(r: &sqlx::any::AnyRow) -> PartnerRecord {
     PartnerRecord {
         id: r.get("id"),
         name: r.get("name"),
@@ -63,7 +63,7 @@ impl Bookings {
     pub async fn insert_partner(&self, p: &PartnerRecord) -> Result<(), BookingError> {
         sqlx::query(
             "INSERT INTO partners (id, name, partner_type, environment, key_prefix, key_hash, pepper_version, created_ms)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
         )
         .bind(&p.id)
         .bind(&p.name)
@@ -84,7 +84,7 @@ impl Bookings {
         prefix: &str,
     ) -> Result<Vec<PartnerRecord>, BookingError> {
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "{SELECT} WHERE key_prefix = ? AND revoked_ms IS NULL"
+            "{SELECT} WHERE key_prefix = $1 AND revoked_ms IS NULL"
         )))
         .bind(prefix)
         .fetch_all(self.store().pool())
@@ -102,7 +102,7 @@ impl Bookings {
     /// Revokes a partner's key; `false` if there is no such live partner.
     pub async fn revoke_partner(&self, id: &str) -> Result<bool, BookingError> {
         let done =
-            sqlx::query("UPDATE partners SET revoked_ms = ? WHERE id = ? AND revoked_ms IS NULL")
+            sqlx::query("UPDATE partners SET revoked_ms = $1 WHERE id = $2 AND revoked_ms IS NULL")
                 .bind(self.now_ms())
                 .bind(id)
                 .execute(self.store().writer())

@@ -24,7 +24,7 @@ impl WebhookRow {
     }
 }
 
-fn from_row(r: &sqlx::sqlite::SqliteRow) -> WebhookRow {
+fn from_row(r: &sqlx::any::AnyRow) -> WebhookRow {
     WebhookRow {
         id: r.get("id"),
         partner_id: r.get("partner_id"),
@@ -86,7 +86,7 @@ impl Bookings {
         let now = self.now_ms();
         let id: i64 = sqlx::query(
             "INSERT INTO booking_webhooks (environment, partner_id, url, enabled, kms_key_id, secret_sealed, created_ms, updated_ms)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id",
         )
         .bind(env.as_str())
         .bind(partner_id)
@@ -108,7 +108,7 @@ impl Bookings {
         partner_id: &str,
     ) -> Result<Vec<WebhookRow>, BookingError> {
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "{SELECT} WHERE environment = ? AND partner_id = ? AND deleted_ms IS NULL ORDER BY id"
+            "{SELECT} WHERE environment = $1 AND partner_id = $2 AND deleted_ms IS NULL ORDER BY id"
         )))
         .bind(env.as_str())
         .bind(partner_id)
@@ -128,7 +128,7 @@ impl Bookings {
             .parse()
             .map_err(|_| BookingError::invalid(format!("`{id}` is not a valid webhook id")))?;
         let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "{SELECT} WHERE id = ? AND environment = ? AND deleted_ms IS NULL"
+            "{SELECT} WHERE id = $1 AND environment = $2 AND deleted_ms IS NULL"
         )))
         .bind(id)
         .bind(env.as_str())
@@ -156,7 +156,7 @@ impl Bookings {
     ) -> Result<WebhookRow, BookingError> {
         let row = self.webhook(env, partner_id, id).await?;
         sqlx::query(
-            "UPDATE booking_webhooks SET url = ?, enabled = ?, updated_ms = ? WHERE id = ?",
+            "UPDATE booking_webhooks SET url = $1, enabled = $2, updated_ms = $3 WHERE id = $4",
         )
         .bind(url.unwrap_or(&row.url))
         .bind(i64::from(enabled.unwrap_or(row.enabled)))
@@ -175,13 +175,13 @@ impl Bookings {
         id: &str,
     ) -> Result<(), BookingError> {
         let row = self.webhook(env, partner_id, id).await?;
-        let mut tx = self.store().writer().begin().await?;
-        sqlx::query("UPDATE booking_webhooks SET deleted_ms = ?, enabled = 0 WHERE id = ?")
+        let mut tx = self.store().begin_write().await?;
+        sqlx::query("UPDATE booking_webhooks SET deleted_ms = $1, enabled = 0 WHERE id = $2")
             .bind(self.now_ms())
             .bind(row.id)
             .execute(&mut *tx)
             .await?;
-        sqlx::query("UPDATE booking_webhook_deliveries SET status = 'failed', last_error = 'webhook deleted', next_attempt_ms = NULL WHERE webhook_id = ? AND status = 'pending'")
+        sqlx::query("UPDATE booking_webhook_deliveries SET status = 'failed', last_error = 'webhook deleted', next_attempt_ms = NULL WHERE webhook_id = $1 AND status = 'pending'")
             .bind(row.id)
             .execute(&mut *tx)
             .await?;
@@ -198,11 +198,11 @@ impl Bookings {
         let rows = sqlx::query(
             "SELECT d.id, d.webhook_id, w.url, w.kms_key_id, w.secret_sealed, d.payload, d.message_id, d.attempts, d.next_attempt_ms
              FROM booking_webhook_deliveries d JOIN booking_webhooks w ON w.id = d.webhook_id
-             WHERE d.status = 'pending' AND d.next_attempt_ms <= ?
+             WHERE d.status = 'pending' AND d.next_attempt_ms <= $1
                AND NOT EXISTS (SELECT 1 FROM booking_webhook_deliveries e
                                WHERE e.webhook_id = d.webhook_id AND e.booking_id = d.booking_id
                                  AND e.status = 'pending' AND e.event_seq < d.event_seq)
-             ORDER BY d.next_attempt_ms, d.id LIMIT ?",
+             ORDER BY d.next_attempt_ms, d.id LIMIT $2",
         )
         .bind(self.now_ms())
         .bind(limit)
@@ -233,7 +233,7 @@ impl Bookings {
         lease_until_ms: i64,
     ) -> Result<bool, BookingError> {
         let done = sqlx::query(
-            "UPDATE booking_webhook_deliveries SET next_attempt_ms = ? WHERE id = ? AND status = 'pending' AND next_attempt_ms = ?",
+            "UPDATE booking_webhook_deliveries SET next_attempt_ms = $1 WHERE id = $2 AND status = 'pending' AND next_attempt_ms = $3",
         )
         .bind(lease_until_ms)
         .bind(d.id)
@@ -272,8 +272,8 @@ impl Bookings {
             ),
         };
         sqlx::query(
-            "UPDATE booking_webhook_deliveries SET attempts = attempts + 1, status = ?, response_code = ?, last_error = ?, next_attempt_ms = ?
-             WHERE id = ? AND status = 'pending'",
+            "UPDATE booking_webhook_deliveries SET attempts = attempts + 1, status = $1, response_code = $2, last_error = $3, next_attempt_ms = $4
+             WHERE id = $5 AND status = 'pending'",
         )
         .bind(status)
         .bind(code.map(i64::from))
@@ -293,7 +293,7 @@ impl Bookings {
     ) -> Result<Vec<Value>, BookingError> {
         let rows = sqlx::query(
             "SELECT id, booking_id, payload, message_id, attempts, status, next_attempt_ms, response_code, last_error, created_ms
-             FROM booking_webhook_deliveries WHERE webhook_id = ? ORDER BY id DESC LIMIT ?",
+             FROM booking_webhook_deliveries WHERE webhook_id = $1 ORDER BY id DESC LIMIT $2",
         )
         .bind(webhook_id)
         .bind(limit)

@@ -33,7 +33,7 @@ struct World {
 
 async fn world() -> World {
     let dir = tempfile::tempdir().unwrap();
-    let store = capstan_store::Store::open(&format!("sqlite://{}/b.db", dir.path().display()))
+    let store = capstan_store::Store::open(&capstan_store::testing::fresh_database_url(dir.path()).await)
         .await
         .unwrap();
     let clock = ManualClock::new(START);

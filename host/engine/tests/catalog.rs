@@ -248,7 +248,7 @@ async fn every_payload_the_engine_publishes_matches_its_catalog_schema() {
     w.settle().await;
     let run_id = w.store.execution(&replay).await.unwrap().unwrap().run_id;
     sqlx::query(
-        "UPDATE journal SET request = '{\"name\":\"renamed\"}' WHERE run_id = ? AND seq = 0",
+        "UPDATE journal SET request = '{\"name\":\"renamed\"}' WHERE run_id = $1 AND seq = 0",
     )
     .bind(&run_id)
     .execute(w.store.pool())

@@ -362,7 +362,7 @@ async fn a_journal_that_does_not_match_the_component_pauses_with_nondeterministi
     // The journal says the first stage had another name: as if the code changed under the run.
     let run_id = w.store.execution(&id).await.unwrap().unwrap().run_id;
     sqlx::query(
-        "UPDATE journal SET request = '{\"name\":\"renamed\"}' WHERE run_id = ? AND seq = 0",
+        "UPDATE journal SET request = '{\"name\":\"renamed\"}' WHERE run_id = $1 AND seq = 0",
     )
     .bind(&run_id)
     .execute(w.store.pool())
@@ -636,7 +636,7 @@ async fn workflows_check_replays_the_journals_in_flight_against_a_candidate() {
     // As if the code changed under run b: its first recorded call differs from the candidate's.
     let run_b = w.store.execution(&b).await.unwrap().unwrap().run_id;
     sqlx::query(
-        "UPDATE journal SET request = '{\"name\":\"renamed\"}' WHERE run_id = ? AND seq = 0",
+        "UPDATE journal SET request = '{\"name\":\"renamed\"}' WHERE run_id = $1 AND seq = 0",
     )
     .bind(&run_b)
     .execute(w.store.pool())

@@ -59,7 +59,8 @@ pub struct Settings {
     /// PEM certificate chain and private key: both listeners speak HTTPS (rustls).
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
-    /// `sqlite://PATH` (embedded, default).
+    /// `sqlite://PATH` (embedded, default) or `postgres://USER@HOST:PORT/DB` (several nodes on
+    /// one database: docs/operating.md "Several nodes on PostgreSQL").
     pub database: String,
     /// Directory of workflow components (`*.wasm`).
     pub workflows: PathBuf,

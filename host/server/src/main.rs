@@ -19,7 +19,7 @@ struct Cli {
     /// TOML configuration file (layered over the defaults, under CAPSTAN_* env vars and flags).
     #[arg(long, global = true, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Database URL (default sqlite://./data/capstan.db).
+    /// Database URL: sqlite://PATH (default sqlite://./data/capstan.db) or postgres://USER@HOST/DB.
     #[arg(long, global = true, value_name = "URL")]
     database: Option<String>,
     /// Directory of workflow components (default ./target/workflows).

@@ -318,6 +318,12 @@ pub async fn serve(
         stop_rx.clone(),
     ));
     let booking_tasks = spawn_booking_tasks(&app, stop_rx.clone());
+    // PostgreSQL: other nodes' committed events wake this node's streams and relay at once.
+    let event_listener = {
+        let store = app.store.clone();
+        let stop = stop_rx.clone();
+        tokio::spawn(async move { store.listen_for_events(stop).await })
+    };
     let streams = app.api.streams.clone();
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
@@ -362,6 +368,7 @@ pub async fn serve(
         let _ = worker.await;
     }
     let _ = webhooks.await;
+    let _ = event_listener.await;
     for task in booking_tasks {
         let _ = task.await;
     }

@@ -1,4 +1,4 @@
-//! Principals' grants, API keys and the audit log on SQLite.
+//! Principals' grants, API keys and the audit log.
 
 use crate::Store;
 use sqlx::Row;
@@ -42,7 +42,7 @@ pub struct AuditFilter {
     pub limit: i64,
 }
 
-fn key_row(r: &sqlx::sqlite::SqliteRow) -> ApiKeyRecord {
+fn key_row(r: &sqlx::any::AnyRow) -> ApiKeyRecord {
     ApiKeyRecord {
         id: r.get("id"),
         principal_id: r.get("principal_id"),
@@ -58,7 +58,7 @@ fn key_row(r: &sqlx::sqlite::SqliteRow) -> ApiKeyRecord {
 
 impl Store {
     pub async fn insert_api_key(&self, k: &ApiKeyRecord) -> Result<(), sqlx::Error> {
-        sqlx::query("INSERT INTO api_keys (id, principal_id, prefix, hash, pepper_version, created_ms, expires_ms, last_used_ms, revoked_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
+        sqlx::query("INSERT INTO api_keys (id, principal_id, prefix, hash, pepper_version, created_ms, expires_ms, last_used_ms, revoked_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)")
             .bind(&k.id)
             .bind(&k.principal_id)
             .bind(&k.prefix)
@@ -74,7 +74,7 @@ impl Store {
     }
 
     pub async fn api_keys_by_prefix(&self, prefix: &str) -> Result<Vec<ApiKeyRecord>, sqlx::Error> {
-        let rows = sqlx::query("SELECT * FROM api_keys WHERE prefix = ?")
+        let rows = sqlx::query("SELECT * FROM api_keys WHERE prefix = $1")
             .bind(prefix)
             .fetch_all(&self.pool)
             .await?;
@@ -82,7 +82,7 @@ impl Store {
     }
 
     pub async fn api_key(&self, id: &str) -> Result<Option<ApiKeyRecord>, sqlx::Error> {
-        let row = sqlx::query("SELECT * FROM api_keys WHERE id = ?")
+        let row = sqlx::query("SELECT * FROM api_keys WHERE id = $1")
             .bind(id)
             .fetch_optional(&self.pool)
             .await?;
@@ -91,7 +91,7 @@ impl Store {
 
     pub async fn api_keys_of(&self, principal_id: &str) -> Result<Vec<ApiKeyRecord>, sqlx::Error> {
         let rows =
-            sqlx::query("SELECT * FROM api_keys WHERE principal_id = ? ORDER BY created_ms, id")
+            sqlx::query("SELECT * FROM api_keys WHERE principal_id = $1 ORDER BY created_ms, id")
                 .bind(principal_id)
                 .fetch_all(&self.pool)
                 .await?;
@@ -99,7 +99,7 @@ impl Store {
     }
 
     pub async fn touch_api_key(&self, id: &str, now_ms: i64) -> Result<(), sqlx::Error> {
-        sqlx::query("UPDATE api_keys SET last_used_ms = ? WHERE id = ?")
+        sqlx::query("UPDATE api_keys SET last_used_ms = $1 WHERE id = $2")
             .bind(now_ms)
             .bind(id)
             .execute(&self.writer)
@@ -110,7 +110,7 @@ impl Store {
     /// Revokes the key; false if it does not exist.
     pub async fn revoke_api_key(&self, id: &str, now_ms: i64) -> Result<bool, sqlx::Error> {
         let done =
-            sqlx::query("UPDATE api_keys SET revoked_ms = COALESCE(revoked_ms, ?) WHERE id = ?")
+            sqlx::query("UPDATE api_keys SET revoked_ms = COALESCE(revoked_ms, $1) WHERE id = $2")
                 .bind(now_ms)
                 .bind(id)
                 .execute(&self.writer)
@@ -120,7 +120,7 @@ impl Store {
 
     pub async fn grant(&self, principal_id: &str, permission: &str) -> Result<(), sqlx::Error> {
         sqlx::query(
-            "INSERT OR IGNORE INTO principal_grants (principal_id, permission) VALUES (?, ?)",
+            "INSERT OR IGNORE INTO principal_grants (principal_id, permission) VALUES ($1, $2)",
         )
         .bind(principal_id)
         .bind(permission)
@@ -135,7 +135,7 @@ impl Store {
         permission: &str,
     ) -> Result<bool, sqlx::Error> {
         let done =
-            sqlx::query("DELETE FROM principal_grants WHERE principal_id = ? AND permission = ?")
+            sqlx::query("DELETE FROM principal_grants WHERE principal_id = $1 AND permission = $2")
                 .bind(principal_id)
                 .bind(permission)
                 .execute(&self.writer)
@@ -145,7 +145,7 @@ impl Store {
 
     pub async fn grants_of(&self, principal_id: &str) -> Result<Vec<String>, sqlx::Error> {
         sqlx::query_scalar(
-            "SELECT permission FROM principal_grants WHERE principal_id = ? ORDER BY permission",
+            "SELECT permission FROM principal_grants WHERE principal_id = $1 ORDER BY permission",
         )
         .bind(principal_id)
         .fetch_all(&self.pool)
@@ -153,7 +153,7 @@ impl Store {
     }
 
     pub async fn insert_audit(&self, a: &AuditRecord) -> Result<(), sqlx::Error> {
-        sqlx::query("INSERT INTO audit_logs (id, at_ms, principal_id, action, method, route, resource, result, execution_id, ip, user_agent) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+        sqlx::query("INSERT INTO audit_logs (id, at_ms, principal_id, action, method, route, resource, result, execution_id, ip, user_agent) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)")
             .bind(&a.id)
             .bind(a.at_ms)
             .bind(&a.principal_id)
@@ -172,7 +172,7 @@ impl Store {
 
     /// Newest first.
     pub async fn audit(&self, f: &AuditFilter) -> Result<Vec<AuditRecord>, sqlx::Error> {
-        let mut q = sqlx::QueryBuilder::<sqlx::Sqlite>::new("SELECT * FROM audit_logs WHERE 1 = 1");
+        let mut q = crate::Sql::new("SELECT * FROM audit_logs WHERE 1 = 1");
         if let Some(p) = &f.principal_id {
             q.push(" AND principal_id = ").push_bind(p.clone());
         }

@@ -1,13 +1,13 @@
 //! [`EngineStore`] on SQLite. One writer at a time (SQLite's rule), `BEGIN IMMEDIATE` so a batch
 //! takes the write lock up front instead of failing half-way on a busy upgrade.
 
-use crate::Store;
+use crate::{Backend, Sql, Store};
 use async_trait::async_trait;
 use capstan_core::execution::ExecutionStatus;
 use capstan_core::store::*;
 use serde_json::Value;
-use sqlx::sqlite::SqliteRow;
-use sqlx::{Row, Sqlite, Transaction};
+use sqlx::any::AnyRow;
+use sqlx::{Any, Row, Transaction};
 
 pub(crate) fn unavailable(e: sqlx::Error) -> StoreError {
     StoreError::Unavailable(e.to_string())
@@ -36,7 +36,7 @@ fn parse_enum<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, StoreErro
         .map_err(|_| StoreError::Corrupt(format!("unknown value `{text}`")))
 }
 
-fn execution_row(row: &SqliteRow) -> Result<ExecutionRecord, StoreError> {
+fn execution_row(row: &AnyRow) -> Result<ExecutionRecord, StoreError> {
     Ok(ExecutionRecord {
         id: row.get("id"),
         workflow: row.get("workflow"),
@@ -55,7 +55,7 @@ fn execution_row(row: &SqliteRow) -> Result<ExecutionRecord, StoreError> {
     })
 }
 
-fn stage_row(row: &SqliteRow) -> Result<StageRecord, StoreError> {
+fn stage_row(row: &AnyRow) -> Result<StageRecord, StoreError> {
     Ok(StageRecord {
         id: row.get("id"),
         execution_id: row.get("execution_id"),
@@ -69,7 +69,7 @@ fn stage_row(row: &SqliteRow) -> Result<StageRecord, StoreError> {
     })
 }
 
-fn run_row(row: &SqliteRow) -> Result<RunRecord, StoreError> {
+fn run_row(row: &AnyRow) -> Result<RunRecord, StoreError> {
     Ok(RunRecord {
         id: row.get("id"),
         execution_id: row.get("execution_id"),
@@ -86,7 +86,7 @@ fn run_row(row: &SqliteRow) -> Result<RunRecord, StoreError> {
     })
 }
 
-pub(crate) fn outbox_row(row: &SqliteRow) -> Result<OutboxRecord, StoreError> {
+pub(crate) fn outbox_row(row: &AnyRow) -> Result<OutboxRecord, StoreError> {
     Ok(OutboxRecord {
         seq: row.get("seq"),
         event_id: row.get("event_id"),
@@ -104,13 +104,13 @@ pub(crate) fn outbox_row(row: &SqliteRow) -> Result<OutboxRecord, StoreError> {
     })
 }
 
-async fn apply_one(tx: &mut Transaction<'_, Sqlite>, write: Write) -> Result<(), StoreError> {
+async fn apply_one(tx: &mut Transaction<'_, Any>, write: Write) -> Result<(), StoreError> {
     match write {
         Write::InsertExecution(e) => {
             sqlx::query(
                 "INSERT INTO executions (id, workflow, principal_id, status, status_reason, current_stage, created_ms,
                  finished_ms, cancellation_requested_ms, input_json, output_json, outcome_json, run_id, traceparent)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
             )
             .bind(&e.id)
             .bind(&e.workflow)
@@ -133,7 +133,7 @@ async fn apply_one(tx: &mut Transaction<'_, Sqlite>, write: Write) -> Result<(),
         Write::UpdateExecution(p) => {
             if let Some(expect) = &p.expect {
                 let status: Option<String> =
-                    sqlx::query_scalar("SELECT status FROM executions WHERE id = ?")
+                    sqlx::query_scalar("SELECT status FROM executions WHERE id = $1")
                         .bind(&p.id)
                         .fetch_optional(&mut **tx)
                         .await
@@ -150,52 +150,46 @@ async fn apply_one(tx: &mut Transaction<'_, Sqlite>, write: Write) -> Result<(),
                     )));
                 }
             }
-            let mut sets: Vec<&str> = Vec::new();
-            let mut q = sqlx::QueryBuilder::<Sqlite>::new("UPDATE executions SET ");
-            let mut sep = q.separated(", ");
+            let mut q = Sql::new("UPDATE executions SET id = id");
             if let Some(s) = p.status {
-                sep.push("status = ").push_bind_unseparated(s.as_str());
-                sets.push("status");
+                q.push(", status = ").push_bind(s.as_str());
             }
             if let Some(r) = p.status_reason {
-                sep.push("status_reason = ").push_bind_unseparated(r);
+                q.push(", status_reason = ").push_bind(r);
             }
             if let Some(c) = p.current_stage {
-                sep.push("current_stage = ").push_bind_unseparated(c);
+                q.push(", current_stage = ").push_bind(c);
             }
             if let Some(f) = p.finished_ms {
-                sep.push("finished_ms = ").push_bind_unseparated(f);
+                q.push(", finished_ms = ").push_bind(f);
             }
             match p.cancellation_requested_ms {
                 Some(Some(c)) => {
-                    sep.push("cancellation_requested_ms = COALESCE(cancellation_requested_ms, ")
-                        .push_bind_unseparated(c)
-                        .push_unseparated(")");
+                    q.push(", cancellation_requested_ms = COALESCE(cancellation_requested_ms, ")
+                        .push_bind(c)
+                        .push(")");
                 }
                 Some(None) => {
-                    sep.push("cancellation_requested_ms = NULL");
+                    q.push(", cancellation_requested_ms = NULL");
                 }
                 None => {}
             }
             if let Some(o) = &p.output_json {
-                sep.push("output_json = ")
-                    .push_bind_unseparated(json_text(o));
+                q.push(", output_json = ").push_bind(json_text(o));
             }
             if let Some(o) = &p.outcome_json {
-                sep.push("outcome_json = ")
-                    .push_bind_unseparated(json_text(o));
+                q.push(", outcome_json = ").push_bind(json_text(o));
             }
             if let Some(r) = p.run_id {
-                sep.push("run_id = ").push_bind_unseparated(r);
+                q.push(", run_id = ").push_bind(r);
             }
-            sep.push("id = id");
             q.push(" WHERE id = ").push_bind(p.id);
             q.build().execute(&mut **tx).await.map_err(unavailable)?;
         }
         Write::PutStage(s) => {
             sqlx::query(
                 "INSERT INTO stages (id, execution_id, position, stage_name, status, started_ms, finished_ms, output_json, error_json)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
                  ON CONFLICT (id) DO UPDATE SET status = excluded.status, finished_ms = excluded.finished_ms,
                    output_json = excluded.output_json, error_json = excluded.error_json",
             )
@@ -217,7 +211,7 @@ async fn apply_one(tx: &mut Transaction<'_, Sqlite>, write: Write) -> Result<(),
             from,
             to,
         } => {
-            sqlx::query("UPDATE stages SET status = ? WHERE execution_id = ? AND status = ?")
+            sqlx::query("UPDATE stages SET status = $1 WHERE execution_id = $2 AND status = $3")
                 .bind(to.as_str())
                 .bind(execution_id)
                 .bind(from.as_str())
@@ -228,7 +222,7 @@ async fn apply_one(tx: &mut Transaction<'_, Sqlite>, write: Write) -> Result<(),
         Write::InsertRun(r) => {
             sqlx::query(
                 "INSERT INTO runs (id, execution_id, workflow, digest, kind, state, wake_ms, lease_owner, lease_expires_ms,
-                 activations, cancel_requested, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                 activations, cancel_requested, created_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
             )
             .bind(&r.id)
             .bind(&r.execution_id)
@@ -247,29 +241,25 @@ async fn apply_one(tx: &mut Transaction<'_, Sqlite>, write: Write) -> Result<(),
             .map_err(unavailable)?;
         }
         Write::UpdateRun(p) => {
-            let mut q = sqlx::QueryBuilder::<Sqlite>::new("UPDATE runs SET ");
-            let mut sep = q.separated(", ");
+            let mut q = Sql::new("UPDATE runs SET id = id");
             if let Some(s) = p.state {
-                sep.push("state = ").push_bind_unseparated(enum_text(&s));
+                q.push(", state = ").push_bind(enum_text(&s));
             }
             if let Some(w) = p.wake_ms {
-                sep.push("wake_ms = ").push_bind_unseparated(w);
+                q.push(", wake_ms = ").push_bind(w);
             }
             if p.release_lease {
-                sep.push("lease_owner = NULL");
-                sep.push("lease_expires_ms = NULL");
+                q.push(", lease_owner = NULL, lease_expires_ms = NULL");
             }
             if let Some(c) = p.cancel_requested {
-                sep.push("cancel_requested = ")
-                    .push_bind_unseparated(i64::from(c));
+                q.push(", cancel_requested = ").push_bind(i64::from(c));
             }
-            sep.push("id = id");
             q.push(" WHERE id = ").push_bind(p.id);
             q.build().execute(&mut **tx).await.map_err(unavailable)?;
         }
         Write::PutJournal(j) => {
             sqlx::query(
-                "INSERT INTO journal (run_id, seq, op, request, response, status, at_ms) VALUES (?, ?, ?, ?, ?, ?, ?)
+                "INSERT INTO journal (run_id, seq, op, request, response, status, at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7)
                  ON CONFLICT (run_id, seq) DO UPDATE SET response = excluded.response, status = excluded.status, at_ms = excluded.at_ms",
             )
             .bind(&j.run_id)
@@ -285,8 +275,8 @@ async fn apply_one(tx: &mut Transaction<'_, Sqlite>, write: Write) -> Result<(),
         }
         Write::TruncateJournal { run_id, from_seq } => {
             for sql in [
-                "DELETE FROM journal WHERE run_id = ? AND seq >= ?",
-                "DELETE FROM waits WHERE run_id = ? AND seq >= ?",
+                "DELETE FROM journal WHERE run_id = $1 AND seq >= $2",
+                "DELETE FROM waits WHERE run_id = $1 AND seq >= $2",
             ] {
                 sqlx::query(sql)
                     .bind(&run_id)
@@ -299,7 +289,7 @@ async fn apply_one(tx: &mut Transaction<'_, Sqlite>, write: Write) -> Result<(),
         Write::InsertReceipt(r) => {
             sqlx::query(
                 "INSERT INTO receipts (id, execution_id, run_id, seq, op, request, response, created_ms, compensated_ms)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (id) DO NOTHING",
             )
             .bind(&r.id)
             .bind(&r.execution_id)
@@ -316,7 +306,7 @@ async fn apply_one(tx: &mut Transaction<'_, Sqlite>, write: Write) -> Result<(),
         }
         Write::MarkCompensated { receipt_id, at_ms } => {
             sqlx::query(
-                "UPDATE receipts SET compensated_ms = ? WHERE id = ? AND compensated_ms IS NULL",
+                "UPDATE receipts SET compensated_ms = $1 WHERE id = $2 AND compensated_ms IS NULL",
             )
             .bind(at_ms)
             .bind(receipt_id)
@@ -327,7 +317,7 @@ async fn apply_one(tx: &mut Transaction<'_, Sqlite>, write: Write) -> Result<(),
         Write::PutWait(w) => {
             sqlx::query(
                 "INSERT INTO waits (run_id, seq, kind, name, digest, payload_json, wake_ms, deadline_ms, attempts, resolved_json)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
                  ON CONFLICT (run_id, seq) DO UPDATE SET wake_ms = excluded.wake_ms, attempts = excluded.attempts,
                    resolved_json = excluded.resolved_json, digest = excluded.digest, payload_json = excluded.payload_json",
             )
@@ -347,7 +337,7 @@ async fn apply_one(tx: &mut Transaction<'_, Sqlite>, write: Write) -> Result<(),
         }
         Write::PutCommand(c) => {
             sqlx::query(
-                "INSERT INTO commands (id, execution_id, operation, status, created_ms, finished_ms, error) VALUES (?, ?, ?, ?, ?, ?, ?)
+                "INSERT INTO commands (id, execution_id, operation, status, created_ms, finished_ms, error) VALUES ($1, $2, $3, $4, $5, $6, $7)
                  ON CONFLICT (id) DO UPDATE SET status = excluded.status, finished_ms = excluded.finished_ms, error = excluded.error",
             )
             .bind(&c.id)
@@ -364,7 +354,7 @@ async fn apply_one(tx: &mut Transaction<'_, Sqlite>, write: Write) -> Result<(),
         Write::Event(e) => {
             sqlx::query(
                 "INSERT INTO outbox (event_id, execution_id, event_type, event_version, principal_id, workflow, payload_json,
-                 occurred_ms, traceparent) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                 occurred_ms, traceparent) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
             )
             .bind(&e.event_id)
             .bind(&e.execution_id)
@@ -387,7 +377,7 @@ async fn apply_one(tx: &mut Transaction<'_, Sqlite>, write: Write) -> Result<(),
             response_json,
         } => {
             sqlx::query(
-                "UPDATE idempotency SET execution_id = ?, response_json = ? WHERE principal_id = ? AND workflow = ? AND key = ?",
+                "UPDATE idempotency SET execution_id = $1, response_json = $2 WHERE principal_id = $3 AND workflow = $4 AND key = $5",
             )
             .bind(execution_id)
             .bind(json_text(&response_json))
@@ -402,18 +392,41 @@ async fn apply_one(tx: &mut Transaction<'_, Sqlite>, write: Write) -> Result<(),
     Ok(())
 }
 
+/// PostgreSQL: serialises the transactions that insert outbox events, from their first event to
+/// their commit, and announces the events to the other nodes at that commit.
+///
+/// Readers page through the outbox by `seq` (SSE cursors, the webhook relay). A sequence number
+/// is taken at insert but becomes visible at commit, so two concurrent writers could commit
+/// `seq` 11 before 10, and a reader that saw 11 would never see 10 (the "BIGSERIAL gap"). Under
+/// this lock sequence order is commit order, on any number of nodes, and `seq` stays a plain
+/// gap-free cursor. The lock is transaction-scoped (released by COMMIT or ROLLBACK, also when a
+/// node dies) and taken once per transaction (re-entrant). SQLite needs neither: one writer.
+async fn outbox_lock(tx: &mut Transaction<'_, Any>) -> Result<(), StoreError> {
+    sqlx::query("SELECT pg_advisory_xact_lock(7310112206040913001)")
+        .execute(&mut **tx)
+        .await
+        .map_err(unavailable)?;
+    sqlx::query("SELECT pg_notify('capstan_events', '')")
+        .execute(&mut **tx)
+        .await
+        .map_err(unavailable)?;
+    Ok(())
+}
+
 #[async_trait]
 impl EngineStore for Store {
     async fn apply(&self, fence: Option<&Fence>, writes: Vec<Write>) -> Result<(), StoreError> {
-        let has_events = writes.iter().any(|w| matches!(w, Write::Event(_)));
-        let mut tx = self
-            .writer
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(unavailable)?;
+        // Outbox events go last: on PostgreSQL they are inserted under the outbox lock, held
+        // from there to the commit (see below), so the lock is held as briefly as possible.
+        let (events, mut writes): (Vec<Write>, Vec<Write>) = writes
+            .into_iter()
+            .partition(|w| matches!(w, Write::Event(_)));
+        let has_events = !events.is_empty();
+        writes.extend(events);
+        let mut tx = self.begin_write().await.map_err(unavailable)?;
         if let Some(fence) = fence {
             let row: Option<(i64,)> = sqlx::query_as(
-                "UPDATE runs SET lease_expires_ms = ? WHERE id = ? AND lease_owner = ? RETURNING cancel_requested",
+                "UPDATE runs SET lease_expires_ms = $1 WHERE id = $2 AND lease_owner = $3 RETURNING cancel_requested",
             )
             .bind(fence.lease_until_ms)
             .bind(&fence.run_id)
@@ -428,6 +441,9 @@ impl EngineStore for Store {
             }
         }
         for write in writes {
+            if matches!(write, Write::Event(_)) && self.backend() == Backend::Postgres {
+                outbox_lock(&mut tx).await?;
+            }
             apply_one(&mut tx, write).await?;
         }
         tx.commit().await.map_err(unavailable)?;
@@ -438,7 +454,7 @@ impl EngineStore for Store {
     }
 
     async fn execution(&self, id: &str) -> Result<Option<ExecutionRecord>, StoreError> {
-        let row = sqlx::query("SELECT * FROM executions WHERE id = ?")
+        let row = sqlx::query("SELECT * FROM executions WHERE id = $1")
             .bind(id)
             .fetch_optional(&self.pool)
             .await
@@ -450,17 +466,14 @@ impl EngineStore for Store {
         &self,
         filter: &ExecutionFilter,
     ) -> Result<Vec<ExecutionRecord>, StoreError> {
-        let mut q = sqlx::QueryBuilder::<Sqlite>::new("SELECT * FROM executions WHERE 1 = 1");
+        let mut q = Sql::new("SELECT * FROM executions WHERE 1 = 1");
         if let Some(workflows) = &filter.workflows {
             if workflows.is_empty() {
                 return Ok(Vec::new());
             }
-            q.push(" AND workflow IN (");
-            let mut sep = q.separated(", ");
-            for w in workflows {
-                sep.push_bind(w.clone());
-            }
-            q.push(")");
+            q.push(" AND workflow IN (")
+                .push_binds(workflows.iter().cloned())
+                .push(")");
         }
         if let Some(status) = filter.status {
             q.push(" AND status = ").push_bind(status.as_str());
@@ -474,7 +487,7 @@ impl EngineStore for Store {
     }
 
     async fn stages(&self, execution_id: &str) -> Result<Vec<StageRecord>, StoreError> {
-        let rows = sqlx::query("SELECT * FROM stages WHERE execution_id = ? ORDER BY position")
+        let rows = sqlx::query("SELECT * FROM stages WHERE execution_id = $1 ORDER BY position")
             .bind(execution_id)
             .fetch_all(&self.pool)
             .await
@@ -483,7 +496,7 @@ impl EngineStore for Store {
     }
 
     async fn run(&self, id: &str) -> Result<Option<RunRecord>, StoreError> {
-        let row = sqlx::query("SELECT * FROM runs WHERE id = ?")
+        let row = sqlx::query("SELECT * FROM runs WHERE id = $1")
             .bind(id)
             .fetch_optional(&self.pool)
             .await
@@ -498,14 +511,28 @@ impl EngineStore for Store {
         lease_ms: Millis,
         limit: i64,
     ) -> Result<Vec<RunRecord>, StoreError> {
-        let rows = sqlx::query(
-            "UPDATE runs SET lease_owner = ?, lease_expires_ms = ?, activations = activations + 1
-             WHERE id IN (
-                SELECT id FROM runs WHERE state = 'runnable' AND wake_ms <= ?
-                  AND (lease_owner IS NULL OR lease_expires_ms < ?)
-                ORDER BY wake_ms LIMIT ?)
-             RETURNING *",
-        )
+        // PostgreSQL: rows another node is claiming right now are skipped, not waited for; the
+        // outer UPDATE re-checks nothing, so the inner SELECT's row locks are what make a claim
+        // exclusive. SQLite: one writer, the statement is atomic as it is.
+        let sql = match self.backend() {
+            Backend::Sqlite => {
+                "UPDATE runs SET lease_owner = $1, lease_expires_ms = $2, activations = activations + 1
+                 WHERE id IN (
+                    SELECT id FROM runs WHERE state = 'runnable' AND wake_ms <= $3
+                      AND (lease_owner IS NULL OR lease_expires_ms < $4)
+                    ORDER BY wake_ms LIMIT $5)
+                 RETURNING *"
+            }
+            Backend::Postgres => {
+                "UPDATE runs SET lease_owner = $1, lease_expires_ms = $2, activations = activations + 1
+                 WHERE id IN (
+                    SELECT id FROM runs WHERE state = 'runnable' AND wake_ms <= $3
+                      AND (lease_owner IS NULL OR lease_expires_ms < $4)
+                    ORDER BY wake_ms LIMIT $5 FOR UPDATE SKIP LOCKED)
+                 RETURNING *"
+            }
+        };
+        let rows = sqlx::query(sql)
         .bind(owner)
         .bind(now_ms + lease_ms)
         .bind(now_ms)
@@ -518,14 +545,15 @@ impl EngineStore for Store {
     }
 
     async fn next_wake(&self) -> Result<Option<Millis>, StoreError> {
-        sqlx::query_scalar("SELECT MIN(COALESCE(MAX(wake_ms, lease_expires_ms), wake_ms)) FROM runs WHERE state = 'runnable'")
+        sqlx::query_scalar("SELECT MIN(CASE WHEN lease_expires_ms > wake_ms THEN lease_expires_ms ELSE wake_ms END)
+             FROM runs WHERE state = 'runnable'")
             .fetch_one(&self.pool)
             .await
             .map_err(unavailable)
     }
 
     async fn journal(&self, run_id: &str) -> Result<Vec<JournalEntry>, StoreError> {
-        let rows = sqlx::query("SELECT * FROM journal WHERE run_id = ? ORDER BY seq")
+        let rows = sqlx::query("SELECT * FROM journal WHERE run_id = $1 ORDER BY seq")
             .bind(run_id)
             .fetch_all(&self.pool)
             .await
@@ -547,7 +575,7 @@ impl EngineStore for Store {
 
     async fn receipts(&self, execution_id: &str) -> Result<Vec<Receipt>, StoreError> {
         let rows = sqlx::query(
-            "SELECT * FROM receipts WHERE execution_id = ? ORDER BY created_ms, run_id, seq",
+            "SELECT * FROM receipts WHERE execution_id = $1 ORDER BY created_ms, run_id, seq",
         )
         .bind(execution_id)
         .fetch_all(&self.pool)
@@ -571,7 +599,7 @@ impl EngineStore for Store {
     }
 
     async fn waits(&self, run_id: &str) -> Result<Vec<WaitRecord>, StoreError> {
-        let rows = sqlx::query("SELECT * FROM waits WHERE run_id = ? ORDER BY seq")
+        let rows = sqlx::query("SELECT * FROM waits WHERE run_id = $1 ORDER BY seq")
             .bind(run_id)
             .fetch_all(&self.pool)
             .await
@@ -596,7 +624,7 @@ impl EngineStore for Store {
 
     async fn commands(&self, execution_id: &str) -> Result<Vec<CommandRecord>, StoreError> {
         let rows =
-            sqlx::query("SELECT * FROM commands WHERE execution_id = ? ORDER BY created_ms, id")
+            sqlx::query("SELECT * FROM commands WHERE execution_id = $1 ORDER BY created_ms, id")
                 .bind(execution_id)
                 .fetch_all(&self.pool)
                 .await
@@ -617,7 +645,7 @@ impl EngineStore for Store {
     }
 
     async fn events(&self, execution_id: &str) -> Result<Vec<OutboxRecord>, StoreError> {
-        let rows = sqlx::query("SELECT * FROM outbox WHERE execution_id = ? ORDER BY seq")
+        let rows = sqlx::query("SELECT * FROM outbox WHERE execution_id = $1 ORDER BY seq")
             .bind(execution_id)
             .fetch_all(&self.pool)
             .await
@@ -634,14 +662,31 @@ impl EngineStore for Store {
         now_ms: Millis,
         expired_before_ms: Millis,
     ) -> Result<Reservation, StoreError> {
-        let mut tx = self
-            .writer
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(unavailable)?;
+        // Insert-if-absent first, then compare-and-set on an expired reservation: correct with
+        // several nodes racing on one key (PostgreSQL, READ COMMITTED), where "read, then insert
+        // or overwrite" would let two of them both believe they reserved it.
+        let mut tx = self.begin_write().await.map_err(unavailable)?;
+        let inserted = sqlx::query(
+            "INSERT INTO idempotency (principal_id, workflow, key, body_sha256, execution_id, response_json, created_ms)
+             VALUES ($1, $2, $3, $4, NULL, NULL, $5)
+             ON CONFLICT (principal_id, workflow, key) DO NOTHING",
+        )
+        .bind(principal_id)
+        .bind(workflow)
+        .bind(key)
+        .bind(body_sha256)
+        .bind(now_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(unavailable)?
+        .rows_affected();
+        if inserted == 1 {
+            tx.commit().await.map_err(unavailable)?;
+            return Ok(Reservation::New);
+        }
         let existing: Option<(String, Option<String>, Option<String>, i64)> = sqlx::query_as(
             "SELECT body_sha256, execution_id, response_json, created_ms FROM idempotency
-             WHERE principal_id = ? AND workflow = ? AND key = ?",
+             WHERE principal_id = $1 AND workflow = $2 AND key = $3",
         )
         .bind(principal_id)
         .bind(workflow)
@@ -668,23 +713,31 @@ impl EngineStore for Store {
                     Reservation::Conflict
                 }
             }
-            _ => {
-                sqlx::query(
-                    "INSERT INTO idempotency (principal_id, workflow, key, body_sha256, execution_id, response_json, created_ms)
-                     VALUES (?, ?, ?, ?, NULL, NULL, ?)
-                     ON CONFLICT (principal_id, workflow, key) DO UPDATE SET body_sha256 = excluded.body_sha256,
-                       created_ms = excluded.created_ms, execution_id = NULL, response_json = NULL",
+            // An abandoned reservation (its request never finished): take it over, unless
+            // another request just did.
+            Some((_, _, _, created)) => {
+                let taken = sqlx::query(
+                    "UPDATE idempotency SET body_sha256 = $1, created_ms = $2, execution_id = NULL, response_json = NULL
+                     WHERE principal_id = $3 AND workflow = $4 AND key = $5 AND created_ms = $6 AND execution_id IS NULL",
                 )
+                .bind(body_sha256)
+                .bind(now_ms)
                 .bind(principal_id)
                 .bind(workflow)
                 .bind(key)
-                .bind(body_sha256)
-                .bind(now_ms)
+                .bind(created)
                 .execute(&mut *tx)
                 .await
-                .map_err(unavailable)?;
-                Reservation::New
+                .map_err(unavailable)?
+                .rows_affected();
+                if taken == 1 {
+                    Reservation::New
+                } else {
+                    Reservation::Pending
+                }
             }
+            // Released between our insert and our read: the caller retries.
+            None => Reservation::Pending,
         };
         tx.commit().await.map_err(unavailable)?;
         Ok(outcome)
@@ -696,7 +749,7 @@ impl EngineStore for Store {
         workflow: &str,
         key: &str,
     ) -> Result<(), StoreError> {
-        sqlx::query("DELETE FROM idempotency WHERE principal_id = ? AND workflow = ? AND key = ? AND execution_id IS NULL")
+        sqlx::query("DELETE FROM idempotency WHERE principal_id = $1 AND workflow = $2 AND key = $3 AND execution_id IS NULL")
             .bind(principal_id)
             .bind(workflow)
             .bind(key)

@@ -38,7 +38,7 @@ pub struct EventVersionSubscriber {
     pub health: String,
 }
 
-fn row(r: &sqlx::sqlite::SqliteRow) -> EventVersionRecord {
+fn row(r: &sqlx::any::AnyRow) -> EventVersionRecord {
     EventVersionRecord {
         event_type: r.get("event_type"),
         event_version: r.get("event_version"),
@@ -65,7 +65,7 @@ impl Store {
         event_version: &str,
     ) -> Result<Option<EventVersionRecord>, sqlx::Error> {
         let r =
-            sqlx::query("SELECT * FROM event_versions WHERE event_type = ? AND event_version = ?")
+            sqlx::query("SELECT * FROM event_versions WHERE event_type = $1 AND event_version = $2")
                 .bind(event_type)
                 .bind(event_version)
                 .fetch_optional(&self.pool)
@@ -85,12 +85,12 @@ impl Store {
     ) -> Result<EventVersionRecord, sqlx::Error> {
         let r = sqlx::query(
             "INSERT INTO event_versions (event_type, event_version, state, deprecated_ms, archived_ms, replacement, updated_ms)
-             VALUES (?, ?, 'deprecated', ?, NULL, ?, ?)
+             VALUES ($1, $2, 'deprecated', $3, NULL, $4, $5)
              ON CONFLICT (event_type, event_version) DO UPDATE SET
-                 state = CASE WHEN state = 'archived' THEN state ELSE 'deprecated' END,
-                 deprecated_ms = COALESCE(deprecated_ms, excluded.deprecated_ms),
-                 replacement = CASE WHEN state = 'archived' THEN replacement
-                                    ELSE COALESCE(excluded.replacement, replacement) END,
+                 state = CASE WHEN event_versions.state = 'archived' THEN event_versions.state ELSE 'deprecated' END,
+                 deprecated_ms = COALESCE(event_versions.deprecated_ms, excluded.deprecated_ms),
+                 replacement = CASE WHEN event_versions.state = 'archived' THEN event_versions.replacement
+                                    ELSE COALESCE(excluded.replacement, event_versions.replacement) END,
                  updated_ms = excluded.updated_ms
              RETURNING *",
         )
@@ -114,7 +114,7 @@ impl Store {
     ) -> Result<ArchiveOutcome, sqlx::Error> {
         let mut tx = self.writer.begin().await?;
         let stored =
-            sqlx::query("SELECT * FROM event_versions WHERE event_type = ? AND event_version = ?")
+            sqlx::query("SELECT * FROM event_versions WHERE event_type = $1 AND event_version = $2")
                 .bind(&code.event_type)
                 .bind(&code.event_version)
                 .fetch_optional(&mut *tx)
@@ -128,7 +128,7 @@ impl Store {
         }
         let r = sqlx::query(
             "INSERT INTO event_versions (event_type, event_version, state, deprecated_ms, archived_ms, replacement, updated_ms)
-             VALUES (?, ?, 'archived', ?, ?, ?, ?)
+             VALUES ($1, $2, 'archived', $3, $4, $5, $6)
              ON CONFLICT (event_type, event_version) DO UPDATE SET
                  state = 'archived', deprecated_ms = excluded.deprecated_ms,
                  archived_ms = excluded.archived_ms, replacement = excluded.replacement,
@@ -155,7 +155,7 @@ impl Store {
         event_version: &str,
     ) -> Result<bool, sqlx::Error> {
         let done =
-            sqlx::query("DELETE FROM event_versions WHERE event_type = ? AND event_version = ?")
+            sqlx::query("DELETE FROM event_versions WHERE event_type = $1 AND event_version = $2")
                 .bind(event_type)
                 .bind(event_version)
                 .execute(&self.writer)
@@ -164,39 +164,28 @@ impl Store {
     }
 
     /// The webhook subscriptions whose `events` filter names `<event_type>.v<event_version>`.
-    ///
-    /// The one place that knows how subscriptions are stored. Until the `subscriptions` table
-    /// exists there are none. The query assumes `subscriptions(id, owner_principal_id, active,
-    /// health, events)` with `events` a JSON array of `<EventType>.v<N>` strings; adjust it here
-    /// when the table lands.
     pub async fn event_version_subscribers(
         &self,
         event_type: &str,
         event_version: &str,
     ) -> Result<Vec<EventVersionSubscriber>, sqlx::Error> {
-        let exists: Option<String> = sqlx::query_scalar(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'subscriptions'",
-        )
-        .fetch_optional(&self.pool)
-        .await?;
-        if exists.is_none() {
-            return Ok(Vec::new());
-        }
         let name = format!("{event_type}.v{event_version}");
+        // The filter is a JSON array; matched here rather than with a backend's JSON functions.
         let rows = sqlx::query(
-            "SELECT s.id, s.owner_principal_id, s.active, s.health FROM subscriptions s
-             WHERE EXISTS (SELECT 1 FROM json_each(s.events) e WHERE e.value = ?)
-             ORDER BY s.id",
+            "SELECT s.id, s.owner_principal_id, s.active, s.health, s.events FROM subscriptions s ORDER BY s.id",
         )
-        .bind(name)
         .fetch_all(&self.pool)
         .await?;
         Ok(rows
             .iter()
+            .filter(|r| {
+                serde_json::from_str::<Vec<String>>(&r.get::<String, _>("events"))
+                    .is_ok_and(|events| events.contains(&name))
+            })
             .map(|r| EventVersionSubscriber {
                 subscription_id: r.get("id"),
                 owner_principal_id: r.get("owner_principal_id"),
-                active: r.get::<bool, _>("active"),
+                active: crate::flag(r, "active"),
                 health: r.get("health"),
             })
             .collect())
@@ -222,7 +211,7 @@ mod tests {
     #[tokio::test]
     async fn deprecate_then_archive_is_one_way() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&format!("sqlite://{}/t.db", dir.path().display()))
+        let store = Store::open(&crate::testing::fresh_database_url(dir.path()).await)
             .await
             .unwrap();
         let active = code("StageFailed", "active");

@@ -1,27 +1,35 @@
 //! # capstan-store
 //!
-//! Storage on sqlx. SQLite (WAL) is the embedded default: one file under the data directory,
-//! migrations embedded in the binary and run at start-up (and by `capstan migrate`).
+//! Storage on sqlx, on either backend:
+//! - **SQLite** (WAL), the embedded default: one file under the data directory;
+//! - **PostgreSQL**, when several `capstan serve` nodes share the work (`--database postgres://…`).
+//!
+//! One SQL dialect serves both — the common subset of SQLite ≥ 3.35 and PostgreSQL (`$N`
+//! placeholders, `ON CONFLICT`, `RETURNING`, integers as 64-bit, JSON as text) — executed through
+//! sqlx's `Any` driver, so every query exists once and one conformance suite holds both backends to
+//! it. What differs lives here, behind [`Backend`]: migrations (one directory per backend), how a
+//! write transaction begins, run claiming (`FOR UPDATE SKIP LOCKED` on PostgreSQL), outbox
+//! ordering across nodes and cross-node wake-ups (`LISTEN/NOTIFY`).
 //!
 //! This crate owns the schema and the SQL; it must not know about HTTP or wasmtime.
 
-use sqlx::SqlitePool;
 pub mod auth;
 mod engine;
 pub mod event_versions;
+pub mod sql;
 pub mod streams;
 pub mod subscriptions;
+pub mod testing;
 
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use std::str::FromStr;
+pub use sql::Sql;
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::{Any, AnyPool, Transaction};
 use std::time::Duration;
 
 /// Why the store could not be opened or used.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error(
-        "unsupported database URL `{0}` (expected sqlite://PATH; postgres:// arrives with the PostgreSQL store)"
-    )]
+    #[error("unsupported database URL `{0}` (expected sqlite://PATH or postgres://USER@HOST/DB)")]
     UnsupportedUrl(String),
     #[error("cannot create the database directory {path}: {source}")]
     CreateDir {
@@ -34,21 +42,74 @@ pub enum StoreError {
     Migrate(#[from] sqlx::migrate::MigrateError),
 }
 
-/// The database behind Capstan.
-///
-/// SQLite allows one writer at a time; several connections racing for the write lock spin in
-/// SQLite's busy handler (sleeps of 1–100 ms) and, under load, time out. So writes go through a
-/// pool of exactly one connection, whose queue is fair and never sleeps, while reads use their
-/// own pool and run concurrently (WAL).
-#[derive(Debug, Clone)]
-pub struct Store {
-    pool: SqlitePool,
-    writer: SqlitePool,
-    /// Bumped after every commit that wrote outbox events (wakes SSE streams on this node).
-    events: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
+/// Which database serves the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
 }
 
-static MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+impl Backend {
+    /// The backend a database URL names.
+    pub fn of(url: &str) -> Option<Self> {
+        if url.starts_with("sqlite:") {
+            Some(Self::Sqlite)
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Some(Self::Postgres)
+        } else {
+            None
+        }
+    }
+
+    /// The statement that opens a write transaction. SQLite: take the write lock up front
+    /// (`BEGIN IMMEDIATE`) instead of failing half-way on a busy upgrade. PostgreSQL: row locks
+    /// taken by each statement, READ COMMITTED.
+    pub fn begin_write(self) -> &'static str {
+        match self {
+            Self::Sqlite => "BEGIN IMMEDIATE",
+            Self::Postgres => "BEGIN",
+        }
+    }
+
+    /// The backend of a pool opened by [`Store`].
+    pub fn of_pool(pool: &AnyPool) -> Self {
+        if pool.connect_options().database_url.scheme() == "sqlite" {
+            Self::Sqlite
+        } else {
+            Self::Postgres
+        }
+    }
+}
+
+/// Begins a write transaction on `pool` (see [`Backend::begin_write`]).
+pub async fn begin_write(pool: &AnyPool) -> Result<Transaction<'static, Any>, sqlx::Error> {
+    pool.begin_with(Backend::of_pool(pool).begin_write()).await
+}
+
+/// The channel on which PostgreSQL nodes announce committed outbox events to each other.
+pub const EVENTS_CHANNEL: &str = "capstan_events";
+
+/// The database behind Capstan.
+///
+/// On SQLite, which allows one writer at a time, several connections racing for the write lock
+/// spin in SQLite's busy handler (sleeps of 1–100 ms) and, under load, time out. So writes go
+/// through a pool of exactly one connection, whose queue is fair and never sleeps, while reads use
+/// their own pool and run concurrently (WAL). On PostgreSQL both are one pool.
+#[derive(Debug, Clone)]
+pub struct Store {
+    backend: Backend,
+    url: String,
+    pool: AnyPool,
+    writer: AnyPool,
+    /// Bumped after every commit that wrote outbox events (wakes SSE streams and the webhook
+    /// relay on this node; on PostgreSQL also when another node announces its events).
+    events: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
+    /// This process's name in leases it takes through the store (webhook attempts).
+    node_id: String,
+}
+
+static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
+static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
 impl Store {
     /// Opens (creating if needed) the database at `url` and runs pending migrations.
@@ -60,13 +121,20 @@ impl Store {
 
     /// Opens without migrating.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
-        let Some(path) = url
+        sqlx::any::install_default_drivers();
+        match Backend::of(url) {
+            Some(Backend::Sqlite) => Self::connect_sqlite(url).await,
+            Some(Backend::Postgres) => Self::connect_postgres(url).await,
+            None => Err(StoreError::UnsupportedUrl(url.to_owned())),
+        }
+    }
+
+    async fn connect_sqlite(url: &str) -> Result<Self, StoreError> {
+        let rest = url
             .strip_prefix("sqlite://")
             .or_else(|| url.strip_prefix("sqlite:"))
-        else {
-            return Err(StoreError::UnsupportedUrl(url.to_owned()));
-        };
-        let path = path.split('?').next().unwrap_or(path);
+            .unwrap_or(url);
+        let path = rest.split('?').next().unwrap_or(rest);
         if path != ":memory:"
             && let Some(parent) = std::path::Path::new(path).parent()
             && !parent.as_os_str().is_empty()
@@ -76,26 +144,76 @@ impl Store {
                 source,
             })?;
         }
-        let options = SqliteConnectOptions::from_str(url)?
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Normal)
-            .busy_timeout(Duration::from_secs(5))
-            .foreign_keys(true);
-        let pool = SqlitePoolOptions::new()
-            .max_connections(8)
-            .connect_with(options.clone())
-            .await?;
-        let writer = SqlitePoolOptions::new()
+        // Create the file if missing; sqlx's SQLite driver keeps foreign keys on and a 5 s busy
+        // timeout; WAL and synchronous=NORMAL are set per connection.
+        let url = if rest.contains("mode=") {
+            format!("sqlite://{rest}")
+        } else if rest.contains('?') {
+            format!("sqlite://{rest}&mode=rwc")
+        } else {
+            format!("sqlite://{rest}?mode=rwc")
+        };
+        let options = || {
+            AnyPoolOptions::new().after_connect(|conn, _| {
+                Box::pin(async move {
+                    use sqlx::Executor as _;
+                    conn.execute("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 5000; PRAGMA foreign_keys = ON")
+                        .await?;
+                    Ok(())
+                })
+            })
+        };
+        let pool = options().max_connections(8).connect(&url).await?;
+        let writer = options()
             .max_connections(1)
             .acquire_timeout(Duration::from_secs(30))
-            .connect_with(options)
+            .connect(&url)
             .await?;
-        Ok(Self {
+        Ok(Self::with_pools(Backend::Sqlite, url, pool, writer))
+    }
+
+    async fn connect_postgres(url: &str) -> Result<Self, StoreError> {
+        let pool = AnyPoolOptions::new()
+            .max_connections(16)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect(url)
+            .await?;
+        Ok(Self::with_pools(
+            Backend::Postgres,
+            url.to_owned(),
+            pool.clone(),
+            pool,
+        ))
+    }
+
+    fn with_pools(backend: Backend, url: String, pool: AnyPool, writer: AnyPool) -> Self {
+        Self {
+            backend,
+            url,
             pool,
             writer,
             events: std::sync::Arc::new(tokio::sync::watch::Sender::new(0)),
-        })
+            node_id: capstan_core::ids::new_id(),
+        }
+    }
+
+    /// This process's name in the leases it takes through the store.
+    pub fn node_id(&self) -> &str {
+        &self.node_id
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// The URL the store was opened with (PostgreSQL: for the `LISTEN` connection).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Begins a write transaction on the writer (see [`Backend::begin_write`]).
+    pub async fn begin_write(&self) -> Result<Transaction<'static, Any>, sqlx::Error> {
+        self.writer.begin_with(self.backend.begin_write()).await
     }
 
     /// Wakes whoever waits for new outbox events on this node.
@@ -103,13 +221,63 @@ impl Store {
         self.events.send_modify(|n| *n = n.wrapping_add(1));
     }
 
-    /// Changes after every commit that wrote outbox events on this node.
+    /// Changes after every commit that wrote outbox events on this node (and, on PostgreSQL,
+    /// once [`Store::listen_for_events`] runs, on every other node).
     pub fn subscribe_events(&self) -> tokio::sync::watch::Receiver<u64> {
         self.events.subscribe()
     }
 
+    /// PostgreSQL: relays other nodes' `NOTIFY capstan_events` to [`Store::subscribe_events`]
+    /// until `stop` turns true. Reconnects after a lost connection; readers poll as well, so a
+    /// missed notification delays an event by at most their polling interval. SQLite: returns at
+    /// once (one node, and its commits wake readers directly).
+    pub async fn listen_for_events(&self, mut stop: tokio::sync::watch::Receiver<bool>) {
+        if self.backend != Backend::Postgres {
+            return;
+        }
+        loop {
+            if *stop.borrow() {
+                return;
+            }
+            match sqlx::postgres::PgListener::connect(&self.url).await {
+                Ok(mut listener) => {
+                    if let Err(error) = listener.listen(EVENTS_CHANNEL).await {
+                        tracing::warn!(%error, "cannot LISTEN for events; retrying");
+                    } else {
+                        // Anything committed while we were not listening.
+                        self.events_committed();
+                        loop {
+                            tokio::select! {
+                                n = listener.try_recv() => match n {
+                                    Ok(Some(_)) => self.events_committed(),
+                                    Ok(None) => {
+                                        tracing::warn!("event listener lost its connection; reconnecting");
+                                        self.events_committed();
+                                    }
+                                    Err(error) => {
+                                        tracing::warn!(%error, "event listener failed; reconnecting");
+                                        break;
+                                    }
+                                },
+                                _ = stop.changed() => return,
+                            }
+                        }
+                    }
+                }
+                Err(error) => tracing::warn!(%error, "cannot connect the event listener; retrying"),
+            }
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = stop.changed() => {}
+            }
+        }
+    }
+
     pub async fn migrate(&self) -> Result<(), StoreError> {
-        MIGRATIONS.run(&self.writer).await?;
+        match self.backend {
+            Backend::Sqlite => SQLITE_MIGRATIONS.run(&self.writer).await?,
+            Backend::Postgres => POSTGRES_MIGRATIONS.run(&self.writer).await?,
+        }
         Ok(())
     }
 
@@ -129,14 +297,46 @@ impl Store {
     }
 
     /// The read pool.
-    pub fn pool(&self) -> &SqlitePool {
+    pub fn pool(&self) -> &AnyPool {
         &self.pool
     }
 
-    /// The single-connection write pool: every transaction that writes goes through it.
-    pub fn writer(&self) -> &SqlitePool {
+    /// The write pool: every transaction that writes goes through it (SQLite: one connection).
+    pub fn writer(&self) -> &AnyPool {
         &self.writer
     }
+}
+
+/// True when `e` says the database was busy or unreachable (answer 503 and retry), not that the
+/// request or the data was wrong: SQLite's BUSY/LOCKED past the busy timeout, PostgreSQL's
+/// serialization/deadlock/connection classes, a pool timeout or an I/O error.
+pub fn is_unavailable(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            let code = code.as_ref();
+            // SQLite primary codes 5 (BUSY) and 6 (LOCKED) with their extended forms.
+            code.parse::<i64>().is_ok_and(|n| matches!(n & 0xff, 5 | 6))
+                // PostgreSQL SQLSTATE classes 08 (connection), 40 (rollback: serialization,
+                // deadlock), 53 (insufficient resources), 57P (operator intervention).
+                || code.starts_with("08")
+                || code.starts_with("40")
+                || code.starts_with("53")
+                || code.starts_with("57P")
+        }),
+        sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::WorkerCrashed => true,
+        _ => false,
+    }
+}
+
+/// Reads a 0/1 integer column as a bool (both backends store flags as integers).
+pub fn flag(row: &AnyRow, column: &str) -> bool {
+    use sqlx::Row as _;
+    row.try_get::<i64, _>(column).unwrap_or(0) != 0
 }
 
 #[cfg(test)]

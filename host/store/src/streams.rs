@@ -1,7 +1,8 @@
-//! What SSE streams read: outbox events after a cursor (the outbox `seq`, assigned in commit
-//! order by the single writer), filtered; and single-use stream tokens.
+//! What SSE streams read: outbox events after a cursor (the outbox `seq`, in commit order: one
+//! writer on SQLite, the outbox lock on PostgreSQL — see `engine::outbox_lock`), filtered; and
+//! single-use stream tokens.
 
-use crate::Store;
+use crate::{Sql, Store};
 use crate::engine::{outbox_row, unavailable};
 use capstan_core::store::{Millis, OutboxRecord, StoreError};
 
@@ -26,13 +27,11 @@ impl Store {
         if filter.workflows.is_empty() {
             return Ok(Vec::new());
         }
-        let mut q = sqlx::QueryBuilder::new("SELECT * FROM outbox WHERE seq > ");
-        q.push_bind(after).push(" AND workflow IN (");
-        let mut sep = q.separated(", ");
-        for w in &filter.workflows {
-            sep.push_bind(w);
-        }
-        q.push(")");
+        let mut q = Sql::new("SELECT * FROM outbox WHERE seq > ");
+        q.push_bind(after)
+            .push(" AND workflow IN (")
+            .push_binds(filter.workflows.iter().cloned())
+            .push(")");
         if !filter.events.is_empty() {
             q.push(" AND (");
             for (i, (ty, version)) in filter.events.iter().enumerate() {
@@ -40,18 +39,18 @@ impl Store {
                     q.push(" OR ");
                 }
                 q.push("(event_type = ")
-                    .push_bind(ty)
+                    .push_bind(ty.clone())
                     .push(" AND event_version = ")
-                    .push_bind(version)
+                    .push_bind(version.clone())
                     .push(")");
             }
             q.push(")");
         }
         if let Some(id) = &filter.execution_id {
-            q.push(" AND execution_id = ").push_bind(id);
+            q.push(" AND execution_id = ").push_bind(id.clone());
         }
         if let Some(p) = &filter.principal_id {
-            q.push(" AND principal_id = ").push_bind(p);
+            q.push(" AND principal_id = ").push_bind(p.clone());
         }
         q.push(" ORDER BY seq LIMIT ").push_bind(limit);
         let rows = q.build().fetch_all(&self.pool).await.map_err(unavailable)?;
@@ -74,13 +73,13 @@ impl Store {
         now_ms: Millis,
         expires_ms: Millis,
     ) -> Result<(), StoreError> {
-        sqlx::query("DELETE FROM stream_tokens WHERE expires_ms < ?")
+        sqlx::query("DELETE FROM stream_tokens WHERE expires_ms < $1")
             .bind(now_ms - 86_400_000)
             .execute(&self.writer)
             .await
             .map_err(unavailable)?;
         sqlx::query(
-            "INSERT INTO stream_tokens (hash, principal_id, created_ms, expires_ms) VALUES (?, ?, ?, ?)",
+            "INSERT INTO stream_tokens (hash, principal_id, created_ms, expires_ms) VALUES ($1, $2, $3, $4)",
         )
         .bind(hash)
         .bind(principal_id)
@@ -99,7 +98,7 @@ impl Store {
         now_ms: Millis,
     ) -> Result<Option<String>, StoreError> {
         sqlx::query_scalar(
-            "UPDATE stream_tokens SET used_ms = ? WHERE hash = ? AND used_ms IS NULL AND expires_ms > ?
+            "UPDATE stream_tokens SET used_ms = $1 WHERE hash = $2 AND used_ms IS NULL AND expires_ms > $3
              RETURNING principal_id",
         )
         .bind(now_ms)

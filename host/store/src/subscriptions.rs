@@ -4,7 +4,7 @@ use crate::Store;
 use crate::engine::{outbox_row, unavailable};
 use capstan_core::store::{Millis, OutboxRecord, StoreError};
 use sqlx::Row;
-use sqlx::sqlite::SqliteRow;
+use sqlx::any::AnyRow;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct SubscriptionRecord {
@@ -38,13 +38,13 @@ pub struct DeliveryRecord {
     pub last_error: Option<String>,
 }
 
-fn subscription_row(r: &SqliteRow) -> SubscriptionRecord {
+fn subscription_row(r: &AnyRow) -> SubscriptionRecord {
     SubscriptionRecord {
         id: r.get("id"),
         owner_principal_id: r.get("owner_principal_id"),
         url: r.get("url"),
         events: serde_json::from_str(&r.get::<String, _>("events")).unwrap_or_default(),
-        active: r.get("active"),
+        active: crate::flag(r, "active"),
         health: r.get("health"),
         kms_key_id: r.get("kms_key_id"),
         secret_sealed: r.get("secret_sealed"),
@@ -56,7 +56,7 @@ fn subscription_row(r: &SqliteRow) -> SubscriptionRecord {
     }
 }
 
-fn delivery_row(r: &SqliteRow) -> DeliveryRecord {
+fn delivery_row(r: &AnyRow) -> DeliveryRecord {
     DeliveryRecord {
         id: r.get("id"),
         subscription_id: r.get("subscription_id"),
@@ -83,13 +83,13 @@ impl Store {
     pub async fn insert_subscription(&self, s: &SubscriptionRecord) -> Result<(), StoreError> {
         sqlx::query(
             "INSERT INTO subscriptions (id, owner_principal_id, url, events, active, health, kms_key_id,
-             secret_sealed, created_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             secret_sealed, created_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         )
         .bind(&s.id)
         .bind(&s.owner_principal_id)
         .bind(&s.url)
         .bind(serde_json::to_string(&s.events).unwrap_or_default())
-        .bind(s.active)
+        .bind(i64::from(s.active))
         .bind(&s.health)
         .bind(&s.kms_key_id)
         .bind(&s.secret_sealed)
@@ -101,7 +101,7 @@ impl Store {
     }
 
     pub async fn subscription(&self, id: &str) -> Result<Option<SubscriptionRecord>, StoreError> {
-        let row = sqlx::query("SELECT * FROM subscriptions WHERE id = ?")
+        let row = sqlx::query("SELECT * FROM subscriptions WHERE id = $1")
             .bind(id)
             .fetch_optional(&self.pool)
             .await
@@ -116,8 +116,8 @@ impl Store {
         limit: i64,
     ) -> Result<Vec<SubscriptionRecord>, StoreError> {
         let rows = sqlx::query(
-            "SELECT * FROM subscriptions WHERE owner_principal_id = ? AND deleted_ms IS NULL
-             ORDER BY created_ms DESC, id DESC LIMIT ?",
+            "SELECT * FROM subscriptions WHERE owner_principal_id = $1 AND deleted_ms IS NULL
+             ORDER BY created_ms DESC, id DESC LIMIT $2",
         )
         .bind(owner)
         .bind(limit)
@@ -145,10 +145,10 @@ impl Store {
         health: Option<&str>,
     ) -> Result<(), StoreError> {
         sqlx::query(
-            "UPDATE subscriptions SET active = COALESCE(?, active), events = COALESCE(?, events),
-             health = COALESCE(?, health) WHERE id = ?",
+            "UPDATE subscriptions SET active = COALESCE($1, active), events = COALESCE($2, events),
+             health = COALESCE($3, health) WHERE id = $4",
         )
-        .bind(active)
+        .bind(active.map(i64::from))
         .bind(events.map(|e| serde_json::to_string(e).unwrap_or_default()))
         .bind(health)
         .bind(id)
@@ -168,7 +168,7 @@ impl Store {
     ) -> Result<(), StoreError> {
         sqlx::query(
             "UPDATE subscriptions SET previous_kms_key_id = kms_key_id, previous_secret_sealed = secret_sealed,
-             previous_until_ms = ?, kms_key_id = ?, secret_sealed = ? WHERE id = ?",
+             previous_until_ms = $1, kms_key_id = $2, secret_sealed = $3 WHERE id = $4",
         )
         .bind(previous_until_ms)
         .bind(kms_key_id)
@@ -188,14 +188,10 @@ impl Store {
         now: Millis,
         reason: &str,
     ) -> Result<(), StoreError> {
-        let mut tx = self
-            .writer
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(unavailable)?;
+        let mut tx = self.begin_write().await.map_err(unavailable)?;
         sqlx::query(
-            "UPDATE subscriptions SET active = 0, health = 'disabled', deleted_ms = COALESCE(deleted_ms, ?),
-             disabled_reason = ? WHERE id = ?",
+            "UPDATE subscriptions SET active = 0, health = 'disabled', deleted_ms = COALESCE(deleted_ms, $1),
+             disabled_reason = $2 WHERE id = $3",
         )
         .bind(now)
         .bind(reason)
@@ -204,8 +200,8 @@ impl Store {
         .await
         .map_err(unavailable)?;
         sqlx::query(
-            "UPDATE deliveries SET status = 'failed', next_attempt_ms = NULL, last_error = ?
-             WHERE subscription_id = ? AND status = 'pending'",
+            "UPDATE deliveries SET status = 'failed', next_attempt_ms = NULL, last_error = $1
+             WHERE subscription_id = $2 AND status = 'pending'",
         )
         .bind(format!("subscription disabled: {reason}"))
         .bind(id)
@@ -222,7 +218,7 @@ impl Store {
         limit: i64,
     ) -> Result<Vec<DeliveryRecord>, StoreError> {
         let rows = sqlx::query(
-            "SELECT * FROM deliveries WHERE subscription_id = ? ORDER BY created_ms DESC, attempt DESC LIMIT ?",
+            "SELECT * FROM deliveries WHERE subscription_id = $1 ORDER BY created_ms DESC, attempt DESC LIMIT $2",
         )
         .bind(subscription_id)
         .bind(limit)
@@ -243,7 +239,7 @@ impl Store {
                 .await
                 .map_err(unavailable)?;
         let cursor = cursor.unwrap_or(0);
-        let rows = sqlx::query("SELECT * FROM outbox WHERE seq > ? ORDER BY seq LIMIT ?")
+        let rows = sqlx::query("SELECT * FROM outbox WHERE seq > $1 ORDER BY seq LIMIT $2")
             .bind(cursor)
             .bind(limit)
             .fetch_all(&self.pool)
@@ -265,23 +261,28 @@ impl Store {
         routes: &[Route],
         now: Millis,
     ) -> Result<bool, StoreError> {
-        let mut tx = self
-            .writer
-            .begin_with("BEGIN IMMEDIATE")
+        let mut tx = self.begin_write().await.map_err(unavailable)?;
+        // Compare-and-set the cursor first: of several relays (nodes) that routed the same
+        // events, exactly one moves it; the others roll back (on PostgreSQL the row lock makes
+        // them wait for the winner's commit and then find the cursor moved).
+        sqlx::query("INSERT INTO relay_cursor (name, seq) VALUES ('webhooks', 0) ON CONFLICT (name) DO NOTHING")
+            .execute(&mut *tx)
             .await
             .map_err(unavailable)?;
-        let current: Option<i64> =
-            sqlx::query_scalar("SELECT seq FROM relay_cursor WHERE name = 'webhooks'")
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(unavailable)?;
-        if current.unwrap_or(0) != expected {
+        let moved = sqlx::query("UPDATE relay_cursor SET seq = $1 WHERE name = 'webhooks' AND seq = $2")
+            .bind(to)
+            .bind(expected)
+            .execute(&mut *tx)
+            .await
+            .map_err(unavailable)?
+            .rows_affected();
+        if moved != 1 {
             return Ok(false);
         }
         for r in routes {
             sqlx::query(
                 "INSERT INTO deliveries (id, subscription_id, event_id, event_seq, attempt, status, created_ms, next_attempt_ms)
-                 VALUES (?, ?, ?, ?, 1, 'pending', ?, ?)",
+                 VALUES ($1, $2, $3, $4, 1, 'pending', $5, $6)",
             )
             .bind(capstan_core::ids::new_id())
             .bind(&r.subscription_id)
@@ -294,7 +295,7 @@ impl Store {
             .map_err(unavailable)?;
         }
         for seq in routed {
-            sqlx::query("UPDATE outbox SET routed_ms = COALESCE(routed_ms, ?) WHERE seq = ?")
+            sqlx::query("UPDATE outbox SET routed_ms = COALESCE(routed_ms, $1) WHERE seq = $2")
                 .bind(now)
                 .bind(seq)
                 .execute(&mut *tx)
@@ -303,17 +304,10 @@ impl Store {
         }
         // Every event the relay passed is published to this node's streams (they read the outbox).
         sqlx::query(
-            "UPDATE outbox SET stream_published_ms = COALESCE(stream_published_ms, ?) WHERE seq > ? AND seq <= ?",
+            "UPDATE outbox SET stream_published_ms = COALESCE(stream_published_ms, $1) WHERE seq > $2 AND seq <= $3",
         )
         .bind(now)
         .bind(expected)
-        .bind(to)
-        .execute(&mut *tx)
-        .await
-        .map_err(unavailable)?;
-        sqlx::query(
-            "INSERT INTO relay_cursor (name, seq) VALUES ('webhooks', ?) ON CONFLICT (name) DO UPDATE SET seq = excluded.seq",
-        )
         .bind(to)
         .execute(&mut *tx)
         .await
@@ -322,26 +316,41 @@ impl Store {
         Ok(true)
     }
 
-    /// Due attempts, at most one per subscription: the oldest pending event of each subscription
-    /// (so a subscriber gets an execution's events in order), if its time has come.
-    pub async fn due_deliveries(
+    /// Claims due attempts for this node until `lease_until`, at most one per subscription: the
+    /// oldest pending event of each subscription (so a subscriber gets an execution's events in
+    /// order), if its time has come and no other node holds it. An attempt is sent by the node
+    /// that claimed it; if that node dies, another claims it once the lease has run out.
+    pub async fn claim_deliveries(
         &self,
         now: Millis,
+        lease_until: Millis,
         limit: i64,
     ) -> Result<Vec<DeliveryRecord>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT d.* FROM deliveries d
-             WHERE d.status = 'pending' AND d.next_attempt_ms <= ?
-               AND d.event_seq = (SELECT MIN(p.event_seq) FROM deliveries p
-                                  WHERE p.subscription_id = d.subscription_id AND p.status = 'pending')
-             ORDER BY d.next_attempt_ms LIMIT ?",
-        )
-        .bind(now)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(unavailable)?;
-        Ok(rows.iter().map(delivery_row).collect())
+        let skip_locked = match self.backend() {
+            crate::Backend::Sqlite => "",
+            crate::Backend::Postgres => " FOR UPDATE SKIP LOCKED",
+        };
+        let sql = format!(
+            "UPDATE deliveries SET lease_owner = $1, lease_expires_ms = $2 WHERE id IN (
+               SELECT d.id FROM deliveries d
+               WHERE d.status = 'pending' AND d.next_attempt_ms <= $3
+                 AND (d.lease_expires_ms IS NULL OR d.lease_expires_ms < $3)
+                 AND d.event_seq = (SELECT MIN(p.event_seq) FROM deliveries p
+                                    WHERE p.subscription_id = d.subscription_id AND p.status = 'pending')
+               ORDER BY d.next_attempt_ms LIMIT $4{skip_locked})
+             RETURNING *"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(self.node_id())
+            .bind(lease_until)
+            .bind(now)
+            .bind(limit)
+            .fetch_all(&self.writer)
+            .await
+            .map_err(unavailable)?;
+        let mut due: Vec<DeliveryRecord> = rows.iter().map(delivery_row).collect();
+        due.sort_by_key(|d| d.next_attempt_ms);
+        Ok(due)
     }
 
     /// Records an attempt's result; `next` (attempt, at) queues the next attempt as a new row.
@@ -355,14 +364,10 @@ impl Store {
         dispatched_ms: Millis,
         next_at: Option<Millis>,
     ) -> Result<(), StoreError> {
-        let mut tx = self
-            .writer
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(unavailable)?;
-        sqlx::query(
-            "UPDATE deliveries SET status = ?, response_code = ?, last_error = ?, dispatched_ms = ?, next_attempt_ms = NULL
-             WHERE id = ? AND status = 'pending'",
+        let mut tx = self.begin_write().await.map_err(unavailable)?;
+        let finished = sqlx::query(
+            "UPDATE deliveries SET status = $1, response_code = $2, last_error = $3, dispatched_ms = $4, next_attempt_ms = NULL
+             WHERE id = $5 AND status = 'pending'",
         )
         .bind(status)
         .bind(response_code)
@@ -371,11 +376,17 @@ impl Store {
         .bind(&delivery.id)
         .execute(&mut *tx)
         .await
-        .map_err(unavailable)?;
+        .map_err(unavailable)?
+        .rows_affected();
+        if finished != 1 {
+            // Already recorded (a node whose lease ran out raced the one that took over, or the
+            // subscription was deleted meanwhile): the attempt's successor exists or is moot.
+            return Ok(());
+        }
         if let Some(at) = next_at {
             sqlx::query(
                 "INSERT INTO deliveries (id, subscription_id, event_id, event_seq, attempt, status, created_ms, next_attempt_ms)
-                 VALUES (?, ?, ?, ?, ?, 'pending', ?, ?)",
+                 VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7)",
             )
             .bind(capstan_core::ids::new_id())
             .bind(&delivery.subscription_id)
@@ -390,7 +401,7 @@ impl Store {
         }
         if status == "succeeded" {
             sqlx::query(
-                "UPDATE outbox SET dispatched_ms = COALESCE(dispatched_ms, ?) WHERE event_id = ?",
+                "UPDATE outbox SET dispatched_ms = COALESCE(dispatched_ms, $1) WHERE event_id = $2",
             )
             .bind(dispatched_ms)
             .bind(&delivery.event_id)
@@ -409,13 +420,9 @@ impl Store {
         event_id: &str,
         now: Millis,
     ) -> Result<Option<DeliveryRecord>, StoreError> {
-        let mut tx = self
-            .writer
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(unavailable)?;
+        let mut tx = self.begin_write().await.map_err(unavailable)?;
         let last = sqlx::query(
-            "SELECT * FROM deliveries WHERE subscription_id = ? AND event_id = ? ORDER BY attempt DESC LIMIT 1",
+            "SELECT * FROM deliveries WHERE subscription_id = $1 AND event_id = $2 ORDER BY attempt DESC LIMIT 1",
         )
         .bind(subscription_id)
         .bind(event_id)
@@ -431,7 +438,7 @@ impl Store {
         let id = capstan_core::ids::new_id();
         sqlx::query(
             "INSERT INTO deliveries (id, subscription_id, event_id, event_seq, attempt, status, created_ms, next_attempt_ms)
-             VALUES (?, ?, ?, ?, ?, 'pending', ?, ?)",
+             VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7)",
         )
         .bind(&id)
         .bind(subscription_id)
@@ -443,7 +450,7 @@ impl Store {
         .execute(&mut *tx)
         .await
         .map_err(unavailable)?;
-        let row = sqlx::query("SELECT * FROM deliveries WHERE id = ?")
+        let row = sqlx::query("SELECT * FROM deliveries WHERE id = $1")
             .bind(&id)
             .fetch_one(&mut *tx)
             .await
@@ -459,8 +466,8 @@ impl Store {
         n: i64,
     ) -> Result<Vec<String>, StoreError> {
         sqlx::query_scalar(
-            "SELECT status FROM deliveries WHERE subscription_id = ? AND status != 'pending'
-             ORDER BY dispatched_ms DESC LIMIT ?",
+            "SELECT status FROM deliveries WHERE subscription_id = $1 AND status != 'pending'
+             ORDER BY dispatched_ms DESC LIMIT $2",
         )
         .bind(subscription_id)
         .bind(n)
@@ -470,7 +477,7 @@ impl Store {
     }
 
     pub async fn outbox_event(&self, event_id: &str) -> Result<Option<OutboxRecord>, StoreError> {
-        let row = sqlx::query("SELECT * FROM outbox WHERE event_id = ?")
+        let row = sqlx::query("SELECT * FROM outbox WHERE event_id = $1")
             .bind(event_id)
             .fetch_optional(&self.pool)
             .await

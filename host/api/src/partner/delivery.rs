@@ -179,7 +179,7 @@ async fn attempt(
 /// The AAD the secret was sealed with (`booking-webhook:<partner id>`).
 async fn partner_of(state: &PartnerState, webhook_id: i64) -> anyhow::Result<String> {
     let (partner,): (String,) =
-        sqlx::query_as("SELECT partner_id FROM booking_webhooks WHERE id = ?")
+        sqlx::query_as("SELECT partner_id FROM booking_webhooks WHERE id = $1")
             .bind(webhook_id)
             .fetch_one(state.bookings.store().pool())
             .await?;

@@ -8,7 +8,7 @@ use sqlx::Row;
 impl SimulatedCloud {
     pub(super) async fn dns(
         &self,
-        tx: &mut sqlx::SqliteConnection,
+        tx: &mut sqlx::AnyConnection,
         op: &str,
         request: &Value,
     ) -> Result<Value, CapabilityError> {
@@ -35,7 +35,7 @@ impl SimulatedCloud {
                     .to_ascii_lowercase();
                 let id = zone_id_for(&name);
                 sqlx::query(
-                    "INSERT INTO sim_zones (id, name) VALUES (?, ?) ON CONFLICT (name) DO NOTHING",
+                    "INSERT INTO sim_zones (id, name) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
                 )
                 .bind(&id)
                 .bind(&name)
@@ -46,7 +46,7 @@ impl SimulatedCloud {
             }
             "dns.delete-zone" => {
                 let id = s(request, "zone_id");
-                let row = sqlx::query("DELETE FROM sim_zones WHERE id = ? RETURNING name")
+                let row = sqlx::query("DELETE FROM sim_zones WHERE id = $1 RETURNING name")
                     .bind(id)
                     .fetch_optional(&mut *tx)
                     .await
@@ -57,7 +57,7 @@ impl SimulatedCloud {
                         format!("no zone {id}"),
                     ));
                 };
-                sqlx::query("DELETE FROM sim_records WHERE zone_id = ?")
+                sqlx::query("DELETE FROM sim_records WHERE zone_id = $1")
                     .bind(id)
                     .execute(&mut *tx)
                     .await
@@ -66,7 +66,7 @@ impl SimulatedCloud {
             }
             "dns.list-records" => {
                 let rows = sqlx::query(
-                    "SELECT body FROM sim_records WHERE zone_id = ? AND name = ? ORDER BY type",
+                    "SELECT body FROM sim_records WHERE zone_id = $1 AND name = $2 ORDER BY type",
                 )
                 .bind(s(request, "zone_id"))
                 .bind(s(request, "name").to_ascii_lowercase())
@@ -82,7 +82,7 @@ impl SimulatedCloud {
             "dns.change-records" => {
                 let zone_id = s(request, "zone_id");
                 let exists: Option<String> =
-                    sqlx::query_scalar("SELECT name FROM sim_zones WHERE id = ?")
+                    sqlx::query_scalar("SELECT name FROM sim_zones WHERE id = $1")
                         .bind(zone_id)
                         .fetch_optional(&mut *tx)
                         .await
@@ -120,7 +120,7 @@ impl SimulatedCloud {
                         ));
                     }
                     let old: Option<String> = sqlx::query_scalar(
-                        "SELECT body FROM sim_records WHERE zone_id = ? AND name = ? AND type = ?",
+                        "SELECT body FROM sim_records WHERE zone_id = $1 AND name = $2 AND type = $3",
                     )
                     .bind(zone_id)
                     .bind(&name)
@@ -134,7 +134,7 @@ impl SimulatedCloud {
                     if upsert {
                         let mut body = set.clone();
                         body["name"] = Value::String(name.clone());
-                        sqlx::query("INSERT INTO sim_records (zone_id, name, type, body) VALUES (?, ?, ?, ?) ON CONFLICT (zone_id, name, type) DO UPDATE SET body = excluded.body")
+                        sqlx::query("INSERT INTO sim_records (zone_id, name, type, body) VALUES ($1, $2, $3, $4) ON CONFLICT (zone_id, name, type) DO UPDATE SET body = excluded.body")
                             .bind(zone_id)
                             .bind(&name)
                             .bind(ty)
@@ -149,7 +149,7 @@ impl SimulatedCloud {
                         ));
                     } else {
                         sqlx::query(
-                            "DELETE FROM sim_records WHERE zone_id = ? AND name = ? AND type = ?",
+                            "DELETE FROM sim_records WHERE zone_id = $1 AND name = $2 AND type = $3",
                         )
                         .bind(zone_id)
                         .bind(&name)
@@ -165,7 +165,7 @@ impl SimulatedCloud {
                         .replace('-', "")
                         .to_ascii_uppercase()
                 );
-                sqlx::query("INSERT INTO sim_changes (id, zone_id, submitted_ms, insync_ms) VALUES (?, ?, ?, ?)")
+                sqlx::query("INSERT INTO sim_changes (id, zone_id, submitted_ms, insync_ms) VALUES ($1, $2, $3, $4)")
                     .bind(&id)
                     .bind(zone_id)
                     .bind(now)
@@ -183,7 +183,7 @@ impl SimulatedCloud {
             "dns.get-change" => {
                 let id = s(request, "change_id");
                 let insync: Option<i64> =
-                    sqlx::query_scalar("SELECT insync_ms FROM sim_changes WHERE id = ?")
+                    sqlx::query_scalar("SELECT insync_ms FROM sim_changes WHERE id = $1")
                         .bind(id)
                         .fetch_optional(&mut *tx)
                         .await

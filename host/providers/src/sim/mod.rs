@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use capstan_core::{Capability, CapabilityError, Clock};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use sqlx::{Row, SqliteConnection, SqlitePool};
+use sqlx::{Row, AnyConnection, AnyPool};
 use std::sync::Arc;
 
 /// How the simulation behaves (`[simulator]` in the config file).
@@ -294,7 +294,7 @@ impl Seed {
 /// The simulated cloud on the engine's SQLite database.
 #[derive(Debug, Clone)]
 pub struct SimulatedCloud {
-    pool: SqlitePool,
+    pool: AnyPool,
     clock: Arc<dyn Clock>,
     settings: SimulationSettings,
 }
@@ -329,7 +329,7 @@ impl SimulatedCloud {
     /// `pool` must have Capstan's migrations applied and should be the store's single writer.
     /// On first start the simulation is seeded (`seed_file`, else the demo world).
     pub async fn new(
-        pool: SqlitePool,
+        pool: AnyPool,
         clock: Arc<dyn Clock>,
         settings: SimulationSettings,
     ) -> Result<Self, SeedError> {
@@ -365,11 +365,11 @@ impl SimulatedCloud {
 
     /// Adds a seed's objects to the simulation (existing objects of the same id are replaced).
     pub async fn seed(&self, seed: &Seed) -> Result<(), SeedError> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = capstan_store::begin_write(&self.pool).await?;
         let now = self.now();
         for zone in &seed.zones {
             let name = zone.trim_end_matches('.').to_ascii_lowercase();
-            sqlx::query("INSERT OR IGNORE INTO sim_zones (id, name) VALUES (?, ?)")
+            sqlx::query("INSERT INTO sim_zones (id, name) VALUES ($1, $2) ON CONFLICT DO NOTHING")
                 .bind(zone_id_for(&name))
                 .bind(&name)
                 .execute(&mut *tx)
@@ -385,7 +385,7 @@ impl SimulatedCloud {
             let zone = zone_id_for(&r.zone.to_ascii_lowercase());
             let name = r.name.to_ascii_lowercase();
             let body = json!({"name": name, "type_": ty, "ttl": r.ttl, "values": r.values, "alias_target": null});
-            let known: Option<String> = sqlx::query_scalar("SELECT id FROM sim_zones WHERE id = ?")
+            let known: Option<String> = sqlx::query_scalar("SELECT id FROM sim_zones WHERE id = $1")
                 .bind(&zone)
                 .fetch_optional(&mut *tx)
                 .await?;
@@ -395,7 +395,7 @@ impl SimulatedCloud {
                     r.name, r.zone
                 )));
             }
-            sqlx::query("INSERT OR REPLACE INTO sim_records (zone_id, name, type, body) VALUES (?, ?, ?, ?)")
+            sqlx::query("INSERT INTO sim_records (zone_id, name, type, body) VALUES ($1, $2, $3, $4) ON CONFLICT (zone_id, name, type) DO UPDATE SET body = excluded.body")
                 .bind(&zone)
                 .bind(&name)
                 .bind(ty)
@@ -512,7 +512,7 @@ impl SimulatedCloud {
     /// Which fault applies to this call, counting it when it has a budget.
     async fn fault(
         &self,
-        tx: &mut SqliteConnection,
+        tx: &mut AnyConnection,
         op: &str,
         request: &Value,
     ) -> Result<Option<FaultRule>, CapabilityError> {
@@ -523,8 +523,8 @@ impl SimulatedCloud {
             if let Some(times) = rule.times {
                 let key = rule.key(index);
                 let hits: i64 = sqlx::query_scalar(
-                    "INSERT INTO sim_fault_hits (rule, hits) VALUES (?, 1)
-                     ON CONFLICT (rule) DO UPDATE SET hits = hits + 1 RETURNING hits",
+                    "INSERT INTO sim_fault_hits (rule, hits) VALUES ($1, 1)
+                     ON CONFLICT (rule) DO UPDATE SET hits = sim_fault_hits.hits + 1 RETURNING hits",
                 )
                 .bind(&key)
                 .fetch_one(&mut *tx)
@@ -543,14 +543,12 @@ impl SimulatedCloud {
 #[async_trait]
 impl CapabilityProvider for SimulatedCloud {
     async fn call(&self, op: &str, request: &Value, token: &str) -> Result<Value, CapabilityError> {
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
+        let mut tx = capstan_store::begin_write(&self.pool)
             .await
             .map_err(unavailable)?;
         if !token.is_empty() {
             let done: Option<String> =
-                sqlx::query_scalar("SELECT response FROM sim_effects WHERE token = ?")
+                sqlx::query_scalar("SELECT response FROM sim_effects WHERE token = $1")
                     .bind(token)
                     .fetch_optional(&mut *tx)
                     .await
@@ -576,9 +574,7 @@ impl CapabilityProvider for SimulatedCloud {
                 }
                 None => {}
             }
-            tx = self
-                .pool
-                .begin_with("BEGIN IMMEDIATE")
+            tx = capstan_store::begin_write(&self.pool)
                 .await
                 .map_err(unavailable)?;
         }
@@ -598,7 +594,7 @@ impl CapabilityProvider for SimulatedCloud {
             }
         };
         if !token.is_empty() {
-            sqlx::query("INSERT INTO sim_effects (token, op, request, response, at_ms) VALUES (?, ?, ?, ?, ?)")
+            sqlx::query("INSERT INTO sim_effects (token, op, request, response, at_ms) VALUES ($1, $2, $3, $4, $5)")
                 .bind(token)
                 .bind(op)
                 .bind(request.to_string())
@@ -640,12 +636,12 @@ impl Seed {
 // The object store the services share: one JSON document per (kind, id).
 
 pub(crate) async fn get(
-    tx: &mut SqliteConnection,
+    tx: &mut AnyConnection,
     kind: &str,
     id: &str,
 ) -> Result<Option<Value>, sqlx::Error> {
     let body: Option<String> =
-        sqlx::query_scalar("SELECT body FROM sim_objects WHERE kind = ? AND id = ?")
+        sqlx::query_scalar("SELECT body FROM sim_objects WHERE kind = $1 AND id = $2")
             .bind(kind)
             .bind(id)
             .fetch_optional(&mut *tx)
@@ -654,12 +650,12 @@ pub(crate) async fn get(
 }
 
 pub(crate) async fn put(
-    tx: &mut SqliteConnection,
+    tx: &mut AnyConnection,
     kind: &str,
     id: &str,
     body: &Value,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query("INSERT OR REPLACE INTO sim_objects (kind, id, body) VALUES (?, ?, ?)")
+    sqlx::query("INSERT INTO sim_objects (kind, id, body) VALUES ($1, $2, $3) ON CONFLICT (kind, id) DO UPDATE SET body = excluded.body")
         .bind(kind)
         .bind(id)
         .bind(body.to_string())
@@ -669,11 +665,11 @@ pub(crate) async fn put(
 }
 
 pub(crate) async fn delete(
-    tx: &mut SqliteConnection,
+    tx: &mut AnyConnection,
     kind: &str,
     id: &str,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query("DELETE FROM sim_objects WHERE kind = ? AND id = ?")
+    sqlx::query("DELETE FROM sim_objects WHERE kind = $1 AND id = $2")
         .bind(kind)
         .bind(id)
         .execute(&mut *tx)
@@ -681,9 +677,9 @@ pub(crate) async fn delete(
     Ok(())
 }
 
-pub(crate) async fn list(tx: &mut SqliteConnection, kind: &str) -> Result<Vec<Value>, sqlx::Error> {
+pub(crate) async fn list(tx: &mut AnyConnection, kind: &str) -> Result<Vec<Value>, sqlx::Error> {
     let rows: Vec<String> =
-        sqlx::query_scalar("SELECT body FROM sim_objects WHERE kind = ? ORDER BY id")
+        sqlx::query_scalar("SELECT body FROM sim_objects WHERE kind = $1 ORDER BY id")
             .bind(kind)
             .fetch_all(&mut *tx)
             .await?;

@@ -5,7 +5,7 @@ use super::{SimulatedCloud, delete, get, list, put, s, unavailable};
 use capstan_core::CapabilityError;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use sqlx::SqliteConnection;
+use sqlx::AnyConnection;
 
 type Answer = Result<Value, CapabilityError>;
 
@@ -76,7 +76,7 @@ fn validation_record(name: &str) -> Value {
 impl SimulatedCloud {
     pub(super) async fn registrar(
         &self,
-        tx: &mut SqliteConnection,
+        tx: &mut AnyConnection,
         op: &str,
         request: &Value,
     ) -> Answer {
@@ -124,7 +124,7 @@ impl SimulatedCloud {
     /// distributions that use it.
     pub(super) async fn certificate_view(
         &self,
-        tx: &mut SqliteConnection,
+        tx: &mut AnyConnection,
         mut cert: Value,
     ) -> Result<Value, sqlx::Error> {
         let arn = s(&cert, "arn").to_owned();
@@ -139,7 +139,7 @@ impl SimulatedCloud {
                 .unwrap_or_default()
             {
                 let bodies: Vec<String> = sqlx::query_scalar(
-                    "SELECT body FROM sim_records WHERE name = ? AND type = 'Cname'",
+                    "SELECT body FROM sim_records WHERE name = $1 AND type = 'Cname'",
                 )
                 .bind(s(&record, "name"))
                 .fetch_all(&mut *tx)
@@ -173,7 +173,7 @@ impl SimulatedCloud {
         Ok(cert)
     }
 
-    async fn certificate(&self, tx: &mut SqliteConnection, arn: &str) -> Answer {
+    async fn certificate(&self, tx: &mut AnyConnection, arn: &str) -> Answer {
         let cert = get(tx, "certificate", arn)
             .await
             .map_err(unavailable)?
@@ -183,7 +183,7 @@ impl SimulatedCloud {
 
     pub(super) async fn certificates(
         &self,
-        tx: &mut SqliteConnection,
+        tx: &mut AnyConnection,
         op: &str,
         request: &Value,
     ) -> Answer {
@@ -259,7 +259,7 @@ impl SimulatedCloud {
     /// cover them.
     async fn check_spec(
         &self,
-        tx: &mut SqliteConnection,
+        tx: &mut AnyConnection,
         spec: &Value,
         own: Option<&str>,
     ) -> Result<(), CapabilityError> {
@@ -303,7 +303,7 @@ impl SimulatedCloud {
 
     async fn distribution(
         &self,
-        tx: &mut SqliteConnection,
+        tx: &mut AnyConnection,
         id: &str,
     ) -> Result<Value, CapabilityError> {
         get(tx, "distribution", id)
@@ -312,7 +312,7 @@ impl SimulatedCloud {
             .ok_or_else(|| not_found(format!("distribution {id}")))
     }
 
-    pub(super) async fn cdn(&self, tx: &mut SqliteConnection, op: &str, request: &Value) -> Answer {
+    pub(super) async fn cdn(&self, tx: &mut AnyConnection, op: &str, request: &Value) -> Answer {
         let deploy_at = self.now() + self.settings.cdn_deploy_ms;
         match op {
             "cdn.find-distribution-by-alias" => {
@@ -376,7 +376,7 @@ impl SimulatedCloud {
 
     pub(super) async fn maps(
         &self,
-        tx: &mut SqliteConnection,
+        tx: &mut AnyConnection,
         op: &str,
         request: &Value,
     ) -> Answer {
@@ -428,7 +428,7 @@ impl SimulatedCloud {
 
     pub(super) async fn functions(
         &self,
-        tx: &mut SqliteConnection,
+        tx: &mut AnyConnection,
         op: &str,
         request: &Value,
     ) -> Answer {
@@ -525,7 +525,7 @@ impl SimulatedCloud {
 
     pub(super) async fn ticketing(
         &self,
-        tx: &mut SqliteConnection,
+        tx: &mut AnyConnection,
         op: &str,
         request: &Value,
     ) -> Answer {
