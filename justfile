@@ -21,6 +21,8 @@ setup:
     # schemathesis (`st`) fuzzes the live server from /v1/openapi.json (tests/tests/openapi.rs).
     python3 -c 'import schemathesis' 2>/dev/null && command -v st >/dev/null \
         || python3 -m pip install --quiet --disable-pip-version-check 'schemathesis==4.32.5'
+    # pyenv only puts a new console script (`st`) on PATH after a rehash.
+    if command -v pyenv >/dev/null 2>&1; then pyenv rehash; fi
 
 # Build every guest component (release) and copy it where the host looks:
 # workflows → target/workflows/<name>.wasm, fulfilment steps (workflows/steps/*) → target/steps/<name>.wasm,

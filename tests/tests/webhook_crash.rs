@@ -18,7 +18,7 @@ async fn every_event_is_delivered_at_least_once_in_order_across_sigkills() {
     let receiver = WebhookReceiver::start(dir.path(), "500,500,503");
     let home = home_with(
         &["guest-fixtures/fixture-steps.wasm"],
-        "lease_ms = 2000\n[grants]\nfixture-steps = [\"dns\", \"convergence\"]\n[simulator]\ndns_propagation_ms = 0\n[webhooks]\nallow_loopback = true\nallow_http = true\nretry_schedule_ms = [50, 50, 50, 50]\n",
+        "lease_ms = 2000\n[grants]\nfixture-steps = [\"dns\", \"convergence\"]\n[simulator]\ndns_propagation_ms = 0\n[webhooks]\nallow_loopback = true\nallow_http = true\nretry_schedule_ms = [50, 50, 50, 50]\ntimeout_ms = 2000\n",
     );
     let key = key_for(
         home.path(),
