@@ -88,8 +88,26 @@ run: build
     echo "just run: try  curl -s -H \"Partner-Auth: $pk\" 'localhost:8080/api/public/v2/products/?cityCode=ROME&limit=2'" >&2
     exec $bin serve
 
-# Every test: guest harness tests (native), host unit and integration tests, end-to-end tests.
-test: build-guests
+# PostgreSQL for the tests (idempotent): installs Debian's server if missing, trusts 127.0.0.1, starts it, creates database `test`.
+postgres:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    url="${CAPSTAN_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}"
+    if command -v psql >/dev/null 2>&1 && psql "$url" -qtAc 'SELECT 1' >/dev/null 2>&1; then exit 0; fi
+    if ! command -v pg_ctlcluster >/dev/null 2>&1; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+    fi
+    version=$(ls /etc/postgresql | sort -n | tail -n1)
+    hba=/etc/postgresql/$version/main/pg_hba.conf
+    grep -q 'capstan-test' "$hba" || sed -i '1i host all all 127.0.0.1/32 trust # capstan-test' "$hba"
+    pg_ctlcluster --skip-systemctl-redirect "$version" main start 2>/dev/null \
+        || pg_ctlcluster --skip-systemctl-redirect "$version" main reload
+    for _ in $(seq 30); do pg_isready -h 127.0.0.1 -p 5432 -q && break; sleep 1; done
+    runuser -u postgres -- psql -qc 'CREATE DATABASE test' 2>/dev/null || true
+    psql "$url" -qtAc 'SELECT 1' >/dev/null
+
+# Every test: guest harness tests, host unit/integration and end-to-end tests on SQLite, then the PostgreSQL pass.
+test: build-guests postgres
     (cd workflows && cargo test --quiet --target {{host_triple}})
     for m in examples/*/Cargo.toml; do (cd "$(dirname "$m")" && CARGO_TARGET_DIR=../../workflows/target cargo test --quiet --target {{host_triple}}); done
     (cd guest-sdk && CARGO_TARGET_DIR=../workflows/target cargo test --quiet --target {{host_triple}})
@@ -97,6 +115,20 @@ test: build-guests
     python3 examples/catalog/check.py examples/catalog/demo.json
     cargo build --quiet -p capstan
     cargo test --workspace --quiet
+    just test-postgres
+
+# Every suite again on PostgreSQL (a schema per test), plus the multi-node tests (tests/tests/cluster.rs).
+test-postgres: postgres
+    #!/usr/bin/env bash
+    set -euo pipefail
+    url="${CAPSTAN_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}"
+    for schema in $(psql "$url" -qtAc "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'capstan\_t\_%'"); do
+        psql "$url" -qc "DROP SCHEMA $schema CASCADE" >/dev/null
+    done
+    cargo build --quiet -p capstan
+    # The whole workspace, so features unify as in the SQLite pass (no second build of the
+    # dependencies); the tests that do not touch storage are quick and run again harmlessly.
+    CAPSTAN_TEST_DATABASE=postgres cargo test --workspace --quiet -- --include-ignored
 
 # Formatting and clippy (warnings denied) on the host and the guests.
 lint: setup

@@ -1,6 +1,6 @@
-//! Subscription routes when their storage is unavailable: another process holds the SQLite
-//! database's write lock past the busy timeout, so writes fail; the API answers 503 in the
-//! documented error shape and nothing changes.
+//! Subscription and booking routes when their storage is unavailable: another process holds the
+//! database's write lock (SQLite) or locks the tables (PostgreSQL) past the server's busy/lock
+//! timeout, so writes fail; the API answers 503 in the documented error shape and nothing changes.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use capstan_e2e::{OLD_SECRET, Server, home_with, key_for};
@@ -10,15 +10,36 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 
 /// Another process takes the database's write lock and holds it until a line arrives on its stdin.
-fn hold_write_lock(db: &std::path::Path) -> std::process::Child {
-    let mut locker = Command::new("python3")
-        .arg("-c")
-        .arg("import sqlite3, sys\ncon = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)\ncon.execute('BEGIN EXCLUSIVE')\nprint('locked', flush=True)\nsys.stdin.readline()\ncon.execute('ROLLBACK')\n")
-        .arg(db)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("python3");
+/// SQLite: an exclusive transaction (past the server's 5 s busy timeout). PostgreSQL: `psql` locks
+/// the tables these tests write in EXCLUSIVE mode (reads go on; writes wait past the server's
+/// 5 s `lock_timeout`).
+fn hold_write_lock(home: &std::path::Path) -> std::process::Child {
+    let url = capstan_e2e::database_url(home);
+    let mut locker = if let Some(path) = url.strip_prefix("sqlite://") {
+        Command::new("python3")
+            .arg("-c")
+            .arg("import sqlite3, sys\ncon = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)\ncon.execute('BEGIN EXCLUSIVE')\nprint('locked', flush=True)\nsys.stdin.readline()\ncon.execute('ROLLBACK')\n")
+            .arg(path)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3")
+    } else {
+        let (server, query) = url.split_once('?').unwrap();
+        let schema = query.split("options[search_path]=").nth(1).unwrap();
+        let mut psql = Command::new("psql")
+            .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", server])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("psql");
+        write!(
+            psql.stdin.as_mut().unwrap(),
+            "SET search_path TO {schema};\nBEGIN;\nLOCK TABLE subscriptions, api_keys, audit_logs, bookings, slot_usage, booking_events IN EXCLUSIVE MODE;\n\\echo locked\n"
+        )
+        .unwrap();
+        psql
+    };
     let mut line = String::new();
     BufReader::new(locker.stdout.take().unwrap())
         .read_line(&mut line)
@@ -51,8 +72,7 @@ async fn subscription_writes_answer_503_while_storage_is_unavailable_and_change_
         .unwrap();
     assert_eq!(first.status(), StatusCode::CREATED);
 
-    let db = home.path().join("capstan.db");
-    let mut locker = hold_write_lock(&db);
+    let mut locker = hold_write_lock(home.path());
 
     let refused = c
         .post(&url)
@@ -140,8 +160,7 @@ async fn booking_writes_answer_503_while_storage_is_unavailable() {
         .await
         .unwrap();
     let slot = inventory["items"][0]["id"].as_str().unwrap().to_owned();
-    let db = home.path().join("capstan.db");
-    let mut locker = hold_write_lock(&db);
+    let mut locker = hold_write_lock(home.path());
     let body = json!({"productId": "1002", "variantId": "5003", "inventoryId": slot,
         "customersDetails": {"count": 1, "customers": [{"personType": "ADULT", "isPrimary": true}]},
         "price": {"amount": 30.0, "currencyCode": "EUR"}});

@@ -120,7 +120,7 @@ impl Store {
 
     pub async fn grant(&self, principal_id: &str, permission: &str) -> Result<(), sqlx::Error> {
         sqlx::query(
-            "INSERT OR IGNORE INTO principal_grants (principal_id, permission) VALUES ($1, $2)",
+            "INSERT INTO principal_grants (principal_id, permission) VALUES ($1, $2) ON CONFLICT DO NOTHING",
         )
         .bind(principal_id)
         .bind(permission)

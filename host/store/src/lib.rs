@@ -173,7 +173,16 @@ impl Store {
     }
 
     async fn connect_postgres(url: &str) -> Result<Self, StoreError> {
+        // A statement waits at most 5 s for a lock (as SQLite's busy timeout), then fails with
+        // 55P03 and the request answers 503 instead of hanging.
         let pool = AnyPoolOptions::new()
+            .after_connect(|conn, _| {
+                Box::pin(async move {
+                    use sqlx::Executor as _;
+                    conn.execute("SET lock_timeout = '5s'").await?;
+                    Ok(())
+                })
+            })
             .max_connections(16)
             .acquire_timeout(Duration::from_secs(10))
             .connect(url)
@@ -322,6 +331,8 @@ pub fn is_unavailable(e: &sqlx::Error) -> bool {
                 || code.starts_with("40")
                 || code.starts_with("53")
                 || code.starts_with("57P")
+                // 55P03: a lock not granted within `lock_timeout`.
+                || code == "55P03"
         }),
         sqlx::Error::PoolTimedOut
         | sqlx::Error::PoolClosed
