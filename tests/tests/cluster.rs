@@ -11,7 +11,9 @@
 //!   recovers by itself; work in flight finishes.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use capstan_e2e::{OLD_SECRET, Server, WebhookReceiver, database, database_url, home_with, key_for};
+use capstan_e2e::{
+    OLD_SECRET, Server, WebhookReceiver, database, database_url, home_with, key_for,
+};
 use reqwest::Client;
 use serde_json::{Value, json};
 use sqlx::Row;
@@ -53,12 +55,12 @@ fn follow_stream(base: String, key: String) -> Arc<Mutex<Vec<(i64, String)>>> {
                     id = v.trim().parse().ok();
                 } else if let Some(v) = line.strip_prefix("data:") {
                     data = serde_json::from_str(v.trim()).ok();
-                } else if line.is_empty() {
-                    if let (Some(i), Some(d)) = (id.take(), data.take()) {
-                        out.lock()
-                            .unwrap()
-                            .push((i, d["eventId"].as_str().unwrap_or_default().to_owned()));
-                    }
+                } else if line.is_empty()
+                    && let (Some(i), Some(d)) = (id.take(), data.take())
+                {
+                    out.lock()
+                        .unwrap()
+                        .push((i, d["eventId"].as_str().unwrap_or_default().to_owned()));
                 }
             }
         }
@@ -108,9 +110,7 @@ async fn three_nodes_share_the_work_and_survive_a_sigkill() {
         "ops",
         &["workflows:fixture-steps", "subscriptions:manage"],
     );
-    let mut nodes: Vec<Option<Server>> = (0..3)
-        .map(|_| Some(Server::start(home.path())))
-        .collect();
+    let mut nodes: Vec<Option<Server>> = (0..3).map(|_| Some(Server::start(home.path()))).collect();
     let base = |nodes: &[Option<Server>], i: usize| nodes[i].as_ref().unwrap().base.clone();
     let c = Client::new();
     let created = c
@@ -129,7 +129,15 @@ async fn three_nodes_share_the_work_and_survive_a_sigkill() {
     for round in 0..5 {
         for n in 0..6 {
             let target = if nodes[2].is_some() { 1 + n % 2 } else { 1 };
-            ids.push(trigger(&c, &base(&nodes, target), &key, &format!("cluster-{round}-{n}")).await);
+            ids.push(
+                trigger(
+                    &c,
+                    &base(&nodes, target),
+                    &key,
+                    &format!("cluster-{round}-{n}"),
+                )
+                .await,
+            );
         }
         tokio::time::sleep(Duration::from_millis(150)).await;
         if round == 1 {
@@ -160,10 +168,19 @@ async fn three_nodes_share_the_work_and_survive_a_sigkill() {
     let db = database(home.path()).await;
     let count = |sql: &'static str| {
         let db = db.clone();
-        async move { sqlx::query_scalar::<_, i64>(sql).fetch_one(&db).await.unwrap() }
+        async move {
+            sqlx::query_scalar::<_, i64>(sql)
+                .fetch_one(&db)
+                .await
+                .unwrap()
+        }
     };
     let receipts = count("SELECT COUNT(*) FROM receipts").await;
-    assert_eq!(receipts, (ids.len() * STAGES) as i64, "one receipt per change");
+    assert_eq!(
+        receipts,
+        (ids.len() * STAGES) as i64,
+        "one receipt per change"
+    );
     assert_eq!(
         count("SELECT COUNT(*) FROM sim_effects").await,
         receipts,
@@ -208,10 +225,7 @@ async fn three_nodes_share_the_work_and_survive_a_sigkill() {
         .unwrap()
     {
         if TYPES.contains(&row.get::<String, _>(2).as_str()) {
-            expected
-                .entry(row.get(0))
-                .or_default()
-                .push(row.get(1));
+            expected.entry(row.get(0)).or_default().push(row.get(1));
         }
     }
     let mut got = Vec::new();
@@ -222,12 +236,19 @@ async fn three_nodes_share_the_work_and_survive_a_sigkill() {
             .filter(|e| e["answered"] == 200)
             .map(|e| e["eventId"].as_str().unwrap())
             .collect();
-        if expected.values().flatten().all(|id| accepted.contains(id.as_str())) {
+        if expected
+            .values()
+            .flatten()
+            .all(|id| accepted.contains(id.as_str()))
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(got.iter().all(|e| e["verifiedWith"] == json!([0])), "every delivery verifies");
+    assert!(
+        got.iter().all(|e| e["verifiedWith"] == json!([0])),
+        "every delivery verifies"
+    );
     for (execution, events) in &expected {
         let mut firsts: Vec<&str> = Vec::new();
         for e in got
@@ -297,18 +318,19 @@ async fn a_node_rides_out_a_database_outage() {
     // Point the node at the proxy instead of PostgreSQL itself.
     let direct = database_url(home.path());
     let url = url::Url::parse(&direct).unwrap();
-    let upstream = format!(
-        "{}:{}",
-        url.host_str().unwrap(),
-        url.port().unwrap_or(5432)
-    );
+    let upstream = format!("{}:{}", url.host_str().unwrap(), url.port().unwrap_or(5432));
     let proxy = CuttableProxy::start(upstream.clone()).await;
     let proxied = direct.replacen(&upstream, &format!("127.0.0.1:{}", proxy.port), 1);
     std::fs::write(home.path().join("database-url"), &proxied).unwrap();
     let server = Server::start(home.path());
     let c = Client::new();
     let ready = |c: Client, base: String| async move {
-        c.get(format!("{base}/readyz")).send().await.unwrap().status().as_u16()
+        c.get(format!("{base}/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
     };
     assert_eq!(ready(c.clone(), server.base.clone()).await, 200);
     let before = trigger(&c, &server.base, &key, "before-outage").await;
@@ -331,7 +353,11 @@ async fn a_node_rides_out_a_database_outage() {
         .send()
         .await
         .unwrap();
-    assert_eq!(during.status(), 503, "writes answer 503 while the database is away");
+    assert_eq!(
+        during.status(),
+        503,
+        "writes answer 503 while the database is away"
+    );
     let body: Value = during.json().await.unwrap();
     assert_eq!(body["error"], "unavailable", "{body}");
     tokio::time::sleep(Duration::from_secs(3)).await;

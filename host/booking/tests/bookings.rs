@@ -33,9 +33,10 @@ struct World {
 
 async fn world() -> World {
     let dir = tempfile::tempdir().unwrap();
-    let store = capstan_store::Store::open(&capstan_store::testing::fresh_database_url(dir.path()).await)
-        .await
-        .unwrap();
+    let store =
+        capstan_store::Store::open(&capstan_store::testing::fresh_database_url(dir.path()).await)
+            .await
+            .unwrap();
     let clock = ManualClock::new(START);
     let bookings = Bookings::new(store, Arc::new(clock.clone()), BookingConfig::default());
     bookings.import_catalog(&catalog_text()).await.unwrap();

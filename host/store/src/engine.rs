@@ -533,14 +533,14 @@ impl EngineStore for Store {
             }
         };
         let rows = sqlx::query(sql)
-        .bind(owner)
-        .bind(now_ms + lease_ms)
-        .bind(now_ms)
-        .bind(now_ms)
-        .bind(limit)
-        .fetch_all(&self.writer)
-        .await
-        .map_err(unavailable)?;
+            .bind(owner)
+            .bind(now_ms + lease_ms)
+            .bind(now_ms)
+            .bind(now_ms)
+            .bind(limit)
+            .fetch_all(&self.writer)
+            .await
+            .map_err(unavailable)?;
         rows.iter().map(run_row).collect()
     }
 

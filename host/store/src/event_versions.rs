@@ -64,12 +64,13 @@ impl Store {
         event_type: &str,
         event_version: &str,
     ) -> Result<Option<EventVersionRecord>, sqlx::Error> {
-        let r =
-            sqlx::query("SELECT * FROM event_versions WHERE event_type = $1 AND event_version = $2")
-                .bind(event_type)
-                .bind(event_version)
-                .fetch_optional(&self.pool)
-                .await?;
+        let r = sqlx::query(
+            "SELECT * FROM event_versions WHERE event_type = $1 AND event_version = $2",
+        )
+        .bind(event_type)
+        .bind(event_version)
+        .fetch_optional(&self.pool)
+        .await?;
         Ok(r.as_ref().map(row))
     }
 
@@ -113,12 +114,13 @@ impl Store {
         now_ms: i64,
     ) -> Result<ArchiveOutcome, sqlx::Error> {
         let mut tx = self.writer.begin().await?;
-        let stored =
-            sqlx::query("SELECT * FROM event_versions WHERE event_type = $1 AND event_version = $2")
-                .bind(&code.event_type)
-                .bind(&code.event_version)
-                .fetch_optional(&mut *tx)
-                .await?;
+        let stored = sqlx::query(
+            "SELECT * FROM event_versions WHERE event_type = $1 AND event_version = $2",
+        )
+        .bind(&code.event_type)
+        .bind(&code.event_version)
+        .fetch_optional(&mut *tx)
+        .await?;
         let current = stored.as_ref().map(row).unwrap_or_else(|| code.clone());
         if current.state != "deprecated" {
             tx.rollback().await?;

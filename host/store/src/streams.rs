@@ -2,8 +2,8 @@
 //! writer on SQLite, the outbox lock on PostgreSQL — see `engine::outbox_lock`), filtered; and
 //! single-use stream tokens.
 
-use crate::{Sql, Store};
 use crate::engine::{outbox_row, unavailable};
+use crate::{Sql, Store};
 use capstan_core::store::{Millis, OutboxRecord, StoreError};
 
 /// Which events a stream carries. `workflows` is already narrowed to the caller's entitlements.

@@ -269,13 +269,14 @@ impl Store {
             .execute(&mut *tx)
             .await
             .map_err(unavailable)?;
-        let moved = sqlx::query("UPDATE relay_cursor SET seq = $1 WHERE name = 'webhooks' AND seq = $2")
-            .bind(to)
-            .bind(expected)
-            .execute(&mut *tx)
-            .await
-            .map_err(unavailable)?
-            .rows_affected();
+        let moved =
+            sqlx::query("UPDATE relay_cursor SET seq = $1 WHERE name = 'webhooks' AND seq = $2")
+                .bind(to)
+                .bind(expected)
+                .execute(&mut *tx)
+                .await
+                .map_err(unavailable)?
+                .rows_affected();
         if moved != 1 {
             return Ok(false);
         }

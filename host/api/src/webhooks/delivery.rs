@@ -104,7 +104,8 @@ async fn dispatch(state: &ApiState) -> anyhow::Result<usize> {
     // Each attempt is claimed by this node for its time limit plus 2 s: no other node
     // sends it meanwhile, and if this node dies another sends it once the lease has passed.
     let now = state.now();
-    let lease_until = now + i64::try_from(state.webhooks.timeout_ms).unwrap_or(i64::MAX / 4) + 2_000;
+    let lease_until =
+        now + i64::try_from(state.webhooks.timeout_ms).unwrap_or(i64::MAX / 4) + 2_000;
     let due = state.store.claim_deliveries(now, lease_until, 32).await?;
     let mut tasks = tokio::task::JoinSet::new();
     for delivery in due {

@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use capstan_core::{Capability, CapabilityError, Clock};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use sqlx::{Row, AnyConnection, AnyPool};
+use sqlx::{AnyConnection, AnyPool, Row};
 use std::sync::Arc;
 
 /// How the simulation behaves (`[simulator]` in the config file).
@@ -385,10 +385,11 @@ impl SimulatedCloud {
             let zone = zone_id_for(&r.zone.to_ascii_lowercase());
             let name = r.name.to_ascii_lowercase();
             let body = json!({"name": name, "type_": ty, "ttl": r.ttl, "values": r.values, "alias_target": null});
-            let known: Option<String> = sqlx::query_scalar("SELECT id FROM sim_zones WHERE id = $1")
-                .bind(&zone)
-                .fetch_optional(&mut *tx)
-                .await?;
+            let known: Option<String> =
+                sqlx::query_scalar("SELECT id FROM sim_zones WHERE id = $1")
+                    .bind(&zone)
+                    .fetch_optional(&mut *tx)
+                    .await?;
             if known.is_none() {
                 return Err(SeedError::Invalid(format!(
                     "record {}: zone {} is not in the seed's zones",

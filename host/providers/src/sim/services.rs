@@ -374,12 +374,7 @@ impl SimulatedCloud {
         }
     }
 
-    pub(super) async fn maps(
-        &self,
-        tx: &mut AnyConnection,
-        op: &str,
-        request: &Value,
-    ) -> Answer {
+    pub(super) async fn maps(&self, tx: &mut AnyConnection, op: &str, request: &Value) -> Answer {
         if op == "maps.list-keys" {
             return list(tx, "maps-key")
                 .await
