@@ -1,8 +1,10 @@
 //! `capstan bench`: measurements that back BENCHMARKS.md. Run on a release build (`just bench`).
 //!
-//! This first part measures the runtime: compile vs cached load of each component in the
-//! workflows directory, and instantiate + call of the hello workflow. Results are printed as a
-//! table and written to `target/bench/results.json`.
+//! Sections ([`Section`]; `--only SECTION` runs one): the runtime (compile vs cached load of each
+//! component in the workflows directory, instantiate + call of the hello workflow), the engine
+//! (10-stage executions on SQLite), booking creates (`booking_bench`), and fan-out (SSE clients
+//! and webhook deliveries against a spawned `capstan serve`, `bench_fanout`). Results are printed
+//! as a table and written to `target/bench/results.json` (only the sections that ran).
 
 use async_trait::async_trait;
 use capstan_core::CapabilityGrants;
@@ -64,11 +66,31 @@ struct EngineRun {
 
 #[derive(Debug, Serialize)]
 struct Results {
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     components: Vec<ComponentLoad>,
-    hello_instantiate_and_call: Latency,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hello_instantiate_and_call: Option<Latency>,
     /// Booking creates on contended slots (`booking_bench`).
-    booking: serde_json::Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    booking: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     engine_ten_stages_sqlite: Vec<EngineRun>,
+    /// SSE fan-out and webhook deliveries (`bench_fanout`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fanout: Option<crate::bench_fanout::FanoutResults>,
+}
+
+/// A part of the bench, for `capstan bench --only`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Section {
+    /// Compile vs cached load of each component; instantiate + call of hello.
+    Runtime,
+    /// 10-stage executions on SQLite, 32 workers and 1.
+    Engine,
+    /// Booking creates on contended slots.
+    Booking,
+    /// SSE fan-out and webhook deliveries against a spawned `capstan serve`.
+    Fanout,
 }
 
 /// Ten-stage executions on a fresh SQLite file with the simulated cloud at zero latency: the
@@ -240,8 +262,64 @@ fn latency(mut samples: Vec<Duration>) -> Latency {
     }
 }
 
-/// Runs the runtime benchmarks on the components of `workflows`.
-pub async fn run(workflows: &Path, quick: bool) -> anyhow::Result<()> {
+/// Runs the benchmarks on the components of `workflows`: every section, or only `only`.
+pub async fn run(workflows: &Path, quick: bool, only: Option<Section>) -> anyhow::Result<()> {
+    let runs = |section: Section| only.is_none_or(|o| o == section);
+    let (components, hello) = if runs(Section::Runtime) {
+        let (components, samples) = runtime(workflows, quick).await?;
+        (components, Some(latency(samples)))
+    } else {
+        (Vec::new(), None)
+    };
+    let fixture = Path::new("target/guest-fixtures/fixture-steps.wasm");
+    let mut engine_runs = Vec::new();
+    if runs(Section::Engine) {
+        if fixture.is_file() {
+            let n = if quick { 100 } else { 2_000 };
+            for concurrency in [32, 1] {
+                let executions = if concurrency == 1 { n / 4 } else { n };
+                engine_runs.push(engine_run(fixture, executions, concurrency).await?);
+            }
+        } else {
+            println!(
+                "(skipping the engine benchmark: {} is missing; run `just build-guests`)",
+                fixture.display()
+            );
+        }
+    }
+    let booking = if runs(Section::Booking) {
+        Some(crate::booking_bench::run(quick).await?)
+    } else {
+        None
+    };
+    let fanout = if runs(Section::Fanout) {
+        Some(crate::bench_fanout::run(workflows, quick).await?)
+    } else {
+        None
+    };
+    let results = Results {
+        components,
+        hello_instantiate_and_call: hello,
+        engine_ten_stages_sqlite: engine_runs,
+        booking,
+        fanout,
+    };
+    print_table(&results);
+    let out = Path::new("target/bench");
+    std::fs::create_dir_all(out)?;
+    std::fs::write(
+        out.join("results.json"),
+        serde_json::to_string_pretty(&results)?,
+    )?;
+    println!("wrote target/bench/results.json");
+    Ok(())
+}
+
+/// Compile vs cached load of each component, and `iterations` instantiate + call of hello.
+async fn runtime(
+    workflows: &Path,
+    quick: bool,
+) -> anyhow::Result<(Vec<ComponentLoad>, Vec<Duration>)> {
     let iterations = if quick { 1_000 } else { 10_000 };
     let cache = tempfile::tempdir()?;
     let grants: CapabilityGrants = crate::config::default_grants();
@@ -302,32 +380,16 @@ pub async fn run(workflows: &Path, quick: bool) -> anyhow::Result<()> {
             "hello failed: {activation:?}"
         );
     }
-    let fixture = Path::new("target/guest-fixtures/fixture-steps.wasm");
-    let mut engine_runs = Vec::new();
-    if fixture.is_file() {
-        let n = if quick { 100 } else { 2_000 };
-        for concurrency in [32, 1] {
-            let executions = if concurrency == 1 { n / 4 } else { n };
-            engine_runs.push(engine_run(fixture, executions, concurrency).await?);
-        }
-    } else {
+    Ok((components, samples))
+}
+
+fn print_table(results: &Results) {
+    if !results.components.is_empty() {
         println!(
-            "(skipping the engine benchmark: {} is missing; run `just build-guests`)",
-            fixture.display()
+            "{:<26} {:>9} {:>12} {:>15}",
+            "component", "KiB", "compile ms", "cached load ms"
         );
     }
-    let booking = crate::booking_bench::run(quick).await?;
-    let results = Results {
-        components,
-        hello_instantiate_and_call: latency(samples),
-        engine_ten_stages_sqlite: engine_runs,
-        booking,
-    };
-
-    println!(
-        "{:<26} {:>9} {:>12} {:>15}",
-        "component", "KiB", "compile ms", "cached load ms"
-    );
     for c in &results.components {
         println!(
             "{:<26} {:>9.0} {:>12.1} {:>15.2}",
@@ -337,11 +399,12 @@ pub async fn run(workflows: &Path, quick: bool) -> anyhow::Result<()> {
             c.cached_load_ms
         );
     }
-    let l = &results.hello_instantiate_and_call;
-    println!(
-        "hello instantiate + call: median {:.1} µs, p99 {:.1} µs, mean {:.1} µs over {} iterations",
-        l.median_us, l.p99_us, l.mean_us, l.iterations
-    );
+    if let Some(l) = &results.hello_instantiate_and_call {
+        println!(
+            "hello instantiate + call: median {:.1} µs, p99 {:.1} µs, mean {:.1} µs over {} iterations",
+            l.median_us, l.p99_us, l.mean_us, l.iterations
+        );
+    }
     for r in &results.engine_ten_stages_sqlite {
         println!(
             "engine, 10-stage on SQLite, {} workers: {} executions, {:.0} executions/s, trigger→terminal p50 {:.1} ms, p99 {:.1} ms",
@@ -368,12 +431,36 @@ pub async fn run(workflows: &Path, quick: bool) -> anyhow::Result<()> {
             );
         }
     }
-    let out = Path::new("target/bench");
-    std::fs::create_dir_all(out)?;
-    std::fs::write(
-        out.join("results.json"),
-        serde_json::to_string_pretty(&results)?,
-    )?;
-    println!("wrote target/bench/results.json");
-    Ok(())
+    if let Some(f) = &results.fanout {
+        println!(
+            "{:<32} {:>8} {:>12} {:>12} {:>10} {:>10}",
+            "fan-out", "clients", "events", "events/s", "p50 ms", "p99 ms"
+        );
+        for s in &f.sse {
+            println!(
+                "{:<32} {:>8} {:>12} {:>12.0} {:>10.1} {:>10.1}",
+                "SSE, occurredAt→client",
+                s.clients,
+                s.events_delivered,
+                s.events_delivered_per_second,
+                s.latency_p50_ms,
+                s.latency_p99_ms
+            );
+        }
+        println!(
+            "{:<32} {:>8} {:>12} {:>12} {:>10} {:>10}",
+            "webhooks (loopback HTTPS)", "subs", "deliveries", "per second", "p50 ms", "p99 ms"
+        );
+        for w in &f.webhooks {
+            println!(
+                "{:<32} {:>8} {:>12} {:>12.0} {:>10.1} {:>10.1}",
+                "",
+                w.subscriptions,
+                w.deliveries,
+                w.deliveries_per_second,
+                w.latency_p50_ms,
+                w.latency_p99_ms
+            );
+        }
+    }
 }

@@ -8,10 +8,12 @@
 //! - `config` — [`config::Settings`]: defaults → file → `CAPSTAN_*` env → flags.
 //! - `telemetry` — tracing subscriber (text or JSON).
 //! - `registry` — the loaded workflows and the files that failed.
-//! - `bench` — `capstan bench`, the measurements behind BENCHMARKS.md.
+//! - `bench` — `capstan bench`, the measurements behind BENCHMARKS.md (`bench_fanout`: SSE
+//!   fan-out and webhook deliveries against a spawned `capstan serve`).
 //! - `serve` — [`serve::App`], the router, health and readiness, `run` with a shutdown future.
 
 pub mod bench;
+pub mod bench_fanout;
 mod bench_timing;
 pub mod booking_bench;
 pub mod config;

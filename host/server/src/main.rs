@@ -67,11 +67,14 @@ enum Command {
         #[command(subcommand)]
         command: PrincipalsCommand,
     },
-    /// Measure the runtime (release builds only give meaningful figures).
+    /// Run the benchmarks behind BENCHMARKS.md (release builds only give meaningful figures).
     Bench {
         /// A short smoke run (CI).
         #[arg(long)]
         quick: bool,
+        /// Run only this section.
+        #[arg(long, value_enum, value_name = "SECTION")]
+        only: Option<capstan_server::bench::Section>,
     },
     /// Inspect workflow components.
     Workflows {
@@ -521,8 +524,8 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
             );
             Ok(ExitCode::SUCCESS)
         }
-        Command::Bench { quick } => {
-            capstan_server::bench::run(&settings.workflows, quick).await?;
+        Command::Bench { quick, only } => {
+            capstan_server::bench::run(&settings.workflows, quick, only).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Workflows {
