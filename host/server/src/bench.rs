@@ -3,7 +3,8 @@
 //! Sections ([`Section`]; `--only SECTION` runs one): the runtime (compile vs cached load of each
 //! component in the workflows directory, instantiate + call of the hello workflow), the engine
 //! (10-stage executions on SQLite), booking creates (`booking_bench`), and fan-out (SSE clients
-//! and webhook deliveries against a spawned `capstan serve`, `bench_fanout`). Results are printed
+//! and webhook deliveries against a spawned `capstan serve`, `bench_fanout`), and the cluster (1, 2,
+//! 3 nodes on PostgreSQL next to 1 on SQLite, `bench_cluster`). Results are printed
 //! as a table and written to `target/bench/results.json` (only the sections that ran).
 
 use async_trait::async_trait;
@@ -78,6 +79,9 @@ struct Results {
     /// SSE fan-out and webhook deliveries (`bench_fanout`).
     #[serde(skip_serializing_if = "Option::is_none")]
     fanout: Option<crate::bench_fanout::FanoutResults>,
+    /// 1, 2, 3 nodes on PostgreSQL next to 1 on SQLite (`bench_cluster`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    cluster: Vec<crate::bench_cluster::ClusterRun>,
 }
 
 /// A part of the bench, for `capstan bench --only`.
@@ -91,6 +95,8 @@ pub enum Section {
     Booking,
     /// SSE fan-out and webhook deliveries against a spawned `capstan serve`.
     Fanout,
+    /// Ten-stage executions over HTTP: 1 node on SQLite; 1, 2 and 3 nodes on PostgreSQL.
+    Cluster,
 }
 
 /// Ten-stage executions on a fresh SQLite file with the simulated cloud at zero latency: the
@@ -297,12 +303,18 @@ pub async fn run(workflows: &Path, quick: bool, only: Option<Section>) -> anyhow
     } else {
         None
     };
+    let cluster = if runs(Section::Cluster) {
+        crate::bench_cluster::run(fixture, quick).await?
+    } else {
+        Vec::new()
+    };
     let results = Results {
         components,
         hello_instantiate_and_call: hello,
         engine_ten_stages_sqlite: engine_runs,
         booking,
         fanout,
+        cluster,
     };
     print_table(&results);
     let out = Path::new("target/bench");

@@ -203,11 +203,13 @@ fn ensure_open_files(needed: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A `capstan serve` child on 127.0.0.1 with a home of its own; killed when dropped.
-struct Server {
+/// A `capstan serve` child on 127.0.0.1; killed when dropped. Several may share one home and
+/// database (the cluster bench).
+pub(crate) struct Server {
     child: tokio::process::Child,
-    base: String,
-    home: tempfile::TempDir,
+    pub(crate) base: String,
+    home: Arc<tempfile::TempDir>,
+    database: String,
     /// The server's last log lines, for errors.
     log: Arc<Mutex<VecDeque<String>>>,
 }
@@ -215,12 +217,12 @@ struct Server {
 impl Server {
     /// A command of this executable with the home's config, database, workflows and data dir,
     /// none of the caller's `CAPSTAN_*` settings, and bench-only secrets.
-    fn command(home: &Path) -> anyhow::Result<tokio::process::Command> {
+    fn command(home: &Path, database: &str) -> anyhow::Result<tokio::process::Command> {
         let mut cmd = tokio::process::Command::new(std::env::current_exe()?);
         cmd.arg("--config")
             .arg(home.join("capstan.toml"))
             .arg("--database")
-            .arg(format!("sqlite://{}/capstan.db", home.display()))
+            .arg(database)
             .arg("--workflows")
             .arg(home.join("workflows"))
             .arg("--data-dir")
@@ -243,19 +245,40 @@ impl Server {
         Ok(cmd)
     }
 
-    /// Starts `capstan serve` with `config` (TOML) and `hello.wasm`, and waits until it listens.
+    /// Starts `capstan serve` with `config` (TOML) and `hello.wasm` on a fresh SQLite file, and
+    /// waits until it listens.
     async fn start(hello: &Path, config: &str) -> anyhow::Result<Self> {
+        let home = Arc::new(Self::home(&[hello], config)?);
+        let database = format!("sqlite://{}/capstan.db", home.path().display());
+        Self::start_node(home, database).await
+    }
+
+    /// A home with these components in `workflows/` and this config.
+    pub(crate) fn home(components: &[&Path], config: &str) -> anyhow::Result<tempfile::TempDir> {
         let home = tempfile::tempdir()?;
         std::fs::create_dir_all(home.path().join("workflows"))?;
         std::fs::create_dir_all(home.path().join("data"))?;
-        std::fs::copy(hello, home.path().join("workflows/hello.wasm"))?;
+        for c in components {
+            let name = c
+                .file_name()
+                .ok_or_else(|| anyhow::anyhow!("{} has no file name", c.display()))?;
+            std::fs::copy(c, home.path().join("workflows").join(name))?;
+        }
         // A fresh database would otherwise get the demo partner catalog: a missing file is skipped.
         let config = format!(
             "{config}\n[booking]\ncatalog_file = {:?}\n",
             home.path().join("no-catalog.json").display().to_string()
         );
         std::fs::write(home.path().join("capstan.toml"), config)?;
-        let mut child = Self::command(home.path())?
+        Ok(home)
+    }
+
+    /// Starts one `capstan serve` on `home` and `database` and waits until it listens.
+    pub(crate) async fn start_node(
+        home: Arc<tempfile::TempDir>,
+        database: String,
+    ) -> anyhow::Result<Self> {
+        let mut child = Self::command(home.path(), &database)?
             .args([
                 "serve",
                 "--listen",
@@ -300,6 +323,7 @@ impl Server {
             child,
             base: String::new(),
             home,
+            database,
             log,
         };
         match addr {
@@ -323,7 +347,10 @@ impl Server {
 
     /// Runs a CLI command against the server's database; its stdout.
     async fn cli(&self, args: &[&str]) -> anyhow::Result<String> {
-        let out = Self::command(self.home.path())?.args(args).output().await?;
+        let out = Self::command(self.home.path(), &self.database)?
+            .args(args)
+            .output()
+            .await?;
         anyhow::ensure!(
             out.status.success(),
             "capstan {args:?} failed: {}",
@@ -333,7 +360,11 @@ impl Server {
     }
 
     /// Grants `permissions` to `principal` and mints its key.
-    async fn key_for(&self, principal: &str, permissions: &[&str]) -> anyhow::Result<String> {
+    pub(crate) async fn key_for(
+        &self,
+        principal: &str,
+        permissions: &[&str],
+    ) -> anyhow::Result<String> {
         for p in permissions {
             self.cli(&["principals", "grant", principal, p]).await?;
         }
@@ -344,12 +375,12 @@ impl Server {
             .to_owned())
     }
 
-    fn cpu_seconds(&self) -> f64 {
+    pub(crate) fn cpu_seconds(&self) -> f64 {
         cpu_seconds(self.child.id())
     }
 }
 
-fn http_client() -> anyhow::Result<reqwest::Client> {
+pub(crate) fn http_client() -> anyhow::Result<reqwest::Client> {
     Ok(reqwest::Client::builder().no_proxy().build()?)
 }
 

@@ -13,6 +13,7 @@
 //! - `serve` — [`serve::App`], the router, health and readiness, `run` with a shutdown future.
 
 pub mod bench;
+pub mod bench_cluster;
 pub mod bench_fanout;
 mod bench_timing;
 pub mod booking_bench;

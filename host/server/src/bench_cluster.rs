@@ -1,0 +1,168 @@
+//! `capstan bench --only cluster`: throughput of 1, 2 and 3 `capstan serve` nodes sharing one
+//! PostgreSQL database, next to one node on SQLite.
+//!
+//! Each configuration gets a fresh database (SQLite file, or a new schema on
+//! `CAPSTAN_BENCH_POSTGRES_URL`, default `postgres://postgres@127.0.0.1:5432/test`), the
+//! ten-stage `fixture-steps` component on the simulated cloud at zero latency, and `N` executions
+//! triggered over HTTP at concurrency 32, spread round-robin over the nodes. The figure is
+//! completed executions per second from the first trigger until the last execution is terminal
+//! (read from the database). PostgreSQL rows are skipped, with a note, when it cannot be reached.
+
+use crate::bench_fanout::{Server, http_client};
+use serde::Serialize;
+use serde_json::{Value, json};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Serialize)]
+pub struct ClusterRun {
+    pub backend: &'static str,
+    pub nodes: usize,
+    pub executions: usize,
+    pub concurrency: usize,
+    pub elapsed_ms: f64,
+    pub executions_per_second: f64,
+    /// Server CPU seconds, summed over the nodes.
+    pub server_cpu_s: f64,
+}
+
+const CONFIG: &str = "workers = 8\n[grants]\nfixture-steps = [\"dns\", \"convergence\"]\n[simulator]\ndns_propagation_ms = 0\n";
+const CONCURRENCY: usize = 32;
+const STAGES: usize = 10;
+
+async fn postgres_schema() -> anyhow::Result<String> {
+    let base = std::env::var("CAPSTAN_BENCH_POSTGRES_URL")
+        .unwrap_or_else(|_| capstan_store::testing::DEFAULT_POSTGRES_URL.to_owned());
+    let schema = format!(
+        "capstan_bench_{}",
+        capstan_core::ids::new_id().replace('-', "")
+    );
+    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&base).await?;
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
+        .execute(&mut conn)
+        .await?;
+    let sep = if base.contains('?') { '&' } else { '?' };
+    Ok(format!("{base}{sep}options[search_path]={schema}"))
+}
+
+async fn one(
+    fixture: &Path,
+    backend: &'static str,
+    nodes: usize,
+    executions: usize,
+) -> anyhow::Result<ClusterRun> {
+    let home = Arc::new(Server::home(&[fixture], CONFIG)?);
+    let database = match backend {
+        "sqlite" => format!("sqlite://{}/capstan.db", home.path().display()),
+        _ => postgres_schema().await?,
+    };
+    // `capstan migrate` first, so the nodes do not race to create the schema.
+    let store = capstan_store::Store::open(&database).await?;
+    let mut servers = Vec::new();
+    for _ in 0..nodes {
+        servers.push(Server::start_node(home.clone(), database.clone()).await?);
+    }
+    let key = servers[0]
+        .key_for("bench", &["workflows:fixture-steps"])
+        .await?;
+    let bases: Arc<Vec<String>> = Arc::new(servers.iter().map(|s| s.base.clone()).collect());
+    let client = http_client()?;
+    let next = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..CONCURRENCY {
+        let (client, bases, key, next) = (client.clone(), bases.clone(), key.clone(), next.clone());
+        tasks.spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= executions {
+                    return Ok::<_, anyhow::Error>(());
+                }
+                let base = &bases[i % bases.len()];
+                let r = client
+                    .post(format!("{base}/v1/workflows/fixture-steps"))
+                    .bearer_auth(&key)
+                    .header("Idempotency-Key", format!("cluster-{i}"))
+                    .json(&json!({"zone": "ZEXAMPLE-COM", "stages": STAGES}))
+                    .send()
+                    .await?;
+                let status = r.status();
+                anyhow::ensure!(
+                    status == reqwest::StatusCode::ACCEPTED,
+                    "trigger answered {status}: {}",
+                    r.json::<Value>().await.unwrap_or(Value::Null)
+                );
+            }
+        });
+    }
+    while let Some(joined) = tasks.join_next().await {
+        joined??;
+    }
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let (done,): (i64,) = sqlx::query_as(
+            "SELECT COUNT(*) FROM executions WHERE status IN ('succeeded', 'failed', 'canceled', 'paused')",
+        )
+        .fetch_one(store.pool())
+        .await?;
+        if usize::try_from(done).unwrap_or(0) >= executions {
+            break;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{done}/{executions} executions terminal after 10 minutes"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let elapsed = started.elapsed();
+    let (succeeded,): (i64,) =
+        sqlx::query_as("SELECT COUNT(*) FROM executions WHERE status = 'succeeded'")
+            .fetch_one(store.pool())
+            .await?;
+    anyhow::ensure!(
+        usize::try_from(succeeded).unwrap_or(0) == executions,
+        "only {succeeded}/{executions} succeeded"
+    );
+    Ok(ClusterRun {
+        backend,
+        nodes,
+        executions,
+        concurrency: CONCURRENCY,
+        elapsed_ms: elapsed.as_secs_f64() * 1e3,
+        executions_per_second: executions as f64 / elapsed.as_secs_f64(),
+        server_cpu_s: servers.iter().map(Server::cpu_seconds).sum(),
+    })
+}
+
+/// SQLite with one node, then PostgreSQL with 1, 2 and 3 nodes.
+pub async fn run(fixture: &Path, quick: bool) -> anyhow::Result<Vec<ClusterRun>> {
+    anyhow::ensure!(
+        fixture.is_file(),
+        "{} is missing: run `just build-guests`",
+        fixture.display()
+    );
+    let executions = if quick { 60 } else { 1_000 };
+    let mut runs = vec![one(fixture, "sqlite", 1, executions).await?];
+    if let Err(e) = postgres_schema().await {
+        println!("(skipping PostgreSQL cluster runs: {e})");
+        return Ok(runs);
+    }
+    for nodes in 1..=3 {
+        runs.push(one(fixture, "postgres", nodes, executions).await?);
+    }
+    for r in &runs {
+        println!(
+            "cluster   {:<8} {} node(s): {} ten-stage executions over HTTP at concurrency {} in {:.2} s = {:.0} executions/s (server CPU {:.1} s)",
+            r.backend,
+            r.nodes,
+            r.executions,
+            r.concurrency,
+            r.elapsed_ms / 1e3,
+            r.executions_per_second,
+            r.server_cpu_s
+        );
+    }
+    Ok(runs)
+}
