@@ -3,3 +3,5 @@
 ALTER TABLE deliveries ADD COLUMN lease_owner TEXT;
 ALTER TABLE deliveries ADD COLUMN lease_expires_ms BIGINT;
 INSERT INTO relay_cursor (name, seq) VALUES ('webhooks', 0) ON CONFLICT (name) DO NOTHING;
+-- A subscription's health reads its latest results: newest attempts first, without a sort.
+CREATE INDEX deliveries_recent ON deliveries (subscription_id, dispatched_ms);
