@@ -28,7 +28,7 @@ pub struct ClusterRun {
     pub server_cpu_s: f64,
 }
 
-const CONFIG: &str = "workers = 8\n[grants]\nfixture-steps = [\"dns\", \"convergence\"]\n[simulator]\ndns_propagation_ms = 0\n";
+const CONFIG: &str = "workers = 8\n[rate_limit]\nrequests_per_second = 0.0\nburst = 1\n[grants]\nfixture-steps = [\"dns\", \"convergence\"]\n[simulator]\ndns_propagation_ms = 0\n";
 const CONCURRENCY: usize = 32;
 const STAGES: usize = 10;
 
