@@ -365,6 +365,18 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(mode, "wal");
+        for pool in [store.pool(), store.writer()] {
+            let (sync,): (i64,) = sqlx::query_as("PRAGMA synchronous")
+                .fetch_one(pool)
+                .await
+                .unwrap();
+            assert_eq!(sync, 1, "synchronous = NORMAL on every connection");
+            let (fk,): (i64,) = sqlx::query_as("PRAGMA foreign_keys")
+                .fetch_one(pool)
+                .await
+                .unwrap();
+            assert_eq!(fk, 1);
+        }
         let first = store.applied_migrations().await.unwrap();
         assert!(!first.is_empty());
         drop(store);
