@@ -400,7 +400,7 @@ async fn apply_one(tx: &mut Transaction<'_, Any>, write: Write) -> Result<(), St
 /// `seq` 11 before 10, and a reader that saw 11 would never see 10 (the "BIGSERIAL gap"). Under
 /// this lock sequence order is commit order, on any number of nodes, and `seq` stays a plain
 /// gap-free cursor. The lock is transaction-scoped (released by COMMIT or ROLLBACK, also when a
-/// node dies) and taken once per transaction (re-entrant). SQLite needs neither: one writer.
+/// node dies) and taken once per transaction. SQLite needs neither: one writer.
 async fn outbox_lock(tx: &mut Transaction<'_, Any>) -> Result<(), StoreError> {
     sqlx::query("SELECT pg_advisory_xact_lock(7310112206040913001)")
         .execute(&mut **tx)
@@ -440,9 +440,11 @@ impl EngineStore for Store {
                 Some(_) => {}
             }
         }
+        let mut locked = false;
         for write in writes {
-            if matches!(write, Write::Event(_)) && self.backend() == Backend::Postgres {
+            if !locked && matches!(write, Write::Event(_)) && self.backend() == Backend::Postgres {
                 outbox_lock(&mut tx).await?;
+                locked = true;
             }
             apply_one(&mut tx, write).await?;
         }
