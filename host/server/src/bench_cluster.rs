@@ -145,8 +145,10 @@ pub async fn run(fixture: &Path, quick: bool) -> anyhow::Result<Vec<ClusterRun>>
     );
     let executions = if quick { 60 } else { 1_000 };
     let mut runs = vec![one(fixture, "sqlite", 1, executions).await?];
-    if let Err(e) = postgres_schema().await {
-        println!("(skipping PostgreSQL cluster runs: {e})");
+    let server = std::env::var("CAPSTAN_BENCH_POSTGRES_URL")
+        .unwrap_or_else(|_| capstan_store::testing::DEFAULT_POSTGRES_URL.to_owned());
+    if let Err(e) = <sqlx::PgConnection as sqlx::Connection>::connect(&server).await {
+        println!("(skipping PostgreSQL cluster runs: {server}: {e})");
         return Ok(runs);
     }
     for nodes in 1..=3 {
