@@ -117,12 +117,12 @@ test: build-guests postgres
     cargo test --workspace --quiet
     just test-postgres
 
-# Every suite again on PostgreSQL (a schema per test), plus the multi-node tests (tests/tests/cluster.rs).
+# Every suite again on PostgreSQL (a schema per test; drops those of earlier test and bench runs), plus the multi-node tests.
 test-postgres: postgres
     #!/usr/bin/env bash
     set -euo pipefail
     url="${CAPSTAN_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}"
-    for schema in $(psql "$url" -qtAc "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'capstan\_t\_%'"); do
+    for schema in $(psql "$url" -qtAc "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'capstan\_t\_%' OR nspname LIKE 'capstan\_bench\_%'"); do
         psql "$url" -qc "DROP SCHEMA $schema CASCADE" >/dev/null
     done
     cargo build --quiet -p capstan
