@@ -123,7 +123,7 @@ test-postgres: postgres
     set -euo pipefail
     url="${CAPSTAN_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/test}"
     for schema in $(psql "$url" -qtAc "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'capstan\_t\_%' OR nspname LIKE 'capstan\_bench\_%'"); do
-        psql "$url" -qc "DROP SCHEMA $schema CASCADE" >/dev/null
+        psql "$url" -qc "SET client_min_messages = warning; DROP SCHEMA $schema CASCADE" >/dev/null
     done
     cargo build --quiet -p capstan
     # The whole workspace, so features unify as in the SQLite pass (no second build of the
