@@ -117,7 +117,7 @@ test: build-guests postgres
     cargo test --workspace --quiet
     just test-postgres
 
-# Every suite again on PostgreSQL (a schema per test; drops those of earlier test and bench runs), plus the multi-node tests.
+# Every suite again on PostgreSQL (a schema per test; drops those of earlier test and bench runs).
 test-postgres: postgres
     #!/usr/bin/env bash
     set -euo pipefail
@@ -128,7 +128,7 @@ test-postgres: postgres
     cargo build --quiet -p capstan
     # The whole workspace, so features unify as in the SQLite pass (no second build of the
     # dependencies); the tests that do not touch storage are quick and run again harmlessly.
-    CAPSTAN_TEST_DATABASE=postgres cargo test --workspace --quiet -- --include-ignored
+    CAPSTAN_TEST_DATABASE=postgres cargo test --workspace --quiet
 
 # Formatting and clippy (warnings denied) on the host and the guests.
 lint: setup

@@ -100,8 +100,17 @@ pub fn home(components: &[&str]) -> tempfile::TempDir {
     )
 }
 
-/// A home with these components and this `capstan.toml`.
+/// A home with these components and this `capstan.toml`, on the run's backend.
 pub fn home_with(components: &[&str], config: &str) -> tempfile::TempDir {
+    home_in(components, config, capstan_store::testing::postgres())
+}
+
+/// A home on the test PostgreSQL whatever the run's backend (tests of several nodes).
+pub fn home_on_postgres(components: &[&str], config: &str) -> tempfile::TempDir {
+    home_in(components, config, true)
+}
+
+fn home_in(components: &[&str], config: &str, postgres: bool) -> tempfile::TempDir {
     let home = tempfile::tempdir().expect("tempdir");
     let workflows = home.path().join("workflows");
     std::fs::create_dir_all(&workflows).expect("mkdir");
@@ -117,7 +126,13 @@ pub fn home_with(components: &[&str], config: &str) -> tempfile::TempDir {
             .enable_all()
             .build()
             .expect("runtime")
-            .block_on(capstan_store::testing::fresh_database_url(&dir))
+            .block_on(async {
+                if postgres {
+                    capstan_store::testing::fresh_postgres_url().await
+                } else {
+                    capstan_store::testing::fresh_database_url(&dir).await
+                }
+            })
     })
     .join()
     .expect("create the test database");
@@ -303,7 +318,8 @@ impl WebhookReceiver {
         what: &str,
         ok: impl Fn(&[serde_json::Value]) -> bool,
     ) -> Vec<serde_json::Value> {
-        for _ in 0..400 {
+        // 30 s: only a failing test waits that long.
+        for _ in 0..1200 {
             let got = self.received();
             if ok(&got) {
                 return got;
@@ -312,6 +328,52 @@ impl WebhookReceiver {
         }
         panic!("receiver never saw {what}: {:#?}", self.received());
     }
+}
+
+/// Every delivery in `got` verified with the current secret, and per execution the first accepted
+/// delivery of each event in `expected` (execution id → event ids in outbox order) in that order.
+pub fn assert_verified_in_order(
+    got: &[serde_json::Value],
+    expected: &std::collections::HashMap<String, Vec<String>>,
+) {
+    assert!(
+        got.iter()
+            .all(|e| e["verifiedWith"] == serde_json::json!([0])),
+        "every delivery verifies"
+    );
+    for (execution, events) in expected {
+        let mut firsts: Vec<&str> = Vec::new();
+        for e in got
+            .iter()
+            .filter(|e| e["answered"] == 200 && e["executionId"] == execution.as_str())
+        {
+            let id = e["eventId"].as_str().unwrap();
+            if !firsts.contains(&id) {
+                firsts.push(id);
+            }
+        }
+        assert_eq!(
+            firsts,
+            events.iter().map(String::as_str).collect::<Vec<_>>(),
+            "every event of {execution}, in order"
+        );
+    }
+}
+
+/// Whether every event id in `expected` was accepted (answered 200) at least once.
+pub fn all_accepted(
+    got: &[serde_json::Value],
+    expected: &std::collections::HashMap<String, Vec<String>>,
+) -> bool {
+    let accepted: std::collections::HashSet<&str> = got
+        .iter()
+        .filter(|e| e["answered"] == 200)
+        .filter_map(|e| e["eventId"].as_str())
+        .collect();
+    expected
+        .values()
+        .flatten()
+        .all(|id| accepted.contains(id.as_str()))
 }
 
 impl Drop for WebhookReceiver {

@@ -1,6 +1,6 @@
-//! Several `capstan serve` nodes on one PostgreSQL database (run by the PostgreSQL pass of
-//! `just test`: `CAPSTAN_TEST_DATABASE=postgres cargo test -p capstan-e2e --test cluster --
-//! --ignored`; SQLite serves one node, so these tests have nothing to test there).
+//! Several `capstan serve` nodes on one PostgreSQL database. These tests always run on the test
+//! PostgreSQL (`CAPSTAN_TEST_POSTGRES_URL`), whichever backend the rest of the run uses: SQLite
+//! serves one node, so there is nothing to test there.
 //!
 //! - Three nodes under a steady trigger load, one SIGKILLed mid-run and restarted later: every
 //!   execution reaches a terminal state, no receipt or simulated side effect is duplicated, an SSE
@@ -12,24 +12,17 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use capstan_e2e::{
-    OLD_SECRET, Server, WebhookReceiver, database, database_url, home_with, key_for,
+    OLD_SECRET, Server, WebhookReceiver, database, database_url, home_on_postgres, key_for,
 };
 use reqwest::Client;
 use serde_json::{Value, json};
 use sqlx::Row;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 const TYPES: [&str; 3] = ["ExecutionQueued", "StageSucceeded", "ExecutionSucceeded"];
 const STAGES: usize = 4;
-
-fn require_postgres() {
-    assert!(
-        capstan_store::testing::postgres(),
-        "these tests need CAPSTAN_TEST_DATABASE=postgres (just test runs them so)"
-    );
-}
 
 /// Reads `GET /v1/streams/events` and records `(id, eventId)` of every event, in arrival order.
 fn follow_stream(base: String, key: String) -> Arc<Mutex<Vec<(i64, String)>>> {
@@ -96,12 +89,10 @@ async fn status(c: &Client, base: &str, key: &str, id: &str) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "needs PostgreSQL: the PostgreSQL pass of `just test` runs it"]
 async fn three_nodes_share_the_work_and_survive_a_sigkill() {
-    require_postgres();
     let dir = tempfile::tempdir().unwrap();
     let receiver = WebhookReceiver::start(dir.path(), "500,503");
-    let home = home_with(
+    let home = home_on_postgres(
         &["guest-fixtures/fixture-steps.wasm"],
         "workers = 4\nlease_ms = 2000\n[grants]\nfixture-steps = [\"dns\", \"convergence\"]\n[simulator]\ndns_propagation_ms = 0\n[webhooks]\nallow_loopback = true\nallow_http = true\nretry_schedule_ms = [50, 50, 50, 50]\ntimeout_ms = 2000\n",
     );
@@ -223,44 +214,10 @@ async fn three_nodes_share_the_work_and_survive_a_sigkill() {
             expected.entry(row.get(0)).or_default().push(row.get(1));
         }
     }
-    let mut got = Vec::new();
-    for _ in 0..1200 {
-        got = receiver.received();
-        let accepted: HashSet<&str> = got
-            .iter()
-            .filter(|e| e["answered"] == 200)
-            .map(|e| e["eventId"].as_str().unwrap())
-            .collect();
-        if expected
-            .values()
-            .flatten()
-            .all(|id| accepted.contains(id.as_str()))
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(
-        got.iter().all(|e| e["verifiedWith"] == json!([0])),
-        "every delivery verifies"
-    );
-    for (execution, events) in &expected {
-        let mut firsts: Vec<&str> = Vec::new();
-        for e in got
-            .iter()
-            .filter(|e| e["answered"] == 200 && e["executionId"] == execution.as_str())
-        {
-            let id = e["eventId"].as_str().unwrap();
-            if !firsts.contains(&id) {
-                firsts.push(id);
-            }
-        }
-        assert_eq!(
-            firsts,
-            events.iter().map(String::as_str).collect::<Vec<_>>(),
-            "every event of {execution}, in order"
-        );
-    }
+    let got = receiver
+        .until("every event", |r| capstan_e2e::all_accepted(r, &expected))
+        .await;
+    capstan_e2e::assert_verified_in_order(&got, &expected);
 }
 
 /// A TCP proxy in front of PostgreSQL that the test can cut: while cut, open connections are
@@ -302,10 +259,8 @@ impl CuttableProxy {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs PostgreSQL: the PostgreSQL pass of `just test` runs it"]
 async fn a_node_rides_out_a_database_outage() {
-    require_postgres();
-    let home = home_with(
+    let home = home_on_postgres(
         &["guest-fixtures/fixture-steps.wasm"],
         "workers = 2\nlease_ms = 2000\n[grants]\nfixture-steps = [\"dns\", \"convergence\"]\n[simulator]\ndns_propagation_ms = 0\n",
     );

@@ -99,39 +99,9 @@ async fn every_event_is_delivered_at_least_once_in_order_across_sigkills() {
     }
     let total: usize = expected.values().map(Vec::len).sum();
     let got = receiver
-        .until("every event", |r| {
-            let accepted: std::collections::HashSet<&str> = r
-                .iter()
-                .filter(|e| e["answered"] == 200)
-                .map(|e| e["eventId"].as_str().unwrap())
-                .collect();
-            expected
-                .values()
-                .flatten()
-                .all(|id| accepted.contains(id.as_str()))
-        })
+        .until("every event", |r| capstan_e2e::all_accepted(r, &expected))
         .await;
-    assert!(
-        got.iter().all(|e| e["verifiedWith"] == json!([0])),
-        "every delivery verifies"
-    );
     // Per execution, the first accepted delivery of each event comes in outbox order.
-    for (execution, events) in &expected {
-        let mut firsts: Vec<&str> = Vec::new();
-        for e in got
-            .iter()
-            .filter(|e| e["answered"] == 200 && e["executionId"] == execution.as_str())
-        {
-            let id = e["eventId"].as_str().unwrap();
-            if !firsts.contains(&id) {
-                firsts.push(id);
-            }
-        }
-        assert_eq!(
-            firsts,
-            events.iter().map(String::as_str).collect::<Vec<_>>(),
-            "order of {execution}"
-        );
-    }
+    capstan_e2e::assert_verified_in_order(&got, &expected);
     assert!(total >= 12 * 5, "{total}");
 }

@@ -22,9 +22,16 @@ pub fn postgres_url() -> String {
 /// A fresh, empty database for one test: `sqlite://DIR/capstan.db`, or a new schema on the test
 /// PostgreSQL (named `capstan_t_…`; `just test` drops old ones before a run).
 pub async fn fresh_database_url(dir: &Path) -> String {
-    if !postgres() {
-        return format!("sqlite://{}/capstan.db", dir.display());
+    if postgres() {
+        fresh_postgres_url().await
+    } else {
+        format!("sqlite://{}/capstan.db", dir.display())
     }
+}
+
+/// A new, empty schema on the test PostgreSQL, as a database URL (panics, naming the server, if
+/// it cannot be reached: the tests that call this need it).
+pub async fn fresh_postgres_url() -> String {
     let base = postgres_url();
     let schema = format!("capstan_t_{}", capstan_core::ids::new_id().replace('-', ""));
     let mut conn = match <sqlx::PgConnection as sqlx::Connection>::connect(&base).await {
