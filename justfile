@@ -148,6 +148,8 @@ fmt:
     (cd step-sdk && cargo fmt)
     for m in examples/*/Cargo.toml; do (cd "$(dirname "$m")" && cargo fmt); done
 
-# Benchmarks (release): component compile vs cached load, instantiate + call.
-bench: build-guests
-    cargo run --release -p capstan -- bench
+# Benchmarks (release build; spawned `capstan serve` nodes): table + target/bench/results.json.
+# `just bench --quick` is the one-minute smoke run CI executes; `just bench --only engine` one section.
+bench *ARGS: build-guests postgres
+    cargo build --release -p capstan
+    ./target/release/capstan --workflows target/workflows bench {{ARGS}}

@@ -352,12 +352,16 @@ async fn get_execution(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<Execution>, ApiError> {
-    authorized(&state, &caller, &id, None).await?;
-    let (execution, stages) = state
-        .engine
-        .execution(&id)
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("execution {id} not found")))?;
+    // The record `authorized` read (no second read of the same row); then its stages.
+    let execution = authorized(&state, &caller, &id, None).await?;
+    let stages = {
+        use capstan_core::store::EngineStore;
+        state
+            .store
+            .stages(&id)
+            .await
+            .map_err(|e| ApiError::from(capstan_engine::EngineError::Store(e)))?
+    };
     Ok(Json(views::execution(&execution, &stages)))
 }
 

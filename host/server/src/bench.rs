@@ -2,10 +2,13 @@
 //!
 //! Sections ([`Section`]; `--only SECTION` runs one): the runtime (compile vs cached load of each
 //! component in the workflows directory, instantiate + call of the hello workflow), the engine
-//! (10-stage executions on SQLite), booking creates (`booking_bench`), and fan-out (SSE clients
-//! and webhook deliveries against a spawned `capstan serve`, `bench_fanout`), and the cluster (1, 2,
-//! 3 nodes on PostgreSQL next to 1 on SQLite, `bench_cluster`). Results are printed
-//! as a table and written to `target/bench/results.json` (only the sections that ran).
+//! (10-stage executions over HTTP on SQLite and PostgreSQL, `bench_engine`, plus one in-process
+//! run that splits the time between store, providers and wasmtime and measures replay), the API
+//! (execution reads next to `/healthz`, `bench_api`), booking creates (`booking_bench`), fan-out
+//! (SSE clients and webhook deliveries, `bench_fanout`), memory and start-up (`bench_memory`), and
+//! the cluster (1, 2, 3 nodes on PostgreSQL next to 1 on SQLite, `bench_cluster`). Every section
+//! but the runtime and the in-process engine run drives a spawned `capstan serve`. Results are
+//! printed as a table and written to `target/bench/results.json` (only the sections that ran).
 
 use async_trait::async_trait;
 use capstan_core::CapabilityGrants;
@@ -67,15 +70,27 @@ struct EngineRun {
 
 #[derive(Debug, Serialize)]
 struct Results {
+    /// Whether this was a `--quick` smoke run (figures not comparable with full runs).
+    quick: bool,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     components: Vec<ComponentLoad>,
     #[serde(skip_serializing_if = "Option::is_none")]
     hello_instantiate_and_call: Option<Latency>,
+    /// Ten-stage executions over HTTP (`bench_engine`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    engine: Vec<crate::bench_engine::EngineHttpRun>,
+    /// `GET /v1/executions/{id}` next to `GET /healthz` (`bench_api`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    api: Option<crate::bench_api::ApiResults>,
+    /// Start-up and resident memory (`bench_memory`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    memory: Option<crate::bench_memory::MemoryResults>,
     /// Booking creates on contended slots (`booking_bench`).
     #[serde(skip_serializing_if = "Option::is_none")]
     booking: Option<serde_json::Value>,
+    /// One worker driven in-process: where an execution's time goes, and replay.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    engine_ten_stages_sqlite: Vec<EngineRun>,
+    engine_in_process: Vec<EngineRun>,
     /// SSE fan-out and webhook deliveries (`bench_fanout`).
     #[serde(skip_serializing_if = "Option::is_none")]
     fanout: Option<crate::bench_fanout::FanoutResults>,
@@ -89,14 +104,31 @@ struct Results {
 pub enum Section {
     /// Compile vs cached load of each component; instantiate + call of hello.
     Runtime,
-    /// 10-stage executions on SQLite, 32 workers and 1.
+    /// 10-stage executions over HTTP (SQLite and PostgreSQL, 32 in flight and 1), and one
+    /// in-process run that splits the time and measures replay.
     Engine,
+    /// `GET /v1/executions/{id}` next to `GET /healthz` at 64 connections.
+    Api,
     /// Booking creates on contended slots.
     Booking,
     /// SSE fan-out and webhook deliveries against a spawned `capstan serve`.
     Fanout,
+    /// Start-up (cold, warm) and resident memory idle and with executions waiting on approval.
+    Memory,
     /// Ten-stage executions over HTTP: 1 node on SQLite; 1, 2 and 3 nodes on PostgreSQL.
     Cluster,
+}
+
+/// A progress bar on stderr for a long run (drawn only when stderr is a terminal).
+pub(crate) fn progress(len: u64, label: &str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(len);
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "{prefix:>32} [{bar:30}] {pos}/{len} {per_sec} eta {eta}",
+    ) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_prefix(label.to_owned());
+    bar
 }
 
 /// Ten-stage executions on a fresh SQLite file with the simulated cloud at zero latency: the
@@ -278,21 +310,16 @@ pub async fn run(workflows: &Path, quick: bool, only: Option<Section>) -> anyhow
         (Vec::new(), None)
     };
     let fixture = Path::new("target/guest-fixtures/fixture-steps.wasm");
-    let mut engine_runs = Vec::new();
+    let (mut engine, mut engine_runs) = (Vec::new(), Vec::new());
     if runs(Section::Engine) {
-        if fixture.is_file() {
-            let n = if quick { 100 } else { 2_000 };
-            for concurrency in [32, 1] {
-                let executions = if concurrency == 1 { n / 4 } else { n };
-                engine_runs.push(engine_run(fixture, executions, concurrency).await?);
-            }
-        } else {
-            println!(
-                "(skipping the engine benchmark: {} is missing; run `just build-guests`)",
-                fixture.display()
-            );
-        }
+        engine = crate::bench_engine::run(fixture, quick).await?;
+        engine_runs.push(engine_run(fixture, if quick { 25 } else { 300 }, 1).await?);
     }
+    let api = if runs(Section::Api) {
+        Some(crate::bench_api::run(workflows, quick).await?)
+    } else {
+        None
+    };
     let booking = if runs(Section::Booking) {
         Some(crate::booking_bench::run(quick).await?)
     } else {
@@ -303,15 +330,24 @@ pub async fn run(workflows: &Path, quick: bool, only: Option<Section>) -> anyhow
     } else {
         None
     };
+    let memory = if runs(Section::Memory) {
+        Some(crate::bench_memory::run(fixture, quick).await?)
+    } else {
+        None
+    };
     let cluster = if runs(Section::Cluster) {
         crate::bench_cluster::run(fixture, quick).await?
     } else {
         Vec::new()
     };
     let results = Results {
+        quick,
         components,
         hello_instantiate_and_call: hello,
-        engine_ten_stages_sqlite: engine_runs,
+        engine,
+        api,
+        memory,
+        engine_in_process: engine_runs,
         booking,
         fanout,
         cluster,
@@ -417,9 +453,50 @@ fn print_table(results: &Results) {
             l.median_us, l.p99_us, l.mean_us, l.iterations
         );
     }
-    for r in &results.engine_ten_stages_sqlite {
+    if !results.engine.is_empty() {
         println!(
-            "engine, 10-stage on SQLite, {} workers: {} executions, {:.0} executions/s, trigger→terminal p50 {:.1} ms, p99 {:.1} ms",
+            "{:<26} {:>9} {:>11} {:>14} {:>10} {:>10} {:>14}",
+            "engine (HTTP, 10 stages)", "in flight", "executions", "executions/s", "p50 ms", "p99 ms", "writes/exec"
+        );
+    }
+    for r in &results.engine {
+        println!(
+            "{:<26} {:>9} {:>11} {:>14.0} {:>10.1} {:>10.1} {:>14.1}",
+            r.backend,
+            r.concurrency,
+            r.executions,
+            r.executions_per_second,
+            r.latency_p50_ms,
+            r.latency_p99_ms,
+            r.write_transactions_per_execution
+        );
+    }
+    if let Some(a) = &results.api {
+        println!(
+            "{:<26} {:>11} {:>14} {:>10} {:>10}",
+            "api (64 connections)", "requests", "requests/s", "p50 ms", "p99 ms"
+        );
+        for r in [&a.healthz, &a.execution] {
+            println!(
+                "{:<26} {:>11} {:>14.0} {:>10.2} {:>10.2}",
+                r.route, r.requests, r.requests_per_second, r.latency_p50_ms, r.latency_p99_ms
+            );
+        }
+        println!("execution reads / healthz: {:.0}%", a.ratio * 100.0);
+    }
+    if let Some(m) = &results.memory {
+        println!(
+            "start: cold {:.0} ms, warm {:.0} ms; RSS idle {:.1} MiB, {} waiting {:.1} MiB",
+            m.cold_start_ms,
+            m.warm_start_ms,
+            m.rss_idle_mib,
+            m.waiting_executions,
+            m.rss_waiting_mib
+        );
+    }
+    for r in &results.engine_in_process {
+        println!(
+            "engine in-process, 10-stage on SQLite, {} workers: {} executions, {:.0} executions/s, trigger→terminal p50 {:.1} ms, p99 {:.1} ms",
             r.concurrency,
             r.executions,
             r.executions_per_second,

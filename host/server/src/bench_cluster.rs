@@ -32,9 +32,15 @@ const CONFIG: &str = "workers = 8\n[rate_limit]\nrequests_per_second = 0.0\nburs
 const CONCURRENCY: usize = 32;
 const STAGES: usize = 10;
 
-async fn postgres_schema() -> anyhow::Result<String> {
-    let base = std::env::var("CAPSTAN_BENCH_POSTGRES_URL")
-        .unwrap_or_else(|_| capstan_store::testing::DEFAULT_POSTGRES_URL.to_owned());
+/// The PostgreSQL server the bench uses: `CAPSTAN_BENCH_POSTGRES_URL`, or the local test server.
+pub(crate) fn postgres_server() -> String {
+    std::env::var("CAPSTAN_BENCH_POSTGRES_URL")
+        .unwrap_or_else(|_| capstan_store::testing::DEFAULT_POSTGRES_URL.to_owned())
+}
+
+/// A fresh schema on [`postgres_server`]; the URL that selects it.
+pub(crate) async fn postgres_schema() -> anyhow::Result<String> {
+    let base = postgres_server();
     let schema = format!(
         "capstan_bench_{}",
         capstan_core::ids::new_id().replace('-', "")
@@ -145,8 +151,7 @@ pub async fn run(fixture: &Path, quick: bool) -> anyhow::Result<Vec<ClusterRun>>
     );
     let executions = if quick { 60 } else { 1_000 };
     let mut runs = vec![one(fixture, "sqlite", 1, executions).await?];
-    let server = std::env::var("CAPSTAN_BENCH_POSTGRES_URL")
-        .unwrap_or_else(|_| capstan_store::testing::DEFAULT_POSTGRES_URL.to_owned());
+    let server = postgres_server();
     if let Err(e) = <sqlx::PgConnection as sqlx::Connection>::connect(&server).await {
         println!("(skipping PostgreSQL cluster runs: {server}: {e})");
         return Ok(runs);

@@ -155,7 +155,7 @@ fn pct_ms(sorted: &[i64], p: f64) -> f64 {
 }
 
 /// CPU time (user + system) of a process so far, in seconds, from `/proc/<pid>/stat`.
-fn cpu_seconds(pid: Option<u32>) -> f64 {
+pub(crate) fn cpu_seconds(pid: Option<u32>) -> f64 {
     let path = match pid {
         Some(pid) => format!("/proc/{pid}/stat"),
         None => "/proc/self/stat".to_owned(),
@@ -180,7 +180,7 @@ fn cpu_seconds(pid: Option<u32>) -> f64 {
 
 /// Raises the soft open-files limit towards the hard one when `needed` descriptors are more
 /// than it allows (the server, spawned after this, inherits the limit).
-fn ensure_open_files(needed: u64) -> anyhow::Result<()> {
+pub(crate) fn ensure_open_files(needed: u64) -> anyhow::Result<()> {
     use rustix::process::{Resource, getrlimit, setrlimit};
     let limit = getrlimit(Resource::Nofile);
     let soft = limit.current.unwrap_or(u64::MAX);
@@ -247,7 +247,7 @@ impl Server {
 
     /// Starts `capstan serve` with `config` (TOML) and `hello.wasm` on a fresh SQLite file, and
     /// waits until it listens.
-    async fn start(hello: &Path, config: &str) -> anyhow::Result<Self> {
+    pub(crate) async fn start(hello: &Path, config: &str) -> anyhow::Result<Self> {
         let home = Arc::new(Self::home(&[hello], config)?);
         let database = format!("sqlite://{}/capstan.db", home.path().display());
         Self::start_node(home, database).await
@@ -378,6 +378,27 @@ impl Server {
     pub(crate) fn cpu_seconds(&self) -> f64 {
         cpu_seconds(self.child.id())
     }
+
+    /// Resident memory of the server process (`VmRSS` of `/proc/<pid>/status`), bytes.
+    pub(crate) fn rss_bytes(&self) -> anyhow::Result<u64> {
+        let pid = self
+            .child
+            .id()
+            .ok_or_else(|| anyhow::anyhow!("the server has exited"))?;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .map(|kib| kib * 1024)
+            .ok_or_else(|| anyhow::anyhow!("no VmRSS in /proc/{pid}/status"))
+    }
+
+    /// Kills the server (SIGKILL) and waits until it is gone.
+    pub(crate) async fn kill(mut self) -> anyhow::Result<()> {
+        self.child.kill().await?;
+        Ok(())
+    }
 }
 
 pub(crate) fn http_client() -> anyhow::Result<reqwest::Client> {
@@ -385,7 +406,7 @@ pub(crate) fn http_client() -> anyhow::Result<reqwest::Client> {
 }
 
 /// Triggers `hello` with this idempotency key; the execution id.
-async fn trigger(
+pub(crate) async fn trigger(
     client: &reqwest::Client,
     base: &str,
     key: &str,
@@ -448,7 +469,7 @@ async fn trigger_many(
 }
 
 /// Waits until the execution succeeded (bounded by `deadline`); its events.
-async fn events_when_done(
+pub(crate) async fn events_when_done(
     client: &reqwest::Client,
     base: &str,
     key: &str,

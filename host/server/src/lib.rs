@@ -8,13 +8,17 @@
 //! - `config` — [`config::Settings`]: defaults → file → `CAPSTAN_*` env → flags.
 //! - `telemetry` — tracing subscriber (text or JSON).
 //! - `registry` — the loaded workflows and the files that failed.
-//! - `bench` — `capstan bench`, the measurements behind BENCHMARKS.md (`bench_fanout`: SSE
+//! - `bench` — `capstan bench`, the measurements behind BENCHMARKS.md (`bench_engine`, `bench_api`,
+//!   `bench_memory`, `bench_cluster`, `booking_bench`; `bench_fanout`: SSE
 //!   fan-out and webhook deliveries against a spawned `capstan serve`).
 //! - `serve` — [`serve::App`], the router, health and readiness, `run` with a shutdown future.
 
 pub mod bench;
+pub mod bench_api;
 pub mod bench_cluster;
+pub mod bench_engine;
 pub mod bench_fanout;
+pub mod bench_memory;
 mod bench_timing;
 pub mod booking_bench;
 pub mod config;

@@ -230,6 +230,7 @@ pub fn router(app: App) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
         .with_state(app)
         .merge(api)
         .merge(catalog)
@@ -258,6 +259,25 @@ pub fn router(app: App) -> Router {
 
 async fn healthz() -> Json<serde_json::Value> {
     Json(json!({"status": "ok"}))
+}
+
+/// Counters in the Prometheus text format (no authentication, like `/healthz`: they name no
+/// tenant data). Kept small on purpose; tracing carries the rest.
+async fn metrics() -> Response {
+    let body = format!(
+        "# HELP capstan_store_write_transactions_total Write transactions this process began on the database.\n\
+         # TYPE capstan_store_write_transactions_total counter\n\
+         capstan_store_write_transactions_total {}\n",
+        capstan_store::write_transactions()
+    );
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        body,
+    )
+        .into_response()
 }
 
 #[derive(Debug, Serialize)]

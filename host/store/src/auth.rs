@@ -42,6 +42,22 @@ pub struct AuditFilter {
     pub limit: i64,
 }
 
+/// How often a node records a key's `lastUsedAt` at most.
+pub const TOUCH_EVERY_MS: i64 = 60_000;
+
+/// Audit records written by one `INSERT` at most (11 values each, under every backend's limit).
+const AUDIT_BATCH: usize = 256;
+
+/// Audit records waiting for the next group commit.
+#[derive(Debug, Default)]
+pub(crate) struct AuditQueue {
+    pending: Vec<(
+        AuditRecord,
+        tokio::sync::oneshot::Sender<Result<(), String>>,
+    )>,
+    flushing: bool,
+}
+
 fn key_row(r: &sqlx::any::AnyRow) -> ApiKeyRecord {
     ApiKeyRecord {
         id: r.get("id"),
@@ -98,13 +114,41 @@ impl Store {
         Ok(rows.iter().map(key_row).collect())
     }
 
+    /// Records that the key was used at `now_ms`. `lastUsedAt` is kept to the minute: a node
+    /// writes it at most once per [`TOUCH_EVERY_MS`] per key, so authenticated reads do not each
+    /// cost a write transaction.
     pub async fn touch_api_key(&self, id: &str, now_ms: i64) -> Result<(), sqlx::Error> {
-        sqlx::query("UPDATE api_keys SET last_used_ms = $1 WHERE id = $2")
+        {
+            let mut touched = self
+                .inner
+                .touched
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            match touched.get(id) {
+                Some(&at) if now_ms >= at && now_ms - at < TOUCH_EVERY_MS => return Ok(()),
+                _ => {
+                    if touched.len() > 100_000 {
+                        touched.clear();
+                    }
+                    touched.insert(id.to_owned(), now_ms);
+                }
+            }
+        }
+        crate::count_write();
+        let done = sqlx::query("UPDATE api_keys SET last_used_ms = $1 WHERE id = $2")
             .bind(now_ms)
             .bind(id)
             .execute(&self.writer)
-            .await?;
-        Ok(())
+            .await;
+        if done.is_err() {
+            // Not recorded: try again on the next use.
+            self.inner
+                .touched
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .remove(id);
+        }
+        done.map(|_| ())
     }
 
     /// Revokes the key; false if it does not exist.
@@ -152,22 +196,91 @@ impl Store {
         .await
     }
 
+    /// Writes the audit record, durably, before returning.
+    ///
+    /// Group commit: every authorised request writes one record, so records that arrive while a
+    /// write is under way are written together by the next one (one multi-row `INSERT`, one
+    /// transaction), and each caller returns once its own record is committed. The flushing runs
+    /// on its own task, so a caller that goes away (a dropped request) strands nobody.
     pub async fn insert_audit(&self, a: &AuditRecord) -> Result<(), sqlx::Error> {
-        sqlx::query("INSERT INTO audit_logs (id, at_ms, principal_id, action, method, route, resource, result, execution_id, ip, user_agent) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)")
-            .bind(&a.id)
-            .bind(a.at_ms)
-            .bind(&a.principal_id)
-            .bind(&a.action)
-            .bind(&a.method)
-            .bind(&a.route)
-            .bind(&a.resource)
-            .bind(&a.result)
-            .bind(&a.execution_id)
-            .bind(&a.ip)
-            .bind(&a.user_agent)
-            .execute(&self.writer)
-            .await?;
-        Ok(())
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let start = {
+            let mut queue = self
+                .inner
+                .audit
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            queue.pending.push((a.clone(), tx));
+            !std::mem::replace(&mut queue.flushing, true)
+        };
+        if start {
+            let store = self.clone();
+            tokio::spawn(async move { store.flush_audit().await });
+        }
+        match rx.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(message)) => Err(sqlx::Error::Protocol(message)),
+            Err(_) => Err(sqlx::Error::WorkerCrashed),
+        }
+    }
+
+    /// Writes queued audit records until none is left.
+    async fn flush_audit(&self) {
+        loop {
+            let batch: Vec<_> = {
+                let mut queue = self
+                    .inner
+                    .audit
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if queue.pending.is_empty() {
+                    queue.flushing = false;
+                    return;
+                }
+                let n = queue.pending.len().min(AUDIT_BATCH);
+                queue.pending.drain(..n).collect()
+            };
+            let mut q = crate::Sql::new("INSERT INTO audit_logs (id, at_ms, principal_id, action, method, route, resource, result, execution_id, ip, user_agent) VALUES ");
+            for (i, (a, _)) in batch.iter().enumerate() {
+                if i > 0 {
+                    q.push(", ");
+                }
+                q.push("(")
+                    .push_bind(a.id.clone())
+                    .push(", ")
+                    .push_bind(a.at_ms)
+                    .push(", ")
+                    .push_bind(a.principal_id.clone())
+                    .push(", ")
+                    .push_bind(a.action.clone())
+                    .push(", ")
+                    .push_bind(a.method.clone())
+                    .push(", ")
+                    .push_bind(a.route.clone())
+                    .push(", ")
+                    .push_bind(a.resource.clone())
+                    .push(", ")
+                    .push_bind(a.result.clone())
+                    .push(", ")
+                    .push_bind(a.execution_id.clone())
+                    .push(", ")
+                    .push_bind(a.ip.clone())
+                    .push(", ")
+                    .push_bind(a.user_agent.clone())
+                    .push(")");
+            }
+            crate::count_write();
+            let done = q
+                .build()
+                .persistent(batch.len() == 1)
+                .execute(&self.writer)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string());
+            for (_, tx) in batch {
+                let _ = tx.send(done.clone());
+            }
+        }
     }
 
     /// Newest first.

@@ -104,34 +104,90 @@ pub(crate) fn outbox_row(row: &AnyRow) -> Result<OutboxRecord, StoreError> {
     })
 }
 
-async fn apply_one(tx: &mut Transaction<'_, Any>, write: Write) -> Result<(), StoreError> {
-    match write {
-        Write::InsertExecution(e) => {
-            sqlx::query(
-                "INSERT INTO executions (id, workflow, principal_id, status, status_reason, current_stage, created_ms,
-                 finished_ms, cancellation_requested_ms, input_json, output_json, outcome_json, run_id, traceparent)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
-            )
-            .bind(&e.id)
-            .bind(&e.workflow)
-            .bind(&e.principal_id)
-            .bind(e.status.as_str())
-            .bind(&e.status_reason)
-            .bind(&e.current_stage)
-            .bind(e.created_ms)
-            .bind(e.finished_ms)
-            .bind(e.cancellation_requested_ms)
-            .bind(json_text(&e.input_json))
-            .bind(e.output_json.as_ref().map(json_text))
-            .bind(e.outcome_json.as_ref().map(json_text))
-            .bind(&e.run_id)
-            .bind(&e.traceparent)
+/// The statements of one write transaction, sent in as few round trips as the backend allows.
+///
+/// sqlx runs each SQLite statement by handing it to the connection's own thread and waiting for
+/// the answer; that hand-off (two thread wake-ups, ~0.1 ms on a small VM) cost more than the
+/// statements themselves, and a write transaction has about ten. So on SQLite the statements of
+/// a transaction are joined into one `;`-separated text with one argument list (`$N` numbered
+/// across them, [`Sql::push_statement`]) and run in one call. PostgreSQL's extended protocol
+/// prepares one statement at a time, so there each statement is sent as soon as it is complete.
+/// A write that must read first (a status precondition) flushes what came before it, so the
+/// statements still take effect in order.
+struct Batch {
+    backend: Backend,
+    sql: Sql,
+}
+
+/// SQLite allows 32,766 host parameters per statement text; flush well before.
+const BATCH_BINDS: usize = 16_000;
+
+impl Batch {
+    fn new(backend: Backend) -> Self {
+        Self {
+            backend,
+            sql: Sql::default(),
+        }
+    }
+
+    /// Starts the next statement (with its own `$1…$k`); bind its values on the result.
+    fn statement(&mut self, text: &str) -> &mut Sql {
+        self.sql.push_statement(text)
+    }
+
+    /// Ends a statement: PostgreSQL (or a full batch) sends it now.
+    async fn done(&mut self, tx: &mut Transaction<'_, Any>) -> Result<(), StoreError> {
+        if self.backend == Backend::Postgres || self.sql.binds() >= BATCH_BINDS {
+            self.flush(tx).await?;
+        }
+        Ok(())
+    }
+
+    /// Sends every statement not sent yet.
+    async fn flush(&mut self, tx: &mut Transaction<'_, Any>) -> Result<(), StoreError> {
+        if self.sql.is_empty() {
+            return Ok(());
+        }
+        std::mem::take(&mut self.sql)
+            .build()
             .execute(&mut **tx)
             .await
             .map_err(unavailable)?;
+        Ok(())
+    }
+}
+
+async fn apply_one(
+    tx: &mut Transaction<'_, Any>,
+    batch: &mut Batch,
+    write: Write,
+) -> Result<(), StoreError> {
+    match write {
+        Write::InsertExecution(e) => {
+            batch
+                .statement(
+                    "INSERT INTO executions (id, workflow, principal_id, status, status_reason, current_stage, created_ms,
+                     finished_ms, cancellation_requested_ms, input_json, output_json, outcome_json, run_id, traceparent)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+                )
+                .bind(e.id)
+                .bind(e.workflow)
+                .bind(e.principal_id)
+                .bind(e.status.as_str())
+                .bind(e.status_reason)
+                .bind(e.current_stage)
+                .bind(e.created_ms)
+                .bind(e.finished_ms)
+                .bind(e.cancellation_requested_ms)
+                .bind(json_text(&e.input_json))
+                .bind(e.output_json.as_ref().map(json_text))
+                .bind(e.outcome_json.as_ref().map(json_text))
+                .bind(e.run_id)
+                .bind(e.traceparent);
         }
         Write::UpdateExecution(p) => {
             if let Some(expect) = &p.expect {
+                batch.flush(tx).await?;
                 let status: Option<String> =
                     sqlx::query_scalar("SELECT status FROM executions WHERE id = $1")
                         .bind(&p.id)
@@ -150,7 +206,7 @@ async fn apply_one(tx: &mut Transaction<'_, Any>, write: Write) -> Result<(), St
                     )));
                 }
             }
-            let mut q = Sql::new("UPDATE executions SET id = id");
+            let q = batch.statement("UPDATE executions SET id = id");
             if let Some(s) = p.status {
                 q.push(", status = ").push_bind(s.as_str());
             }
@@ -184,64 +240,57 @@ async fn apply_one(tx: &mut Transaction<'_, Any>, write: Write) -> Result<(), St
                 q.push(", run_id = ").push_bind(r);
             }
             q.push(" WHERE id = ").push_bind(p.id);
-            q.build().execute(&mut **tx).await.map_err(unavailable)?;
         }
         Write::PutStage(s) => {
-            sqlx::query(
-                "INSERT INTO stages (id, execution_id, position, stage_name, status, started_ms, finished_ms, output_json, error_json)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-                 ON CONFLICT (id) DO UPDATE SET status = excluded.status, finished_ms = excluded.finished_ms,
-                   output_json = excluded.output_json, error_json = excluded.error_json",
-            )
-            .bind(&s.id)
-            .bind(&s.execution_id)
-            .bind(s.position)
-            .bind(&s.stage_name)
-            .bind(s.status.as_str())
-            .bind(s.started_ms)
-            .bind(s.finished_ms)
-            .bind(s.output_json.as_ref().map(json_text))
-            .bind(s.error_json.as_ref().map(json_text))
-            .execute(&mut **tx)
-            .await
-            .map_err(unavailable)?;
+            batch
+                .statement(
+                    "INSERT INTO stages (id, execution_id, position, stage_name, status, started_ms, finished_ms, output_json, error_json)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                     ON CONFLICT (id) DO UPDATE SET status = excluded.status, finished_ms = excluded.finished_ms,
+                       output_json = excluded.output_json, error_json = excluded.error_json",
+                )
+                .bind(s.id)
+                .bind(s.execution_id)
+                .bind(s.position)
+                .bind(s.stage_name)
+                .bind(s.status.as_str())
+                .bind(s.started_ms)
+                .bind(s.finished_ms)
+                .bind(s.output_json.as_ref().map(json_text))
+                .bind(s.error_json.as_ref().map(json_text));
         }
         Write::RestageAll {
             execution_id,
             from,
             to,
         } => {
-            sqlx::query("UPDATE stages SET status = $1 WHERE execution_id = $2 AND status = $3")
+            batch
+                .statement("UPDATE stages SET status = $1 WHERE execution_id = $2 AND status = $3")
                 .bind(to.as_str())
                 .bind(execution_id)
-                .bind(from.as_str())
-                .execute(&mut **tx)
-                .await
-                .map_err(unavailable)?;
+                .bind(from.as_str());
         }
         Write::InsertRun(r) => {
-            sqlx::query(
-                "INSERT INTO runs (id, execution_id, workflow, digest, kind, state, wake_ms, lease_owner, lease_expires_ms,
-                 activations, cancel_requested, created_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
-            )
-            .bind(&r.id)
-            .bind(&r.execution_id)
-            .bind(&r.workflow)
-            .bind(&r.digest)
-            .bind(enum_text(&r.kind))
-            .bind(enum_text(&r.state))
-            .bind(r.wake_ms)
-            .bind(&r.lease_owner)
-            .bind(r.lease_expires_ms)
-            .bind(r.activations)
-            .bind(i64::from(r.cancel_requested))
-            .bind(r.created_ms)
-            .execute(&mut **tx)
-            .await
-            .map_err(unavailable)?;
+            batch
+                .statement(
+                    "INSERT INTO runs (id, execution_id, workflow, digest, kind, state, wake_ms, lease_owner, lease_expires_ms,
+                     activations, cancel_requested, created_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+                )
+                .bind(r.id)
+                .bind(r.execution_id)
+                .bind(r.workflow)
+                .bind(r.digest)
+                .bind(enum_text(&r.kind))
+                .bind(enum_text(&r.state))
+                .bind(r.wake_ms)
+                .bind(r.lease_owner)
+                .bind(r.lease_expires_ms)
+                .bind(r.activations)
+                .bind(i64::from(r.cancel_requested))
+                .bind(r.created_ms);
         }
         Write::UpdateRun(p) => {
-            let mut q = Sql::new("UPDATE runs SET id = id");
+            let q = batch.statement("UPDATE runs SET id = id");
             if let Some(s) = p.state {
                 q.push(", state = ").push_bind(enum_text(&s));
             }
@@ -255,119 +304,104 @@ async fn apply_one(tx: &mut Transaction<'_, Any>, write: Write) -> Result<(), St
                 q.push(", cancel_requested = ").push_bind(i64::from(c));
             }
             q.push(" WHERE id = ").push_bind(p.id);
-            q.build().execute(&mut **tx).await.map_err(unavailable)?;
         }
         Write::PutJournal(j) => {
-            sqlx::query(
-                "INSERT INTO journal (run_id, seq, op, request, response, status, at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7)
-                 ON CONFLICT (run_id, seq) DO UPDATE SET response = excluded.response, status = excluded.status, at_ms = excluded.at_ms",
-            )
-            .bind(&j.run_id)
-            .bind(j.seq)
-            .bind(&j.op)
-            .bind(json_text(&j.request))
-            .bind(j.response.as_ref().map(json_text))
-            .bind(enum_text(&j.status))
-            .bind(j.at_ms)
-            .execute(&mut **tx)
-            .await
-            .map_err(unavailable)?;
+            batch
+                .statement(
+                    "INSERT INTO journal (run_id, seq, op, request, response, status, at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7)
+                     ON CONFLICT (run_id, seq) DO UPDATE SET response = excluded.response, status = excluded.status, at_ms = excluded.at_ms",
+                )
+                .bind(j.run_id)
+                .bind(j.seq)
+                .bind(j.op)
+                .bind(json_text(&j.request))
+                .bind(j.response.as_ref().map(json_text))
+                .bind(enum_text(&j.status))
+                .bind(j.at_ms);
         }
         Write::TruncateJournal { run_id, from_seq } => {
-            for sql in [
-                "DELETE FROM journal WHERE run_id = $1 AND seq >= $2",
-                "DELETE FROM waits WHERE run_id = $1 AND seq >= $2",
-            ] {
-                sqlx::query(sql)
-                    .bind(&run_id)
-                    .bind(from_seq)
-                    .execute(&mut **tx)
-                    .await
-                    .map_err(unavailable)?;
-            }
+            batch
+                .statement("DELETE FROM journal WHERE run_id = $1 AND seq >= $2")
+                .bind(run_id.clone())
+                .bind(from_seq);
+            batch.done(tx).await?;
+            batch
+                .statement("DELETE FROM waits WHERE run_id = $1 AND seq >= $2")
+                .bind(run_id)
+                .bind(from_seq);
         }
         Write::InsertReceipt(r) => {
-            sqlx::query(
-                "INSERT INTO receipts (id, execution_id, run_id, seq, op, request, response, created_ms, compensated_ms)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (id) DO NOTHING",
-            )
-            .bind(&r.id)
-            .bind(&r.execution_id)
-            .bind(&r.run_id)
-            .bind(r.seq)
-            .bind(&r.op)
-            .bind(json_text(&r.request))
-            .bind(json_text(&r.response))
-            .bind(r.created_ms)
-            .bind(r.compensated_ms)
-            .execute(&mut **tx)
-            .await
-            .map_err(unavailable)?;
+            batch
+                .statement(
+                    "INSERT INTO receipts (id, execution_id, run_id, seq, op, request, response, created_ms, compensated_ms)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (id) DO NOTHING",
+                )
+                .bind(r.id)
+                .bind(r.execution_id)
+                .bind(r.run_id)
+                .bind(r.seq)
+                .bind(r.op)
+                .bind(json_text(&r.request))
+                .bind(json_text(&r.response))
+                .bind(r.created_ms)
+                .bind(r.compensated_ms);
         }
         Write::MarkCompensated { receipt_id, at_ms } => {
-            sqlx::query(
-                "UPDATE receipts SET compensated_ms = $1 WHERE id = $2 AND compensated_ms IS NULL",
-            )
-            .bind(at_ms)
-            .bind(receipt_id)
-            .execute(&mut **tx)
-            .await
-            .map_err(unavailable)?;
+            batch
+                .statement(
+                    "UPDATE receipts SET compensated_ms = $1 WHERE id = $2 AND compensated_ms IS NULL",
+                )
+                .bind(at_ms)
+                .bind(receipt_id);
         }
         Write::PutWait(w) => {
-            sqlx::query(
-                "INSERT INTO waits (run_id, seq, kind, name, digest, payload_json, wake_ms, deadline_ms, attempts, resolved_json)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-                 ON CONFLICT (run_id, seq) DO UPDATE SET wake_ms = excluded.wake_ms, attempts = excluded.attempts,
-                   resolved_json = excluded.resolved_json, digest = excluded.digest, payload_json = excluded.payload_json",
-            )
-            .bind(&w.run_id)
-            .bind(w.seq)
-            .bind(enum_text(&w.kind))
-            .bind(&w.name)
-            .bind(&w.digest)
-            .bind(w.payload_json.as_ref().map(json_text))
-            .bind(w.wake_ms)
-            .bind(w.deadline_ms)
-            .bind(w.attempts)
-            .bind(w.resolved_json.as_ref().map(json_text))
-            .execute(&mut **tx)
-            .await
-            .map_err(unavailable)?;
+            batch
+                .statement(
+                    "INSERT INTO waits (run_id, seq, kind, name, digest, payload_json, wake_ms, deadline_ms, attempts, resolved_json)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                     ON CONFLICT (run_id, seq) DO UPDATE SET wake_ms = excluded.wake_ms, attempts = excluded.attempts,
+                       resolved_json = excluded.resolved_json, digest = excluded.digest, payload_json = excluded.payload_json",
+                )
+                .bind(w.run_id)
+                .bind(w.seq)
+                .bind(enum_text(&w.kind))
+                .bind(w.name)
+                .bind(w.digest)
+                .bind(w.payload_json.as_ref().map(json_text))
+                .bind(w.wake_ms)
+                .bind(w.deadline_ms)
+                .bind(w.attempts)
+                .bind(w.resolved_json.as_ref().map(json_text));
         }
         Write::PutCommand(c) => {
-            sqlx::query(
-                "INSERT INTO commands (id, execution_id, operation, status, created_ms, finished_ms, error) VALUES ($1, $2, $3, $4, $5, $6, $7)
-                 ON CONFLICT (id) DO UPDATE SET status = excluded.status, finished_ms = excluded.finished_ms, error = excluded.error",
-            )
-            .bind(&c.id)
-            .bind(&c.execution_id)
-            .bind(&c.operation)
-            .bind(enum_text(&c.status))
-            .bind(c.created_ms)
-            .bind(c.finished_ms)
-            .bind(&c.error)
-            .execute(&mut **tx)
-            .await
-            .map_err(unavailable)?;
+            batch
+                .statement(
+                    "INSERT INTO commands (id, execution_id, operation, status, created_ms, finished_ms, error) VALUES ($1, $2, $3, $4, $5, $6, $7)
+                     ON CONFLICT (id) DO UPDATE SET status = excluded.status, finished_ms = excluded.finished_ms, error = excluded.error",
+                )
+                .bind(c.id)
+                .bind(c.execution_id)
+                .bind(c.operation)
+                .bind(enum_text(&c.status))
+                .bind(c.created_ms)
+                .bind(c.finished_ms)
+                .bind(c.error);
         }
         Write::Event(e) => {
-            sqlx::query(
-                "INSERT INTO outbox (event_id, execution_id, event_type, event_version, principal_id, workflow, payload_json,
-                 occurred_ms, traceparent) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-            )
-            .bind(&e.event_id)
-            .bind(&e.execution_id)
-            .bind(&e.event_type)
-            .bind(&e.event_version)
-            .bind(&e.principal_id)
-            .bind(&e.workflow)
-            .bind(json_text(&e.payload_json))
-            .bind(e.occurred_ms)
-            .bind(&e.traceparent)
-            .execute(&mut **tx)
-            .await
-            .map_err(unavailable)?;
+            batch
+                .statement(
+                    "INSERT INTO outbox (event_id, execution_id, event_type, event_version, principal_id, workflow, payload_json,
+                     occurred_ms, traceparent) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                )
+                .bind(e.event_id)
+                .bind(e.execution_id)
+                .bind(e.event_type)
+                .bind(e.event_version)
+                .bind(e.principal_id)
+                .bind(e.workflow)
+                .bind(json_text(&e.payload_json))
+                .bind(e.occurred_ms)
+                .bind(e.traceparent);
         }
         Write::CompleteIdempotency {
             principal_id,
@@ -376,20 +410,18 @@ async fn apply_one(tx: &mut Transaction<'_, Any>, write: Write) -> Result<(), St
             execution_id,
             response_json,
         } => {
-            sqlx::query(
-                "UPDATE idempotency SET execution_id = $1, response_json = $2 WHERE principal_id = $3 AND workflow = $4 AND key = $5",
-            )
-            .bind(execution_id)
-            .bind(json_text(&response_json))
-            .bind(principal_id)
-            .bind(workflow)
-            .bind(key)
-            .execute(&mut **tx)
-            .await
-            .map_err(unavailable)?;
+            batch
+                .statement(
+                    "UPDATE idempotency SET execution_id = $1, response_json = $2 WHERE principal_id = $3 AND workflow = $4 AND key = $5",
+                )
+                .bind(execution_id)
+                .bind(json_text(&response_json))
+                .bind(principal_id)
+                .bind(workflow)
+                .bind(key);
         }
     }
-    Ok(())
+    batch.done(tx).await
 }
 
 /// PostgreSQL: serialises the transactions that insert outbox events, from their first event to
@@ -441,13 +473,16 @@ impl EngineStore for Store {
             }
         }
         let mut locked = false;
+        let mut batch = Batch::new(self.backend());
         for write in writes {
             if !locked && matches!(write, Write::Event(_)) && self.backend() == Backend::Postgres {
+                batch.flush(&mut tx).await?;
                 outbox_lock(&mut tx).await?;
                 locked = true;
             }
-            apply_one(&mut tx, write).await?;
+            apply_one(&mut tx, &mut batch, write).await?;
         }
+        batch.flush(&mut tx).await?;
         tx.commit().await.map_err(unavailable)?;
         if has_events {
             self.events_committed();
@@ -534,6 +569,7 @@ impl EngineStore for Store {
                  RETURNING *"
             }
         };
+        crate::count_write();
         let rows = sqlx::query(sql)
             .bind(owner)
             .bind(now_ms + lease_ms)

@@ -83,7 +83,21 @@ impl Backend {
 
 /// Begins a write transaction on `pool` (see [`Backend::begin_write`]).
 pub async fn begin_write(pool: &AnyPool) -> Result<Transaction<'static, Any>, sqlx::Error> {
+    count_write();
     pool.begin_with(Backend::of_pool(pool).begin_write()).await
+}
+
+static WRITE_TRANSACTIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Counts one write transaction (an explicit one, or a single writing statement on its own).
+pub(crate) fn count_write() {
+    WRITE_TRANSACTIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Write transactions this process has begun on any store so far (`/metrics`,
+/// `capstan_store_write_transactions_total`; the bench divides it by executions).
+pub fn write_transactions() -> u64 {
+    WRITE_TRANSACTIONS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// The channel on which PostgreSQL nodes announce committed outbox events to each other.
@@ -106,6 +120,16 @@ pub struct Store {
     events: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
     /// This process's name in leases it takes through the store (webhook attempts).
     node_id: String,
+    inner: std::sync::Arc<Inner>,
+}
+
+/// In-memory state shared by the clones of a [`Store`].
+#[derive(Debug, Default)]
+struct Inner {
+    /// Audit records waiting for the next group commit.
+    audit: std::sync::Mutex<auth::AuditQueue>,
+    /// When this node last wrote each API key's `lastUsedAt`.
+    touched: std::sync::Mutex<std::collections::HashMap<String, i64>>,
 }
 
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -153,8 +177,10 @@ impl Store {
         } else {
             format!("sqlite://{rest}?mode=rwc")
         };
+        // No ping before each checkout: a SQLite connection is a file handle that does not go
+        // stale, and the ping is one more round trip to the connection's thread per transaction.
         let options = || {
-            AnyPoolOptions::new().after_connect(|conn, _| {
+            AnyPoolOptions::new().test_before_acquire(false).after_connect(|conn, _| {
                 Box::pin(async move {
                     use sqlx::Executor as _;
                     conn.execute("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 5000; PRAGMA foreign_keys = ON")
@@ -203,6 +229,7 @@ impl Store {
             writer,
             events: std::sync::Arc::new(tokio::sync::watch::Sender::new(0)),
             node_id: capstan_core::ids::new_id(),
+            inner: std::sync::Arc::default(),
         }
     }
 
@@ -222,6 +249,7 @@ impl Store {
 
     /// Begins a write transaction on the writer (see [`Backend::begin_write`]).
     pub async fn begin_write(&self) -> Result<Transaction<'static, Any>, sqlx::Error> {
+        count_write();
         self.writer.begin_with(self.backend.begin_write()).await
     }
 

@@ -42,14 +42,58 @@ impl Sql {
     where
         T: Encode<'static, Any> + Type<Any> + Send + 'static,
     {
-        self.count += 1;
-        let _ = write!(self.text, "${}", self.count);
+        let _ = write!(self.text, "${}", self.count + 1);
         // Encoding into `AnyArguments` only copies the value into a buffer; it cannot fail for
         // the plain types (integers, strings, floats) bound here.
+        self.bind(value)
+    }
+
+    /// Appends a whole statement written with its own `$1…$k` placeholders, after a `;` when
+    /// text came before: its placeholders are renumbered to follow the ones bound so far, so
+    /// several statements share one text and one argument list (SQLite runs them in one call).
+    /// Bind its `k` values, in order, with [`Sql::bind`].
+    pub fn push_statement(&mut self, text: &str) -> &mut Self {
+        if !self.text.is_empty() {
+            self.text.push_str(";\n");
+        }
+        let offset = self.count;
+        let mut rest = text;
+        while let Some(at) = rest.find('$') {
+            self.text.push_str(&rest[..at]);
+            let after = &rest[at + 1..];
+            let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+            match after[..digits].parse::<usize>() {
+                Ok(n) => {
+                    let _ = write!(self.text, "${}", n + offset);
+                }
+                Err(_) => self.text.push('$'),
+            }
+            rest = &after[digits..];
+        }
+        self.text.push_str(rest);
+        self
+    }
+
+    /// Binds the next value of a statement appended with [`Sql::push_statement`].
+    pub fn bind<T>(&mut self, value: T) -> &mut Self
+    where
+        T: Encode<'static, Any> + Type<Any> + Send + 'static,
+    {
+        self.count += 1;
         if let Err(e) = self.args.add(value) {
             tracing::error!(error = %e, "cannot bind a query argument");
         }
         self
+    }
+
+    /// How many values are bound so far.
+    pub fn binds(&self) -> usize {
+        self.count
+    }
+
+    /// True when no text was pushed.
+    pub fn is_empty(&self) -> bool {
+        self.text.is_empty()
     }
 
     /// Appends `$N, $N+1, …` bound to `values` (for `IN (…)`).
@@ -68,5 +112,27 @@ impl Sql {
 
     pub fn build(self) -> sqlx::query::Query<'static, Any, AnyArguments> {
         sqlx::query_with(sqlx::AssertSqlSafe(self.text), self.args)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statements_are_renumbered_to_follow_earlier_binds() {
+        let mut sql = Sql::default();
+        sql.push_statement("INSERT INTO t (a, b) VALUES ($1, $2)")
+            .bind(1i64)
+            .bind(2i64);
+        sql.push_statement("UPDATE u SET x = $2 WHERE id = $1 AND price > 0")
+            .bind("id")
+            .bind(3i64);
+        sql.push(" AND y = ").push_bind(4i64);
+        assert_eq!(
+            sql.text,
+            "INSERT INTO t (a, b) VALUES ($1, $2);\nUPDATE u SET x = $4 WHERE id = $3 AND price > 0 AND y = $5"
+        );
+        assert_eq!(sql.binds(), 5);
     }
 }

@@ -1,0 +1,263 @@
+//! `capstan bench --only engine`: ten-stage executions driven over HTTP against a spawned
+//! `capstan serve`, on SQLite and on PostgreSQL, with `concurrency` executions in flight.
+//!
+//! Closed loop: each of `concurrency` clients triggers an execution of `fixture-steps` (ten
+//! stages, one simulated DNS change each, then a finalize stage; simulated cloud at zero latency),
+//! waits until the server reports it terminal, and triggers the next, until `executions` have run.
+//! Terminal events come from one SSE stream the bench opens before the first trigger, so waiting
+//! costs the server no polling. Latency is trigger sent → terminal event read (client clock);
+//! throughput is executions / wall time. Database writes per execution come from the server's
+//! `/metrics` (`capstan_store_write_transactions_total`, read before and after).
+
+use crate::bench_fanout::{Server, http_client};
+use serde::Serialize;
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Serialize)]
+pub struct EngineHttpRun {
+    pub backend: &'static str,
+    pub concurrency: usize,
+    pub executions: usize,
+    pub elapsed_ms: f64,
+    pub executions_per_second: f64,
+    /// Trigger sent → terminal event read by the client.
+    pub latency_p50_ms: f64,
+    pub latency_p99_ms: f64,
+    /// Write transactions the server began per execution (every kind: trigger, claims, journal,
+    /// receipts, the simulated cloud's own records, outbox).
+    pub write_transactions_per_execution: f64,
+    pub server_cpu_s: f64,
+}
+
+const STAGES: usize = 10;
+
+fn config(workers: usize) -> String {
+    format!(
+        "workers = {workers}\n[rate_limit]\nrequests_per_second = 0.0\nburst = 1\n[grants]\nfixture-steps = [\"dns\", \"convergence\"]\n[simulator]\ndns_propagation_ms = 0\n"
+    )
+}
+
+/// How the terminal event of each execution reaches the client waiting for it.
+enum Slot {
+    Waiting(tokio::sync::oneshot::Sender<(String, Instant)>),
+    Arrived(String, Instant),
+}
+
+type Slots = Arc<Mutex<HashMap<String, Slot>>>;
+
+/// Reads the stream, handing each terminal event to its waiter (or parking it for one that has
+/// not registered yet).
+async fn terminal_events(mut response: reqwest::Response, slots: Slots) -> anyhow::Result<()> {
+    let mut buffer: Vec<u8> = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        let at = Instant::now();
+        buffer.extend_from_slice(&chunk);
+        while let Some(end) = buffer.windows(2).position(|w| w == b"\n\n") {
+            let message: Vec<u8> = buffer.drain(..end + 2).collect();
+            let text = String::from_utf8_lossy(&message);
+            let Some(data) = text.lines().find_map(|l| l.strip_prefix("data:")) else {
+                continue;
+            };
+            let event: Value = serde_json::from_str(data.trim_start())?;
+            let (Some(id), Some(kind)) = (event["executionId"].as_str(), event["eventType"].as_str())
+            else {
+                continue;
+            };
+            let mut slots = slots.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+            match slots.remove(id) {
+                Some(Slot::Waiting(tx)) => {
+                    let _ = tx.send((kind.to_owned(), at));
+                }
+                _ => {
+                    slots.insert(id.to_owned(), Slot::Arrived(kind.to_owned(), at));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The server's write-transaction counter, from `/metrics`.
+pub(crate) async fn write_transactions(
+    client: &reqwest::Client,
+    base: &str,
+) -> anyhow::Result<u64> {
+    let text = client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await?
+        .text()
+        .await?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("capstan_store_write_transactions_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("no write-transaction counter in /metrics: {text}"))
+}
+
+async fn one(
+    fixture: &Path,
+    backend: &'static str,
+    concurrency: usize,
+    executions: usize,
+) -> anyhow::Result<EngineHttpRun> {
+    let home = Arc::new(Server::home(&[fixture], &config(concurrency.max(4)))?);
+    let database = match backend {
+        "sqlite" => format!("sqlite://{}/capstan.db", home.path().display()),
+        _ => crate::bench_cluster::postgres_schema().await?,
+    };
+    capstan_store::Store::open(&database).await?;
+    let server = Server::start_node(home, database).await?;
+    let key = server
+        .key_for("bench", &["workflows:fixture-steps"])
+        .await?;
+    let client = http_client()?;
+    let base = server.base.clone();
+    let stream = client
+        .get(format!(
+            "{base}/v1/streams/events?event=ExecutionSucceeded.v1,ExecutionFailed.v1,ExecutionPaused.v1,ExecutionCanceled.v1"
+        ))
+        .bearer_auth(&key)
+        .header(reqwest::header::ACCEPT, "text/event-stream")
+        .send()
+        .await?;
+    anyhow::ensure!(
+        stream.status() == reqwest::StatusCode::OK,
+        "stream answered {}",
+        stream.status()
+    );
+    let slots: Slots = Arc::default();
+    let reader = tokio::spawn(terminal_events(stream, slots.clone()));
+    let progress = crate::bench::progress(
+        executions as u64,
+        &format!("engine {backend} ×{concurrency}"),
+    );
+    let writes_before = write_transactions(&client, &base).await?;
+    let cpu_before = server.cpu_seconds();
+    let next = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..concurrency {
+        let (client, base, key, next, slots, progress) = (
+            client.clone(),
+            base.clone(),
+            key.clone(),
+            next.clone(),
+            slots.clone(),
+            progress.clone(),
+        );
+        tasks.spawn(async move {
+            let mut latencies = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= executions {
+                    return Ok::<_, anyhow::Error>(latencies);
+                }
+                let sent = Instant::now();
+                let r = client
+                    .post(format!("{base}/v1/workflows/fixture-steps"))
+                    .bearer_auth(&key)
+                    .header("Idempotency-Key", format!("engine-{i}"))
+                    .json(&json!({"zone": "ZEXAMPLE-COM", "stages": STAGES}))
+                    .send()
+                    .await?;
+                let status = r.status();
+                let body: Value = r.json().await.unwrap_or(Value::Null);
+                anyhow::ensure!(
+                    status == reqwest::StatusCode::ACCEPTED,
+                    "trigger answered {status}: {body}"
+                );
+                let id = body["executionId"]
+                    .as_str()
+                    .ok_or_else(|| anyhow::anyhow!("no executionId in {body}"))?
+                    .to_owned();
+                let arrived = {
+                    let mut slots = slots.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+                    match slots.remove(&id) {
+                        Some(Slot::Arrived(kind, at)) => Ok((kind, at)),
+                        _ => {
+                            let (tx, rx) = tokio::sync::oneshot::channel();
+                            slots.insert(id.clone(), Slot::Waiting(tx));
+                            Err(rx)
+                        }
+                    }
+                };
+                let (kind, at) = match arrived {
+                    Ok(done) => done,
+                    Err(rx) => tokio::time::timeout(Duration::from_secs(300), rx)
+                        .await
+                        .map_err(|_| anyhow::anyhow!("execution {id} not terminal after 300 s"))?
+                        .map_err(|_| anyhow::anyhow!("the event stream ended"))?,
+                };
+                anyhow::ensure!(kind == "ExecutionSucceeded", "execution {id}: {kind}");
+                latencies.push(at.saturating_duration_since(sent));
+                progress.inc(1);
+            }
+        });
+    }
+    let mut latencies = Vec::with_capacity(executions);
+    while let Some(joined) = tasks.join_next().await {
+        latencies.extend(joined??);
+    }
+    let elapsed = started.elapsed();
+    progress.finish_and_clear();
+    let writes = write_transactions(&client, &base).await? - writes_before;
+    let server_cpu_s = server.cpu_seconds() - cpu_before;
+    reader.abort();
+    latencies.sort_unstable();
+    let pct = |p: f64| {
+        let i = ((latencies.len() as f64 - 1.0) * p).round() as usize;
+        latencies
+            .get(i.min(latencies.len().saturating_sub(1)))
+            .map_or(0.0, |d| d.as_secs_f64() * 1e3)
+    };
+    Ok(EngineHttpRun {
+        backend,
+        concurrency,
+        executions,
+        elapsed_ms: elapsed.as_secs_f64() * 1e3,
+        executions_per_second: executions as f64 / elapsed.as_secs_f64(),
+        latency_p50_ms: pct(0.50),
+        latency_p99_ms: pct(0.99),
+        write_transactions_per_execution: writes as f64 / executions as f64,
+        server_cpu_s,
+    })
+}
+
+/// SQLite, then PostgreSQL (skipped with a note when it cannot be reached); 32 in flight, then 1.
+pub async fn run(fixture: &Path, quick: bool) -> anyhow::Result<Vec<EngineHttpRun>> {
+    anyhow::ensure!(
+        fixture.is_file(),
+        "{} is missing: run `just build-guests`",
+        fixture.display()
+    );
+    let executions = if quick { 100 } else { 2_000 };
+    let mut backends = vec!["sqlite"];
+    let server = crate::bench_cluster::postgres_server();
+    match <sqlx::PgConnection as sqlx::Connection>::connect(&server).await {
+        Ok(_) => backends.push("postgres"),
+        Err(e) => println!("(skipping the PostgreSQL engine runs: {server}: {e})"),
+    }
+    let mut runs = Vec::new();
+    for backend in backends {
+        for concurrency in [32, 1] {
+            let run = one(fixture, backend, concurrency, executions).await?;
+            println!(
+                "engine    {:<8} {:>2} in flight: {} ten-stage executions over HTTP, {:.0}/s, trigger→terminal p50 {:.1} ms, p99 {:.1} ms, {:.1} write transactions each",
+                run.backend,
+                run.concurrency,
+                run.executions,
+                run.executions_per_second,
+                run.latency_p50_ms,
+                run.latency_p99_ms,
+                run.write_transactions_per_execution
+            );
+            runs.push(run);
+        }
+    }
+    Ok(runs)
+}
