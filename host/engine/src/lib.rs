@@ -610,6 +610,10 @@ impl Engine {
                         .await
                     {
                         Ok(runs) if !runs.is_empty() => {
+                            // Fewer than asked for: nothing else is due now, so wait for a
+                            // wake-up instead of claiming again at once (an empty claim is
+                            // still a write statement on SQLite's single writer).
+                            let more_may_be_due = runs.len() >= free;
                             for run in runs {
                                 let Ok(permit) = slots.clone().acquire_owned().await else {
                                     break;
@@ -620,7 +624,9 @@ impl Engine {
                                     drop(permit);
                                 });
                             }
-                            continue;
+                            if more_may_be_due {
+                                continue;
+                            }
                         }
                         Ok(_) => {}
                         Err(e) => tracing::warn!(error = %e, "claiming runs failed; retrying"),

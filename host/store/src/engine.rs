@@ -117,6 +117,8 @@ pub(crate) fn outbox_row(row: &AnyRow) -> Result<OutboxRecord, StoreError> {
 struct Batch {
     backend: Backend,
     sql: Sql,
+    /// The first statement not sent yet is the fence: check what it returns.
+    fenced: bool,
 }
 
 /// SQLite allows 32,766 host parameters per statement text; flush well before.
@@ -127,7 +129,20 @@ impl Batch {
         Self {
             backend,
             sql: Sql::default(),
+            fenced: false,
         }
+    }
+
+    /// Renews the run's lease, or fails the batch with `LeaseLost` (another owner) or
+    /// `Canceled` (an immediate cancel was requested); must be the first statement.
+    fn fence(&mut self, fence: &Fence) {
+        self.fenced = true;
+        self.statement(
+            "UPDATE runs SET lease_expires_ms = $1 WHERE id = $2 AND lease_owner = $3 RETURNING cancel_requested",
+        )
+        .bind(fence.lease_until_ms)
+        .bind(fence.run_id.clone())
+        .bind(fence.owner.clone());
     }
 
     /// Starts the next statement (with its own `$1…$k`); bind its values on the result.
@@ -148,11 +163,19 @@ impl Batch {
         if self.sql.is_empty() {
             return Ok(());
         }
-        std::mem::take(&mut self.sql)
-            .build()
-            .execute(&mut **tx)
-            .await
-            .map_err(unavailable)?;
+        let query = std::mem::take(&mut self.sql).build();
+        if std::mem::take(&mut self.fenced) {
+            // Only the fence returns rows.
+            let rows = query.fetch_all(&mut **tx).await.map_err(unavailable)?;
+            match rows.first().map(|r| r.try_get::<i64, _>(0)) {
+                None => return Err(StoreError::LeaseLost),
+                Some(Ok(1)) => return Err(StoreError::Canceled),
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return Err(unavailable(e)),
+            }
+        } else {
+            query.execute(&mut **tx).await.map_err(unavailable)?;
+        }
         Ok(())
     }
 }
@@ -456,24 +479,14 @@ impl EngineStore for Store {
         let has_events = !events.is_empty();
         writes.extend(events);
         let mut tx = self.begin_write().await.map_err(unavailable)?;
+        let mut batch = Batch::new(self.backend());
         if let Some(fence) = fence {
-            let row: Option<(i64,)> = sqlx::query_as(
-                "UPDATE runs SET lease_expires_ms = $1 WHERE id = $2 AND lease_owner = $3 RETURNING cancel_requested",
-            )
-            .bind(fence.lease_until_ms)
-            .bind(&fence.run_id)
-            .bind(&fence.owner)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(unavailable)?;
-            match row {
-                None => return Err(StoreError::LeaseLost),
-                Some((1,)) => return Err(StoreError::Canceled),
-                Some(_) => {}
-            }
+            // Checked when the batch is sent (SQLite: together with the writes, which the
+            // transaction then rolls back if the fence fails).
+            batch.fence(fence);
+            batch.done(&mut tx).await?;
         }
         let mut locked = false;
-        let mut batch = Batch::new(self.backend());
         for write in writes {
             if !locked && matches!(write, Write::Event(_)) && self.backend() == Backend::Postgres {
                 batch.flush(&mut tx).await?;
