@@ -461,7 +461,7 @@ fn print_table(results: &Results) {
     }
     for r in &results.engine {
         println!(
-            "{:<26} {:>9} {:>11} {:>14.0} {:>10.1} {:>10.1} {:>14.1}",
+            "{:<26} {:>9} {:>11} {:>14.0} {:>10.1} {:>10.1} {:>14}",
             r.backend,
             r.concurrency,
             r.executions,
@@ -469,6 +469,7 @@ fn print_table(results: &Results) {
             r.latency_p50_ms,
             r.latency_p99_ms,
             r.write_transactions_per_execution
+                .map_or("?".to_owned(), |w| format!("{w:.1}"))
         );
     }
     if let Some(a) = &results.api {

@@ -29,8 +29,9 @@ pub struct EngineHttpRun {
     pub latency_p50_ms: f64,
     pub latency_p99_ms: f64,
     /// Write transactions the server began per execution (every kind: trigger, claims, journal,
-    /// receipts, the simulated cloud's own records, outbox).
-    pub write_transactions_per_execution: f64,
+    /// receipts, the simulated cloud's own records, outbox, relay); `None` when the server has no
+    /// `/metrics` (an older build under `CAPSTAN_BENCH_SERVER`).
+    pub write_transactions_per_execution: Option<f64>,
     pub server_cpu_s: f64,
 }
 
@@ -136,7 +137,7 @@ async fn one(
         executions as u64,
         &format!("engine {backend} ×{concurrency}"),
     );
-    let writes_before = write_transactions(&client, &base).await?;
+    let writes_before = write_transactions(&client, &base).await.ok();
     let cpu_before = server.cpu_seconds();
     let next = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
@@ -205,7 +206,10 @@ async fn one(
     }
     let elapsed = started.elapsed();
     progress.finish_and_clear();
-    let writes = write_transactions(&client, &base).await? - writes_before;
+    let writes = match (writes_before, write_transactions(&client, &base).await.ok()) {
+        (Some(before), Some(after)) => Some(after.saturating_sub(before)),
+        _ => None,
+    };
     let server_cpu_s = server.cpu_seconds() - cpu_before;
     reader.abort();
     latencies.sort_unstable();
@@ -223,7 +227,7 @@ async fn one(
         executions_per_second: executions as f64 / elapsed.as_secs_f64(),
         latency_p50_ms: pct(0.50),
         latency_p99_ms: pct(0.99),
-        write_transactions_per_execution: writes as f64 / executions as f64,
+        write_transactions_per_execution: writes.map(|w| w as f64 / executions as f64),
         server_cpu_s,
     })
 }
@@ -247,7 +251,7 @@ pub async fn run(fixture: &Path, quick: bool) -> anyhow::Result<Vec<EngineHttpRu
         for concurrency in [32, 1] {
             let run = one(fixture, backend, concurrency, executions).await?;
             println!(
-                "engine    {:<8} {:>2} in flight: {} ten-stage executions over HTTP, {:.0}/s, trigger→terminal p50 {:.1} ms, p99 {:.1} ms, {:.1} write transactions each",
+                "engine    {:<8} {:>2} in flight: {} ten-stage executions over HTTP, {:.0}/s, trigger→terminal p50 {:.1} ms, p99 {:.1} ms, {} write transactions each",
                 run.backend,
                 run.concurrency,
                 run.executions,
@@ -255,6 +259,7 @@ pub async fn run(fixture: &Path, quick: bool) -> anyhow::Result<Vec<EngineHttpRu
                 run.latency_p50_ms,
                 run.latency_p99_ms,
                 run.write_transactions_per_execution
+                    .map_or("?".to_owned(), |w| format!("{w:.1}"))
             );
             runs.push(run);
         }

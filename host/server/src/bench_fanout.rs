@@ -218,7 +218,13 @@ impl Server {
     /// A command of this executable with the home's config, database, workflows and data dir,
     /// none of the caller's `CAPSTAN_*` settings, and bench-only secrets.
     fn command(home: &Path, database: &str) -> anyhow::Result<tokio::process::Command> {
-        let mut cmd = tokio::process::Command::new(std::env::current_exe()?);
+        // `CAPSTAN_BENCH_SERVER` names another build to measure with this harness (an earlier
+        // commit's binary, for before/after figures on one machine).
+        let exe = match std::env::var_os("CAPSTAN_BENCH_SERVER") {
+            Some(other) => std::path::PathBuf::from(other),
+            None => std::env::current_exe()?,
+        };
+        let mut cmd = tokio::process::Command::new(exe);
         cmd.arg("--config")
             .arg(home.join("capstan.toml"))
             .arg("--database")

@@ -1,0 +1,115 @@
+//! `GET /metrics`, the audit log's group commit and `lastUsedAt` kept to the minute, against a
+//! real `capstan serve` and its database (SQLite, or PostgreSQL in the second pass).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use capstan_e2e::{Server, database, home, key_for, until_status};
+use serde_json::Value;
+
+async fn write_transactions(client: &reqwest::Client, base: &str) -> u64 {
+    let r = client.get(format!("{base}/metrics")).send().await.unwrap();
+    assert_eq!(r.status(), 200, "no key needed");
+    assert!(
+        r.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain; version=0.0.4"),
+        "Prometheus text format"
+    );
+    let text = r.text().await.unwrap();
+    assert!(text.contains("# TYPE capstan_store_write_transactions_total counter"));
+    text.lines()
+        .find_map(|l| l.strip_prefix("capstan_store_write_transactions_total "))
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// Triggers `hello` and waits until it succeeded; its id.
+async fn hello_done(client: &reqwest::Client, base: &str, key: &str) -> String {
+    let r: Value = client
+        .post(format!("{base}/v1/workflows/hello"))
+        .bearer_auth(key)
+        .header("Idempotency-Key", "hello-once")
+        .json(&serde_json::json!({"name": "metrics"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = r["executionId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("trigger answered {r}"))
+        .to_owned();
+    until_status(client, base, key, &id, &["succeeded"]).await;
+    id
+}
+
+#[tokio::test]
+async fn metrics_count_the_write_transactions_of_an_execution() {
+    let home = home(&["workflows/hello.wasm"]);
+    let key = key_for(home.path(), "ops", &["workflows:hello"]);
+    let server = Server::start(home.path());
+    let client = reqwest::Client::new();
+    let before = write_transactions(&client, &server.base).await;
+    hello_done(&client, &server.base, &key).await;
+    let after = write_transactions(&client, &server.base).await;
+    // At least: the idempotency reservation, the trigger, a claim, the activation's final batch.
+    assert!(after >= before + 4, "{before} → {after}");
+}
+
+#[tokio::test]
+async fn concurrent_reads_are_each_audited_once_and_last_use_is_kept_to_the_minute() {
+    let home = home(&["workflows/hello.wasm"]);
+    let key = key_for(home.path(), "ops", &["workflows:hello"]);
+    let server = Server::start(home.path());
+    let client = reqwest::Client::new();
+    let id = hello_done(&client, &server.base, &key).await;
+
+    let db = database(home.path()).await;
+    let audited = |id: String| {
+        let db = db.clone();
+        async move {
+            let (n,): (i64,) = sqlx::query_as(
+                "SELECT COUNT(*) FROM audit_logs WHERE execution_id = $1 AND result = 'allowed'",
+            )
+            .bind(id)
+            .fetch_one(&db)
+            .await
+            .unwrap();
+            n
+        }
+    };
+    let last_used = || {
+        let db = db.clone();
+        async move {
+            let (at,): (Option<i64>,) =
+                sqlx::query_as("SELECT last_used_ms FROM api_keys WHERE principal_id = 'ops'")
+                    .fetch_one(&db)
+                    .await
+                    .unwrap();
+            at
+        }
+    };
+    let first_use = last_used().await.expect("lastUsedAt written on first use");
+
+    // 40 reads at once: the audit writer folds them into few INSERTs, but every request returns
+    // only after its own record is committed, so all 40 are there as soon as the last answers.
+    let before = audited(id.clone()).await;
+    let mut reads = tokio::task::JoinSet::new();
+    for _ in 0..40 {
+        let (client, url, key) = (
+            client.clone(),
+            format!("{}/v1/executions/{id}", server.base),
+            key.clone(),
+        );
+        reads.spawn(async move { client.get(url).bearer_auth(key).send().await.unwrap() });
+    }
+    while let Some(r) = reads.join_next().await {
+        assert_eq!(r.unwrap().status(), 200);
+    }
+    assert_eq!(audited(id.clone()).await - before, 40);
+
+    // Used again within the minute: not rewritten.
+    assert_eq!(last_used().await, Some(first_use));
+}
