@@ -595,6 +595,11 @@ impl Engine {
                 if *shutdown.borrow() {
                     break;
                 }
+                // Listen for wake-ups before claiming, so a trigger that lands while the claim
+                // runs is not missed (it would otherwise wait for the next poll).
+                let woken = engine.inner.wake.notified();
+                tokio::pin!(woken);
+                woken.as_mut().enable();
                 let free = slots.available_permits();
                 if free > 0 {
                     let now = engine.now();
@@ -634,7 +639,7 @@ impl Engine {
                 }
                 tokio::select! {
                     _ = tokio::time::sleep(engine.inner.config.poll) => {}
-                    _ = engine.inner.wake.notified() => {}
+                    () = &mut woken => {}
                     _ = shutdown.changed() => {}
                     Some(_) = tasks.join_next() => {}
                 }

@@ -456,7 +456,13 @@ fn print_table(results: &Results) {
     if !results.engine.is_empty() {
         println!(
             "{:<26} {:>9} {:>11} {:>14} {:>10} {:>10} {:>14}",
-            "engine (HTTP, 10 stages)", "in flight", "executions", "executions/s", "p50 ms", "p99 ms", "writes/exec"
+            "engine (HTTP, 10 stages)",
+            "in flight",
+            "executions",
+            "executions/s",
+            "p50 ms",
+            "p99 ms",
+            "writes/exec"
         );
     }
     for r in &results.engine {

@@ -65,7 +65,8 @@ async fn terminal_events(mut response: reqwest::Response, slots: Slots) -> anyho
                 continue;
             };
             let event: Value = serde_json::from_str(data.trim_start())?;
-            let (Some(id), Some(kind)) = (event["executionId"].as_str(), event["eventType"].as_str())
+            let (Some(id), Some(kind)) =
+                (event["executionId"].as_str(), event["eventType"].as_str())
             else {
                 continue;
             };

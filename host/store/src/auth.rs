@@ -240,7 +240,9 @@ impl Store {
                 let n = queue.pending.len().min(AUDIT_BATCH);
                 queue.pending.drain(..n).collect()
             };
-            let mut q = crate::Sql::new("INSERT INTO audit_logs (id, at_ms, principal_id, action, method, route, resource, result, execution_id, ip, user_agent) VALUES ");
+            let mut q = crate::Sql::new(
+                "INSERT INTO audit_logs (id, at_ms, principal_id, action, method, route, resource, result, execution_id, ip, user_agent) VALUES ",
+            );
             for (i, (a, _)) in batch.iter().enumerate() {
                 if i > 0 {
                     q.push(", ");
