@@ -119,6 +119,14 @@ pub enum Section {
     Cluster,
 }
 
+/// The `p` quantile (0–1, nearest rank) of sorted durations, in ms; 0 when there are none.
+pub(crate) fn percentile_ms(sorted: &[Duration], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted
+        .get(i.min(sorted.len().saturating_sub(1)))
+        .map_or(0.0, |d| d.as_secs_f64() * 1e3)
+}
+
 /// A progress bar on stderr for a long run (drawn only when stderr is a terminal).
 pub(crate) fn progress(len: u64, label: &str) -> indicatif::ProgressBar {
     let bar = indicatif::ProgressBar::new(len);

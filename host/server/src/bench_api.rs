@@ -94,12 +94,7 @@ async fn load(
     ticker.abort();
     progress.finish_and_clear();
     latencies.sort_unstable();
-    let pct = |p: f64| {
-        let i = ((latencies.len() as f64 - 1.0) * p).round() as usize;
-        latencies
-            .get(i.min(latencies.len().saturating_sub(1)))
-            .map_or(0.0, |d| d.as_secs_f64() * 1e3)
-    };
+    let pct = |p: f64| crate::bench::percentile_ms(&latencies, p);
     Ok(ApiRun {
         route,
         connections: CONNECTIONS,

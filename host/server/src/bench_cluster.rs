@@ -53,6 +53,30 @@ pub(crate) async fn postgres_schema() -> anyhow::Result<String> {
     Ok(format!("{base}{sep}options[search_path]={schema}"))
 }
 
+/// Waits until `n` executions match `condition` (SQL over `executions`), polling the database.
+pub(crate) async fn until_executions(
+    store: &capstan_store::Store,
+    condition: &str,
+    n: usize,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    let sql = format!("SELECT COUNT(*) FROM executions WHERE {condition}");
+    loop {
+        let (count,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(sql.as_str()))
+            .fetch_one(store.pool())
+            .await?;
+        if usize::try_from(count).unwrap_or(0) >= n {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "only {count}/{n} executions with {condition} after {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 async fn one(
     fixture: &Path,
     backend: &'static str,
@@ -106,22 +130,13 @@ async fn one(
     while let Some(joined) = tasks.join_next().await {
         joined??;
     }
-    let deadline = Instant::now() + Duration::from_secs(600);
-    loop {
-        let (done,): (i64,) = sqlx::query_as(
-            "SELECT COUNT(*) FROM executions WHERE status IN ('succeeded', 'failed', 'canceled', 'paused')",
-        )
-        .fetch_one(store.pool())
-        .await?;
-        if usize::try_from(done).unwrap_or(0) >= executions {
-            break;
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "{done}/{executions} executions terminal after 10 minutes"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_executions(
+        &store,
+        "status IN ('succeeded', 'failed', 'canceled', 'paused')",
+        executions,
+        Duration::from_secs(600),
+    )
+    .await?;
     let elapsed = started.elapsed();
     let (succeeded,): (i64,) =
         sqlx::query_as("SELECT COUNT(*) FROM executions WHERE status = 'succeeded'")

@@ -214,12 +214,7 @@ async fn one(
     let server_cpu_s = server.cpu_seconds() - cpu_before;
     reader.abort();
     latencies.sort_unstable();
-    let pct = |p: f64| {
-        let i = ((latencies.len() as f64 - 1.0) * p).round() as usize;
-        latencies
-            .get(i.min(latencies.len().saturating_sub(1)))
-            .map_or(0.0, |d| d.as_secs_f64() * 1e3)
-    };
+    let pct = |p: f64| crate::bench::percentile_ms(&latencies, p);
     Ok(EngineHttpRun {
         backend,
         concurrency,

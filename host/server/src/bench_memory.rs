@@ -97,21 +97,13 @@ pub async fn run(fixture: &Path, quick: bool) -> anyhow::Result<MemoryResults> {
         joined??;
     }
     progress.finish_and_clear();
-    let deadline = Instant::now() + Duration::from_secs(900);
-    loop {
-        let (parked,): (i64,) =
-            sqlx::query_as("SELECT COUNT(*) FROM executions WHERE status = 'waiting'")
-                .fetch_one(store.pool())
-                .await?;
-        if usize::try_from(parked).unwrap_or(0) >= waiting {
-            break;
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "only {parked}/{waiting} executions waiting after 15 minutes"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    crate::bench_cluster::until_executions(
+        &store,
+        "status = 'waiting'",
+        waiting,
+        Duration::from_secs(900),
+    )
+    .await?;
     let parked_per_second = waiting as f64 / started.elapsed().as_secs_f64();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rss_waiting = server.rss_bytes()?;
