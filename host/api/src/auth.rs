@@ -135,20 +135,24 @@ pub async fn permissions_of(
     state: &ApiState,
     principal_id: &str,
 ) -> Result<BTreeSet<String>, ApiError> {
-    let mut permissions: BTreeSet<String> = state
+    let grants = state
+        .store
+        .grants_of(principal_id)
+        .await
+        .map_err(ApiError::unavailable)?;
+    Ok(with_config(state, principal_id, grants))
+}
+
+/// A principal's permissions from the config file plus `grants` from the database.
+fn with_config(state: &ApiState, principal_id: &str, grants: Vec<String>) -> BTreeSet<String> {
+    let mut permissions = state
         .config
         .principals
         .get(principal_id)
         .cloned()
         .unwrap_or_default();
-    permissions.extend(
-        state
-            .store
-            .grants_of(principal_id)
-            .await
-            .map_err(ApiError::unavailable)?,
-    );
-    Ok(permissions)
+    permissions.extend(grants);
+    permissions
 }
 
 impl FromRequestParts<ApiState> for Caller {
@@ -174,17 +178,21 @@ impl FromRequestParts<ApiState> for Caller {
             return Err(ApiError::unauthorized());
         };
         let now = state.now();
+        // The key and its principal's grants in one read.
         let candidates = state
             .store
-            .api_keys_by_prefix(keys::prefix(token))
+            .api_keys_with_grants(keys::prefix(token))
             .await
             .map_err(ApiError::unavailable)?;
-        let key = candidates.into_iter().find(|k| {
+        let (key, grants) = match candidates.into_iter().find(|(k, _)| {
             state
                 .config
                 .peppers
                 .verify(k.pepper_version, token, &k.hash)
-        });
+        }) {
+            Some((key, grants)) => (Some(key), grants),
+            None => (None, Vec::new()),
+        };
         let Some(key) = key.filter(|k| k.revoked_ms.is_none() && k.expires_ms > now) else {
             caller
                 .audit(state, "authenticate", &resource, None, false)
@@ -208,7 +216,7 @@ impl FromRequestParts<ApiState> for Caller {
             .touch_api_key(&key.id, now)
             .await
             .map_err(ApiError::unavailable)?;
-        caller.permissions = permissions_of(state, &key.principal_id).await?;
+        caller.permissions = with_config(state, &key.principal_id, grants);
         caller.principal_id = key.principal_id;
         Ok(caller)
     }

@@ -155,7 +155,7 @@ async fn engine_run(
         capstan_store::Store::open(&format!("sqlite://{}/bench.db", dir.path().display())).await?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let cloud = capstan_providers::SimulatedCloud::new(
-        store.writer().clone(),
+        &store,
         clock.clone(),
         capstan_providers::SimulationSettings {
             dns_propagation_ms: 0,

@@ -509,7 +509,7 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
         Command::Simulator { command } => {
             let store = capstan_store::Store::open(&settings.database).await?;
             let cloud = capstan_providers::SimulatedCloud::new(
-                store.writer().clone(),
+                &store,
                 std::sync::Arc::new(capstan_core::SystemClock),
                 settings.simulator.clone(),
             )

@@ -66,12 +66,7 @@ impl App {
         let store = Store::open(&settings.database).await?;
         let registry = Arc::new(Registry::load(settings).await?);
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-        let cloud = SimulatedCloud::new(
-            store.writer().clone(),
-            clock.clone(),
-            settings.simulator.clone(),
-        )
-        .await?;
+        let cloud = SimulatedCloud::new(&store, clock.clone(), settings.simulator.clone()).await?;
         let engine = Engine::new(
             Arc::new(store.clone()),
             registry.runtime.clone(),

@@ -92,15 +92,41 @@ impl Store {
     pub async fn api_keys_by_prefix(&self, prefix: &str) -> Result<Vec<ApiKeyRecord>, sqlx::Error> {
         let rows = sqlx::query("SELECT * FROM api_keys WHERE prefix = $1")
             .bind(prefix)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.read().await?)
             .await?;
         Ok(rows.iter().map(key_row).collect())
+    }
+
+    /// The keys with this prefix, each with its principal's grants: what authenticating a
+    /// request needs, in one query.
+    pub async fn api_keys_with_grants(
+        &self,
+        prefix: &str,
+    ) -> Result<Vec<(ApiKeyRecord, Vec<String>)>, sqlx::Error> {
+        let rows = sqlx::query(
+            "SELECT k.*, g.permission AS granted FROM api_keys k
+             LEFT JOIN principal_grants g ON g.principal_id = k.principal_id
+             WHERE k.prefix = $1 ORDER BY k.id, g.permission",
+        )
+        .bind(prefix)
+        .fetch_all(&mut *self.read().await?)
+        .await?;
+        let mut keys: Vec<(ApiKeyRecord, Vec<String>)> = Vec::new();
+        for row in &rows {
+            let key = key_row(row);
+            let granted: Option<String> = row.try_get("granted")?;
+            match keys.last_mut() {
+                Some((last, grants)) if last.id == key.id => grants.extend(granted),
+                _ => keys.push((key, granted.into_iter().collect())),
+            }
+        }
+        Ok(keys)
     }
 
     pub async fn api_key(&self, id: &str) -> Result<Option<ApiKeyRecord>, sqlx::Error> {
         let row = sqlx::query("SELECT * FROM api_keys WHERE id = $1")
             .bind(id)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *self.read().await?)
             .await?;
         Ok(row.as_ref().map(key_row))
     }
@@ -109,7 +135,7 @@ impl Store {
         let rows =
             sqlx::query("SELECT * FROM api_keys WHERE principal_id = $1 ORDER BY created_ms, id")
                 .bind(principal_id)
-                .fetch_all(&self.pool)
+                .fetch_all(&mut *self.read().await?)
                 .await?;
         Ok(rows.iter().map(key_row).collect())
     }
@@ -192,7 +218,7 @@ impl Store {
             "SELECT permission FROM principal_grants WHERE principal_id = $1 ORDER BY permission",
         )
         .bind(principal_id)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.read().await?)
         .await
     }
 
@@ -305,7 +331,7 @@ impl Store {
         }
         q.push(" ORDER BY at_ms DESC, id DESC LIMIT ")
             .push_bind(f.limit);
-        let rows = q.build().fetch_all(&self.pool).await?;
+        let rows = q.build().fetch_all(&mut *self.read().await?).await?;
         Ok(rows
             .iter()
             .map(|r| AuditRecord {

@@ -114,29 +114,41 @@ pub(crate) fn outbox_row(row: &AnyRow) -> Result<OutboxRecord, StoreError> {
 /// prepares one statement at a time, so there each statement is sent as soon as it is complete.
 /// A write that must read first (a status precondition) flushes what came before it, so the
 /// statements still take effect in order.
-struct Batch {
+pub(crate) struct Batch {
     backend: Backend,
     sql: Sql,
-    /// The first statement not sent yet is the fence: check what it returns.
-    fenced: bool,
+    /// The first statement not sent yet is a guard: check what it returns.
+    guard: Option<Guard>,
+    /// Send what is gathered once this many values are bound (a group sends per job instead).
+    limit: usize,
 }
 
 /// SQLite allows 32,766 host parameters per statement text; flush well before.
 const BATCH_BINDS: usize = 16_000;
 
+/// A first statement whose answer decides whether the transaction goes on.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Guard {
+    /// A run's fence: one row (`cancel_requested`), or none when the lease was lost.
+    Fence,
+    /// A compare-and-set: one row, or none when the value moved ([`StoreError::Conflict`]).
+    Cas,
+}
+
 impl Batch {
-    fn new(backend: Backend) -> Self {
+    pub(crate) fn new(backend: Backend) -> Self {
         Self {
             backend,
             sql: Sql::default(),
-            fenced: false,
+            guard: None,
+            limit: BATCH_BINDS,
         }
     }
 
     /// Renews the run's lease, or fails the batch with `LeaseLost` (another owner) or
     /// `Canceled` (an immediate cancel was requested); must be the first statement.
     fn fence(&mut self, fence: &Fence) {
-        self.fenced = true;
+        self.guard = Some(Guard::Fence);
         self.statement(
             "UPDATE runs SET lease_expires_ms = $1 WHERE id = $2 AND lease_owner = $3 RETURNING cancel_requested",
         )
@@ -146,32 +158,42 @@ impl Batch {
     }
 
     /// Starts the next statement (with its own `$1…$k`); bind its values on the result.
-    fn statement(&mut self, text: &str) -> &mut Sql {
+    pub(crate) fn statement(&mut self, text: &str) -> &mut Sql {
         self.sql.push_statement(text)
     }
 
+    /// Starts a compare-and-set statement that returns one row when it applied; must be the
+    /// first statement. The batch fails with [`StoreError::Conflict`] when it returns none.
+    pub(crate) fn cas(&mut self, text: &str) -> &mut Sql {
+        self.guard = Some(Guard::Cas);
+        self.statement(text)
+    }
+
     /// Ends a statement: PostgreSQL (or a full batch) sends it now.
-    async fn done(&mut self, tx: &mut Transaction<'_, Any>) -> Result<(), StoreError> {
-        if self.backend == Backend::Postgres || self.sql.binds() >= BATCH_BINDS {
+    pub(crate) async fn done(&mut self, tx: &mut Transaction<'_, Any>) -> Result<(), StoreError> {
+        if self.backend == Backend::Postgres || self.sql.binds() >= self.limit {
             self.flush(tx).await?;
         }
         Ok(())
     }
 
     /// Sends every statement not sent yet.
-    async fn flush(&mut self, tx: &mut Transaction<'_, Any>) -> Result<(), StoreError> {
+    pub(crate) async fn flush(&mut self, tx: &mut Transaction<'_, Any>) -> Result<(), StoreError> {
         if self.sql.is_empty() {
             return Ok(());
         }
         let query = std::mem::take(&mut self.sql).build();
-        if std::mem::take(&mut self.fenced) {
-            // Only the fence returns rows.
+        if let Some(guard) = self.guard.take() {
+            // Only the guard returns rows.
             let rows = query.fetch_all(&mut **tx).await.map_err(unavailable)?;
-            match rows.first().map(|r| r.try_get::<i64, _>(0)) {
-                None => return Err(StoreError::LeaseLost),
-                Some(Ok(1)) => return Err(StoreError::Canceled),
-                Some(Ok(_)) => {}
-                Some(Err(e)) => return Err(unavailable(e)),
+            match (guard, rows.first().map(|r| r.try_get::<i64, _>(0))) {
+                (Guard::Fence, None) => return Err(StoreError::LeaseLost),
+                (Guard::Cas, None) => {
+                    return Err(StoreError::Conflict("the value moved".to_owned()));
+                }
+                (Guard::Fence, Some(Ok(1))) => return Err(StoreError::Canceled),
+                (_, Some(Ok(_))) => {}
+                (_, Some(Err(e))) => return Err(unavailable(e)),
             }
         } else {
             query.execute(&mut **tx).await.map_err(unavailable)?;
@@ -468,16 +490,54 @@ async fn outbox_lock(tx: &mut Transaction<'_, Any>) -> Result<(), StoreError> {
     Ok(())
 }
 
-#[async_trait]
-impl EngineStore for Store {
-    async fn apply(&self, fence: Option<&Fence>, writes: Vec<Write>) -> Result<(), StoreError> {
+/// One caller's work waiting for the next group commit (SQLite).
+#[derive(Debug)]
+pub(crate) struct GroupJob {
+    work: Work,
+    done: tokio::sync::oneshot::Sender<Result<(), StoreError>>,
+}
+
+#[derive(Debug)]
+enum Work {
+    /// An engine batch under an optional fence ([`EngineStore::apply`]).
+    Batch {
+        fence: Option<Fence>,
+        writes: Vec<Write>,
+    },
+    /// Statements whose first `guards` return one row each when their condition holds
+    /// ([`Store::commit_guarded`]).
+    Guarded { sql: Sql, guards: usize },
+}
+
+/// A batch joins a group unless it must read inside its transaction (a status precondition) or
+/// is large enough to be worth a transaction of its own.
+fn groupable(writes: &[Write]) -> bool {
+    writes.len() <= 64
+        && !writes
+            .iter()
+            .any(|w| matches!(w, Write::UpdateExecution(p) if p.expect.is_some()))
+}
+
+/// Outbox events last (see [`Store::apply_alone`]).
+fn events_last(writes: Vec<Write>) -> (Vec<Write>, bool) {
+    let (events, mut writes): (Vec<Write>, Vec<Write>) = writes
+        .into_iter()
+        .partition(|w| matches!(w, Write::Event(_)));
+    let has_events = !events.is_empty();
+    writes.extend(events);
+    (writes, has_events)
+}
+
+impl Store {
+    /// One batch in one transaction of its own.
+    async fn apply_alone(
+        &self,
+        fence: Option<&Fence>,
+        writes: Vec<Write>,
+    ) -> Result<(), StoreError> {
         // Outbox events go last: on PostgreSQL they are inserted under the outbox lock, held
         // from there to the commit (see below), so the lock is held as briefly as possible.
-        let (events, mut writes): (Vec<Write>, Vec<Write>) = writes
-            .into_iter()
-            .partition(|w| matches!(w, Write::Event(_)));
-        let has_events = !events.is_empty();
-        writes.extend(events);
+        let (writes, has_events) = events_last(writes);
         let mut tx = self.begin_write().await.map_err(unavailable)?;
         let mut batch = Batch::new(self.backend());
         if let Some(fence) = fence {
@@ -503,10 +563,192 @@ impl EngineStore for Store {
         Ok(())
     }
 
+    /// Group commit (SQLite). The caller queues its batch; whoever takes the group lock next
+    /// commits everything queued by then in one transaction, sent as one statement text, and
+    /// answers every caller. While one group commits, the next one gathers, so under load one
+    /// transaction (and one hand-off to SQLite's connection thread) carries many callers'
+    /// batches, and with one caller nothing waits for anyone.
+    async fn grouped(&self, work: Work) -> Result<(), StoreError> {
+        let (done, mut answer) = tokio::sync::oneshot::channel();
+        self.inner
+            .group
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(GroupJob { work, done });
+        tokio::select! {
+            biased;
+            result = &mut answer => return result.unwrap_or_else(|_| Err(interrupted())),
+            guard = self.inner.group_lock.clone().lock_owned() => {
+                let jobs = std::mem::take(
+                    &mut *self.inner.group.lock().unwrap_or_else(std::sync::PoisonError::into_inner),
+                );
+                // In a task of its own, so a caller that goes away cannot cut a commit short
+                // for the others.
+                let store = self.clone();
+                tokio::spawn(async move {
+                    store.commit_group(jobs).await;
+                    drop(guard);
+                });
+            }
+        }
+        answer.await.unwrap_or_else(|_| Err(interrupted()))
+    }
+
+    async fn commit_group(&self, mut jobs: Vec<GroupJob>) {
+        if jobs.len() > 1 {
+            match self.try_group(&jobs).await {
+                Ok(()) => {
+                    for job in jobs {
+                        let _ = job.done.send(Ok(()));
+                    }
+                    return;
+                }
+                // A fence failed or a statement was refused: each batch alone, so each caller
+                // gets its own answer and the others still commit.
+                Err(error) => {
+                    tracing::debug!(%error, jobs = jobs.len(), "group commit fell back to one transaction per batch")
+                }
+            }
+        }
+        for job in jobs.drain(..) {
+            let result = match job.work {
+                Work::Batch { fence, writes } => self.apply_alone(fence.as_ref(), writes).await,
+                Work::Guarded { sql, guards } => self.guarded_alone(sql, guards).await,
+            };
+            let _ = job.done.send(result);
+        }
+    }
+
+    /// Every job's fence and writes in one transaction; an error rolls all of it back.
+    async fn try_group(&self, jobs: &[GroupJob]) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await.map_err(unavailable)?;
+        let mut sql = Sql::default();
+        // Per job: how many rows its guards return when they hold, and whether the one row is
+        // a fence (whose value asks to cancel).
+        let mut expected = Vec::with_capacity(jobs.len());
+        let mut has_events = false;
+        let mut rows = Vec::new();
+        for job in jobs {
+            match &job.work {
+                Work::Batch { fence, writes } => {
+                    let mut batch = Batch::new(self.backend());
+                    batch.limit = usize::MAX;
+                    batch.sql = std::mem::take(&mut sql);
+                    if let Some(fence) = fence {
+                        batch.fence(fence);
+                        // Checked below, with every job's guards.
+                        batch.guard = None;
+                    }
+                    expected.push((usize::from(fence.is_some()), fence.is_some()));
+                    let (writes, events) = events_last(writes.clone());
+                    has_events |= events;
+                    for write in writes {
+                        // Groupable writes only append statements; nothing is sent here.
+                        apply_one(&mut tx, &mut batch, write).await?;
+                    }
+                    sql = std::mem::take(&mut batch.sql);
+                }
+                Work::Guarded { sql: text, guards } => {
+                    sql.append(text);
+                    expected.push((*guards, false));
+                }
+            }
+            if sql.binds() >= BATCH_BINDS {
+                let full = std::mem::take(&mut sql);
+                rows.extend(
+                    full.build()
+                        .persistent(false)
+                        .fetch_all(&mut *tx)
+                        .await
+                        .map_err(unavailable)?,
+                );
+            }
+        }
+        if !sql.is_empty() {
+            rows.extend(
+                sql.build()
+                    .persistent(false)
+                    .fetch_all(&mut *tx)
+                    .await
+                    .map_err(unavailable)?,
+            );
+        }
+        // Only guards return rows, one each when they hold, in statement order.
+        if rows.len() != expected.iter().map(|(n, _)| n).sum::<usize>() {
+            return Err(StoreError::Conflict(
+                "a guard of the group did not hold".to_owned(),
+            ));
+        }
+        let mut next = rows.iter();
+        for (n, fence) in expected {
+            let mine: Vec<&AnyRow> = next.by_ref().take(n).collect();
+            if fence && mine[0].try_get::<i64, _>(0).map_err(unavailable)? == 1 {
+                return Err(StoreError::Canceled);
+            }
+        }
+        tx.commit().await.map_err(unavailable)?;
+        if has_events {
+            self.events_committed();
+        }
+        Ok(())
+    }
+
+    /// Guarded statements in a transaction of their own.
+    async fn guarded_alone(&self, sql: Sql, guards: usize) -> Result<(), StoreError> {
+        let mut tx = self.begin_write().await.map_err(unavailable)?;
+        let rows = sql
+            .build()
+            .persistent(false)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(unavailable)?;
+        if rows.len() != guards {
+            return Err(StoreError::Conflict("a guard did not hold".to_owned()));
+        }
+        tx.commit().await.map_err(unavailable)?;
+        Ok(())
+    }
+
+    /// Commits `sql` (statements joined by [`Sql::push_statement`]) atomically with the next
+    /// group commit, SQLite only. The first statements are `guards`: each must return exactly
+    /// one row when its condition holds (`SELECT 1 FROM … WHERE …`) and the statements after
+    /// them none. When a guard returns no row the statements change nothing and the answer is
+    /// [`StoreError::Conflict`]; a failing statement (a unique key) answers its error. This is
+    /// how a caller that read outside a transaction writes what it decided, if what it read
+    /// still holds, without holding the single writer while it decided.
+    pub async fn commit_guarded(&self, sql: Sql, guards: usize) -> Result<(), StoreError> {
+        if self.backend() != Backend::Sqlite {
+            return Err(StoreError::Unavailable(
+                "guarded group commits are SQLite's; PostgreSQL callers use a transaction"
+                    .to_owned(),
+            ));
+        }
+        self.grouped(Work::Guarded { sql, guards }).await
+    }
+}
+
+fn interrupted() -> StoreError {
+    StoreError::Unavailable("the group commit carrying this batch was interrupted".to_owned())
+}
+
+#[async_trait]
+impl EngineStore for Store {
+    async fn apply(&self, fence: Option<&Fence>, writes: Vec<Write>) -> Result<(), StoreError> {
+        if self.backend() == Backend::Sqlite && groupable(&writes) {
+            self.grouped(Work::Batch {
+                fence: fence.cloned(),
+                writes,
+            })
+            .await
+        } else {
+            self.apply_alone(fence, writes).await
+        }
+    }
+
     async fn execution(&self, id: &str) -> Result<Option<ExecutionRecord>, StoreError> {
         let row = sqlx::query("SELECT * FROM executions WHERE id = $1")
             .bind(id)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *self.read().await.map_err(unavailable)?)
             .await
             .map_err(unavailable)?;
         row.as_ref().map(execution_row).transpose()
@@ -532,14 +774,18 @@ impl EngineStore for Store {
             q.push(" AND principal_id = ").push_bind(principal.clone());
         }
         q.push(" ORDER BY id DESC LIMIT ").push_bind(filter.limit);
-        let rows = q.build().fetch_all(&self.pool).await.map_err(unavailable)?;
+        let rows = q
+            .build()
+            .fetch_all(&mut *self.read().await.map_err(unavailable)?)
+            .await
+            .map_err(unavailable)?;
         rows.iter().map(execution_row).collect()
     }
 
     async fn stages(&self, execution_id: &str) -> Result<Vec<StageRecord>, StoreError> {
         let rows = sqlx::query("SELECT * FROM stages WHERE execution_id = $1 ORDER BY position")
             .bind(execution_id)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.read().await.map_err(unavailable)?)
             .await
             .map_err(unavailable)?;
         rows.iter().map(stage_row).collect()
@@ -548,7 +794,7 @@ impl EngineStore for Store {
     async fn run(&self, id: &str) -> Result<Option<RunRecord>, StoreError> {
         let row = sqlx::query("SELECT * FROM runs WHERE id = $1")
             .bind(id)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *self.read().await.map_err(unavailable)?)
             .await
             .map_err(unavailable)?;
         row.as_ref().map(run_row).transpose()
@@ -598,7 +844,7 @@ impl EngineStore for Store {
     async fn next_wake(&self) -> Result<Option<Millis>, StoreError> {
         sqlx::query_scalar("SELECT MIN(CASE WHEN lease_expires_ms > wake_ms THEN lease_expires_ms ELSE wake_ms END)
              FROM runs WHERE state = 'runnable'")
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *self.read().await.map_err(unavailable)?)
             .await
             .map_err(unavailable)
     }
@@ -606,7 +852,7 @@ impl EngineStore for Store {
     async fn journal(&self, run_id: &str) -> Result<Vec<JournalEntry>, StoreError> {
         let rows = sqlx::query("SELECT * FROM journal WHERE run_id = $1 ORDER BY seq")
             .bind(run_id)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.read().await.map_err(unavailable)?)
             .await
             .map_err(unavailable)?;
         rows.iter()
@@ -629,7 +875,7 @@ impl EngineStore for Store {
             "SELECT * FROM receipts WHERE execution_id = $1 ORDER BY created_ms, run_id, seq",
         )
         .bind(execution_id)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.read().await.map_err(unavailable)?)
         .await
         .map_err(unavailable)?;
         rows.iter()
@@ -652,7 +898,7 @@ impl EngineStore for Store {
     async fn waits(&self, run_id: &str) -> Result<Vec<WaitRecord>, StoreError> {
         let rows = sqlx::query("SELECT * FROM waits WHERE run_id = $1 ORDER BY seq")
             .bind(run_id)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.read().await.map_err(unavailable)?)
             .await
             .map_err(unavailable)?;
         rows.iter()
@@ -677,7 +923,7 @@ impl EngineStore for Store {
         let rows =
             sqlx::query("SELECT * FROM commands WHERE execution_id = $1 ORDER BY created_ms, id")
                 .bind(execution_id)
-                .fetch_all(&self.pool)
+                .fetch_all(&mut *self.read().await.map_err(unavailable)?)
                 .await
                 .map_err(unavailable)?;
         rows.iter()
@@ -698,7 +944,7 @@ impl EngineStore for Store {
     async fn events(&self, execution_id: &str) -> Result<Vec<OutboxRecord>, StoreError> {
         let rows = sqlx::query("SELECT * FROM outbox WHERE execution_id = $1 ORDER BY seq")
             .bind(execution_id)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.read().await.map_err(unavailable)?)
             .await
             .map_err(unavailable)?;
         rows.iter().map(outbox_row).collect()
@@ -715,8 +961,10 @@ impl EngineStore for Store {
     ) -> Result<Reservation, StoreError> {
         // Insert-if-absent first, then compare-and-set on an expired reservation: correct with
         // several nodes racing on one key (PostgreSQL, READ COMMITTED), where "read, then insert
-        // or overwrite" would let two of them both believe they reserved it.
-        let mut tx = self.begin_write().await.map_err(unavailable)?;
+        // or overwrite" would let two of them both believe they reserved it. Each statement is
+        // atomic on its own, so no explicit transaction: the usual case (a new key) is one
+        // statement on the writer instead of BEGIN, INSERT, COMMIT.
+        crate::count_write();
         let inserted = sqlx::query(
             "INSERT INTO idempotency (principal_id, workflow, key, body_sha256, execution_id, response_json, created_ms)
              VALUES ($1, $2, $3, $4, NULL, NULL, $5)
@@ -727,12 +975,11 @@ impl EngineStore for Store {
         .bind(key)
         .bind(body_sha256)
         .bind(now_ms)
-        .execute(&mut *tx)
+        .execute(&self.writer)
         .await
         .map_err(unavailable)?
         .rows_affected();
         if inserted == 1 {
-            tx.commit().await.map_err(unavailable)?;
             return Ok(Reservation::New);
         }
         let existing: Option<(String, Option<String>, Option<String>, i64)> = sqlx::query_as(
@@ -742,7 +989,7 @@ impl EngineStore for Store {
         .bind(principal_id)
         .bind(workflow)
         .bind(key)
-        .fetch_optional(&mut *tx)
+        .fetch_optional(&self.writer)
         .await
         .map_err(unavailable)?;
         let outcome = match existing {
@@ -777,7 +1024,7 @@ impl EngineStore for Store {
                 .bind(workflow)
                 .bind(key)
                 .bind(created)
-                .execute(&mut *tx)
+                .execute(&self.writer)
                 .await
                 .map_err(unavailable)?
                 .rows_affected();
@@ -790,7 +1037,6 @@ impl EngineStore for Store {
             // Released between our insert and our read: the caller retries.
             None => Reservation::Pending,
         };
-        tx.commit().await.map_err(unavailable)?;
         Ok(outcome)
     }
 

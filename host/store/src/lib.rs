@@ -90,7 +90,7 @@ pub async fn begin_write(pool: &AnyPool) -> Result<Transaction<'static, Any>, sq
 static WRITE_TRANSACTIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Counts one write transaction (an explicit one, or a single writing statement on its own).
-pub(crate) fn count_write() {
+pub fn count_write() {
     WRITE_TRANSACTIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 }
 
@@ -124,12 +124,33 @@ pub struct Store {
 }
 
 /// In-memory state shared by the clones of a [`Store`].
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Inner {
     /// Audit records waiting for the next group commit.
     audit: std::sync::Mutex<auth::AuditQueue>,
     /// When this node last wrote each API key's `lastUsedAt`.
     touched: std::sync::Mutex<std::collections::HashMap<String, i64>>,
+    /// Engine batches waiting for the next group commit (SQLite, `EngineStore::apply`).
+    group: std::sync::Mutex<Vec<engine::GroupJob>>,
+    /// Held by whoever commits a group.
+    group_lock: std::sync::Arc<tokio::sync::Mutex<()>>,
+    /// SQLite read connections kept outside sqlx's pool ([`Store::read`]).
+    readers: std::sync::Mutex<Vec<sqlx::AnyConnection>>,
+    /// Bounds the SQLite read connections open at once (0 on PostgreSQL).
+    reader_permits: std::sync::Arc<tokio::sync::Semaphore>,
+}
+
+impl Default for Inner {
+    fn default() -> Self {
+        Self {
+            audit: Default::default(),
+            touched: Default::default(),
+            group: Default::default(),
+            group_lock: Default::default(),
+            readers: Default::default(),
+            reader_permits: std::sync::Arc::new(tokio::sync::Semaphore::new(0)),
+        }
+    }
 }
 
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -229,7 +250,16 @@ impl Store {
             writer,
             events: std::sync::Arc::new(tokio::sync::watch::Sender::new(0)),
             node_id: capstan_core::ids::new_id(),
-            inner: std::sync::Arc::default(),
+            inner: std::sync::Arc::new(Inner {
+                reader_permits: std::sync::Arc::new(tokio::sync::Semaphore::new(
+                    if backend == Backend::Sqlite {
+                        READERS
+                    } else {
+                        0
+                    },
+                )),
+                ..Inner::default()
+            }),
         }
     }
 
@@ -333,6 +363,52 @@ impl Store {
         Ok(())
     }
 
+    /// A read connection for the hot read paths.
+    ///
+    /// SQLite: one of up to [`READERS`] connections kept outside sqlx's pool, because that pool
+    /// pings every connection it takes back, and on SQLite a ping is one more round trip to the
+    /// connection's thread (as costly as the query; measured in BENCHMARKS.md). A SQLite
+    /// connection does not go stale, and a read-only one holds no transaction to flush.
+    /// PostgreSQL: a connection of the pool, which can go stale and is checked as usual.
+    pub async fn read(&self) -> Result<ReadConnection, sqlx::Error> {
+        if self.backend == Backend::Postgres {
+            return Ok(ReadConnection {
+                conn: Some(Reader::Pooled(self.pool.acquire().await?)),
+                store: self.inner.clone(),
+                _permit: None,
+            });
+        }
+        let permit = self
+            .inner
+            .reader_permits
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| sqlx::Error::PoolClosed)?;
+        let idle = self
+            .inner
+            .readers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pop();
+        let conn = match idle {
+            Some(conn) => conn,
+            None => {
+                use sqlx::{ConnectOptions as _, Executor as _};
+                let options: sqlx::any::AnyConnectOptions = self.url.parse()?;
+                let mut conn = options.connect().await?;
+                conn.execute("PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 5000; PRAGMA foreign_keys = ON")
+                    .await?;
+                conn
+            }
+        };
+        Ok(ReadConnection {
+            conn: Some(Reader::Own(conn)),
+            store: self.inner.clone(),
+            _permit: Some(permit),
+        })
+    }
+
     /// The read pool.
     pub fn pool(&self) -> &AnyPool {
         &self.pool
@@ -369,6 +445,56 @@ pub fn is_unavailable(e: &sqlx::Error) -> bool {
         | sqlx::Error::Protocol(_)
         | sqlx::Error::WorkerCrashed => true,
         _ => false,
+    }
+}
+
+/// SQLite read connections [`Store::read`] keeps open at most.
+pub const READERS: usize = 8;
+
+enum Reader {
+    Own(sqlx::AnyConnection),
+    Pooled(sqlx::pool::PoolConnection<Any>),
+}
+
+/// A read connection from [`Store::read`]; use `&mut *conn` as the executor.
+pub struct ReadConnection {
+    conn: Option<Reader>,
+    store: std::sync::Arc<Inner>,
+    _permit: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl std::ops::Deref for ReadConnection {
+    type Target = sqlx::AnyConnection;
+    fn deref(&self) -> &Self::Target {
+        match &self.conn {
+            Some(Reader::Own(c)) => c,
+            Some(Reader::Pooled(c)) => c,
+            None => unreachable!("taken only on drop"),
+        }
+    }
+}
+
+impl std::ops::DerefMut for ReadConnection {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        match &mut self.conn {
+            Some(Reader::Own(c)) => c,
+            Some(Reader::Pooled(c)) => c,
+            None => unreachable!("taken only on drop"),
+        }
+    }
+}
+
+impl Drop for ReadConnection {
+    fn drop(&mut self) {
+        // Back to the idle list before the permit is released (field order), so the next
+        // reader finds it.
+        if let Some(Reader::Own(conn)) = self.conn.take() {
+            self.store
+                .readers
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(conn);
+        }
     }
 }
 
@@ -414,6 +540,82 @@ mod tests {
             first,
             "re-opening applies nothing new"
         );
+    }
+
+    fn insert_zone(id: &str) -> Sql {
+        let mut sql = Sql::default();
+        sql.push_statement("INSERT INTO sim_zones (id, name) VALUES ($1, $2)")
+            .bind(id.to_owned())
+            .bind(format!("{id}.example"));
+        sql
+    }
+
+    async fn zones(store: &Store) -> Vec<String> {
+        sqlx::query_scalar("SELECT id FROM sim_zones WHERE id LIKE 'g%' ORDER BY id")
+            .fetch_all(&mut *store.read().await.unwrap())
+            .await
+            .unwrap()
+    }
+
+    /// Concurrent callers share group commits; a batch whose guard fails or whose fence is
+    /// lost changes nothing and gets its own answer, and the others in its group still commit.
+    #[tokio::test]
+    async fn group_commits_answer_each_caller_and_isolate_failed_guards() {
+        use capstan_core::store::{EngineStore, Fence, StoreError};
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&format!("sqlite://{}/g.db", dir.path().display()))
+            .await
+            .unwrap();
+        let good = (0..40).map(|i| {
+            let store = store.clone();
+            async move {
+                store
+                    .commit_guarded(insert_zone(&format!("g{i:02}")), 0)
+                    .await
+            }
+        });
+        // A guard that does not hold (no zone `nope`): one row expected, none returned.
+        let mut stale = Sql::default();
+        stale
+            .push_statement("SELECT 1 FROM sim_zones WHERE id = $1")
+            .bind("nope".to_owned());
+        stale.append(&insert_zone("gstale"));
+        // A fence on a run nobody leased.
+        let fence = Fence {
+            run_id: "no-such-run".to_owned(),
+            owner: "me".to_owned(),
+            lease_until_ms: 1,
+        };
+        let (results, stale, fenced) = tokio::join!(
+            futures_util::future::join_all(good),
+            store.commit_guarded(stale, 1),
+            store.apply(Some(&fence), Vec::new()),
+        );
+        assert!(results.iter().all(Result::is_ok), "{results:?}");
+        assert!(matches!(stale, Err(StoreError::Conflict(_))), "{stale:?}");
+        assert!(matches!(fenced, Err(StoreError::LeaseLost)), "{fenced:?}");
+        let ids = zones(&store).await;
+        assert_eq!(
+            ids.len(),
+            40,
+            "every good batch committed, the stale one did not: {ids:?}"
+        );
+        assert!(!ids.contains(&"gstale".to_owned()));
+
+        // A guard that holds lets its statements commit; a failing statement (a duplicate key)
+        // answers its error and changes nothing.
+        let mut holds = Sql::default();
+        holds
+            .push_statement("SELECT 1 FROM sim_zones WHERE id = $1")
+            .bind("g00".to_owned());
+        holds.append(&insert_zone("gnew"));
+        store.commit_guarded(holds, 1).await.unwrap();
+        let mut duplicate = insert_zone("gdup");
+        duplicate.append(&insert_zone("g01"));
+        assert!(store.commit_guarded(duplicate, 0).await.is_err());
+        let ids = zones(&store).await;
+        assert!(ids.contains(&"gnew".to_owned()));
+        assert!(!ids.contains(&"gdup".to_owned()), "{ids:?}");
     }
 
     #[tokio::test]

@@ -86,6 +86,20 @@ impl Sql {
         self
     }
 
+    /// Appends all of `other` (its statements and values) after the statements so far, its
+    /// placeholders renumbered as by [`Sql::push_statement`].
+    pub fn append(&mut self, other: &Sql) -> &mut Self {
+        self.push_statement(&other.text);
+        // `AnyArguments` keeps its values in a public (if undocumented) buffer of clonable
+        // values; copying them is what lets a group commit retry a batch on its own.
+        self.args
+            .values
+            .0
+            .extend(other.args.values.0.iter().cloned());
+        self.count += other.count;
+        self
+    }
+
     /// How many values are bound so far.
     pub fn binds(&self) -> usize {
         self.count
@@ -134,5 +148,18 @@ mod tests {
             "INSERT INTO t (a, b) VALUES ($1, $2);\nUPDATE u SET x = $4 WHERE id = $3 AND price > 0 AND y = $5"
         );
         assert_eq!(sql.binds(), 5);
+    }
+
+    #[test]
+    fn appending_renumbers_and_keeps_the_values() {
+        let mut a = Sql::default();
+        a.push_statement("SELECT $1").bind(1i64);
+        let mut b = Sql::default();
+        b.push_statement("SELECT $1, $2").bind(2i64).bind("x");
+        b.push_statement("SELECT $1").bind(3i64);
+        a.append(&b);
+        assert_eq!(a.text, "SELECT $1;\nSELECT $2, $3;\nSELECT $4");
+        assert_eq!(a.binds(), 4);
+        assert_eq!(a.args.values.0.len(), 4);
     }
 }

@@ -53,14 +53,18 @@ impl Store {
             q.push(" AND principal_id = ").push_bind(p.clone());
         }
         q.push(" ORDER BY seq LIMIT ").push_bind(limit);
-        let rows = q.build().fetch_all(&self.pool).await.map_err(unavailable)?;
+        let rows = q
+            .build()
+            .fetch_all(&mut *self.read().await.map_err(unavailable)?)
+            .await
+            .map_err(unavailable)?;
         rows.iter().map(outbox_row).collect()
     }
 
     /// The newest event's cursor (0 when there is none).
     pub async fn last_event_seq(&self) -> Result<i64, StoreError> {
         let seq: Option<i64> = sqlx::query_scalar("SELECT MAX(seq) FROM outbox")
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *self.read().await.map_err(unavailable)?)
             .await
             .map_err(unavailable)?;
         Ok(seq.unwrap_or(0))

@@ -1,7 +1,7 @@
 //! Webhook subscriptions, delivery attempts and the relay's cursor over the outbox.
 
 use crate::Store;
-use crate::engine::{outbox_row, unavailable};
+use crate::engine::{Batch, outbox_row, unavailable};
 use capstan_core::store::{Millis, OutboxRecord, StoreError};
 use sqlx::Row;
 use sqlx::any::AnyRow;
@@ -103,7 +103,7 @@ impl Store {
     pub async fn subscription(&self, id: &str) -> Result<Option<SubscriptionRecord>, StoreError> {
         let row = sqlx::query("SELECT * FROM subscriptions WHERE id = $1")
             .bind(id)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *self.read().await.map_err(unavailable)?)
             .await
             .map_err(unavailable)?;
         Ok(row.as_ref().map(subscription_row))
@@ -121,7 +121,7 @@ impl Store {
         )
         .bind(owner)
         .bind(limit)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.read().await.map_err(unavailable)?)
         .await
         .map_err(unavailable)?;
         Ok(rows.iter().map(subscription_row).collect())
@@ -131,7 +131,7 @@ impl Store {
     pub async fn active_subscriptions(&self) -> Result<Vec<SubscriptionRecord>, StoreError> {
         let rows =
             sqlx::query("SELECT * FROM subscriptions WHERE active = 1 AND deleted_ms IS NULL")
-                .fetch_all(&self.pool)
+                .fetch_all(&mut *self.read().await.map_err(unavailable)?)
                 .await
                 .map_err(unavailable)?;
         Ok(rows.iter().map(subscription_row).collect())
@@ -222,7 +222,7 @@ impl Store {
         )
         .bind(subscription_id)
         .bind(limit)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.read().await.map_err(unavailable)?)
         .await
         .map_err(unavailable)?;
         Ok(rows.iter().map(delivery_row).collect())
@@ -235,14 +235,14 @@ impl Store {
     ) -> Result<(i64, Vec<OutboxRecord>), StoreError> {
         let cursor: Option<i64> =
             sqlx::query_scalar("SELECT seq FROM relay_cursor WHERE name = 'webhooks'")
-                .fetch_optional(&self.pool)
+                .fetch_optional(&mut *self.read().await.map_err(unavailable)?)
                 .await
                 .map_err(unavailable)?;
         let cursor = cursor.unwrap_or(0);
         let rows = sqlx::query("SELECT * FROM outbox WHERE seq > $1 ORDER BY seq LIMIT $2")
             .bind(cursor)
             .bind(limit)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.read().await.map_err(unavailable)?)
             .await
             .map_err(unavailable)?;
         Ok((
@@ -261,58 +261,57 @@ impl Store {
         routes: &[Route],
         now: Millis,
     ) -> Result<bool, StoreError> {
+        // One statement text on SQLite (one hand-off to its connection thread), statement by
+        // statement on PostgreSQL.
         let mut tx = self.begin_write().await.map_err(unavailable)?;
+        let mut batch = Batch::new(self.backend());
+        batch
+            .statement("INSERT INTO relay_cursor (name, seq) VALUES ('webhooks', 0) ON CONFLICT (name) DO NOTHING");
+        batch.done(&mut tx).await?;
         // Compare-and-set the cursor first: of several relays (nodes) that routed the same
         // events, exactly one moves it; the others roll back (on PostgreSQL the row lock makes
         // them wait for the winner's commit and then find the cursor moved).
-        sqlx::query("INSERT INTO relay_cursor (name, seq) VALUES ('webhooks', 0) ON CONFLICT (name) DO NOTHING")
-            .execute(&mut *tx)
-            .await
-            .map_err(unavailable)?;
-        let moved =
-            sqlx::query("UPDATE relay_cursor SET seq = $1 WHERE name = 'webhooks' AND seq = $2")
-                .bind(to)
-                .bind(expected)
-                .execute(&mut *tx)
-                .await
-                .map_err(unavailable)?
-                .rows_affected();
-        if moved != 1 {
-            return Ok(false);
+        batch
+            .cas("UPDATE relay_cursor SET seq = $1 WHERE name = 'webhooks' AND seq = $2 RETURNING seq")
+            .bind(to)
+            .bind(expected);
+        match batch.done(&mut tx).await {
+            Err(StoreError::Conflict(_)) => return Ok(false),
+            other => other?,
         }
         for r in routes {
-            sqlx::query(
-                "INSERT INTO deliveries (id, subscription_id, event_id, event_seq, attempt, status, created_ms, next_attempt_ms)
-                 VALUES ($1, $2, $3, $4, 1, 'pending', $5, $6)",
-            )
-            .bind(capstan_core::ids::new_id())
-            .bind(&r.subscription_id)
-            .bind(&r.event.event_id)
-            .bind(r.event.seq)
-            .bind(now)
-            .bind(now)
-            .execute(&mut *tx)
-            .await
-            .map_err(unavailable)?;
+            batch
+                .statement(
+                    "INSERT INTO deliveries (id, subscription_id, event_id, event_seq, attempt, status, created_ms, next_attempt_ms)
+                     VALUES ($1, $2, $3, $4, 1, 'pending', $5, $6)",
+                )
+                .bind(capstan_core::ids::new_id())
+                .bind(r.subscription_id.clone())
+                .bind(r.event.event_id.clone())
+                .bind(r.event.seq)
+                .bind(now)
+                .bind(now);
+            batch.done(&mut tx).await?;
         }
         for seq in routed {
-            sqlx::query("UPDATE outbox SET routed_ms = COALESCE(routed_ms, $1) WHERE seq = $2")
+            batch
+                .statement("UPDATE outbox SET routed_ms = COALESCE(routed_ms, $1) WHERE seq = $2")
                 .bind(now)
-                .bind(seq)
-                .execute(&mut *tx)
-                .await
-                .map_err(unavailable)?;
+                .bind(*seq);
+            batch.done(&mut tx).await?;
         }
         // Every event the relay passed is published to this node's streams (they read the outbox).
-        sqlx::query(
-            "UPDATE outbox SET stream_published_ms = COALESCE(stream_published_ms, $1) WHERE seq > $2 AND seq <= $3",
-        )
-        .bind(now)
-        .bind(expected)
-        .bind(to)
-        .execute(&mut *tx)
-        .await
-        .map_err(unavailable)?;
+        batch
+            .statement(
+                "UPDATE outbox SET stream_published_ms = COALESCE(stream_published_ms, $1) WHERE seq > $2 AND seq <= $3",
+            )
+            .bind(now)
+            .bind(expected)
+            .bind(to);
+        match batch.flush(&mut tx).await {
+            Err(StoreError::Conflict(_)) => return Ok(false),
+            other => other?,
+        }
         tx.commit().await.map_err(unavailable)?;
         Ok(true)
     }
@@ -327,6 +326,18 @@ impl Store {
         lease_until: Millis,
         limit: i64,
     ) -> Result<Vec<DeliveryRecord>, StoreError> {
+        // Most wake-ups find nothing due: ask a reader first and keep the writer free.
+        let any_due: Option<i64> = sqlx::query_scalar(
+            "SELECT 1 FROM deliveries WHERE status = 'pending' AND next_attempt_ms <= $1
+               AND (lease_expires_ms IS NULL OR lease_expires_ms < $1) LIMIT 1",
+        )
+        .bind(now)
+        .fetch_optional(&mut *self.read().await.map_err(unavailable)?)
+        .await
+        .map_err(unavailable)?;
+        if any_due.is_none() {
+            return Ok(Vec::new());
+        }
         let skip_locked = match self.backend() {
             crate::Backend::Sqlite => "",
             crate::Backend::Postgres => " FOR UPDATE SKIP LOCKED",
@@ -472,7 +483,7 @@ impl Store {
         )
         .bind(subscription_id)
         .bind(n)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.read().await.map_err(unavailable)?)
         .await
         .map_err(unavailable)
     }
@@ -480,7 +491,7 @@ impl Store {
     pub async fn outbox_event(&self, event_id: &str) -> Result<Option<OutboxRecord>, StoreError> {
         let row = sqlx::query("SELECT * FROM outbox WHERE event_id = $1")
             .bind(event_id)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *self.read().await.map_err(unavailable)?)
             .await
             .map_err(unavailable)?;
         row.as_ref().map(outbox_row).transpose()

@@ -8,7 +8,7 @@ use sqlx::Row;
 impl SimulatedCloud {
     pub(super) async fn dns(
         &self,
-        tx: &mut sqlx::AnyConnection,
+        tx: &mut super::tx::SimTx,
         op: &str,
         request: &Value,
     ) -> Result<Value, CapabilityError> {
@@ -19,7 +19,7 @@ impl SimulatedCloud {
                     .trim_end_matches('.')
                     .to_ascii_lowercase();
                 let zones = sqlx::query("SELECT id, name FROM sim_zones")
-                    .fetch_all(&mut *tx)
+                    .fetch_all(tx.conn().await.map_err(unavailable)?)
                     .await
                     .map_err(unavailable)?;
                 let best = zones
@@ -39,7 +39,7 @@ impl SimulatedCloud {
                 )
                 .bind(&id)
                 .bind(&name)
-                .execute(&mut *tx)
+                .execute(tx.conn().await.map_err(unavailable)?)
                 .await
                 .map_err(unavailable)?;
                 Ok(json!({"id": id, "name": name}))
@@ -48,7 +48,7 @@ impl SimulatedCloud {
                 let id = s(request, "zone_id");
                 let row = sqlx::query("DELETE FROM sim_zones WHERE id = $1 RETURNING name")
                     .bind(id)
-                    .fetch_optional(&mut *tx)
+                    .fetch_optional(tx.conn().await.map_err(unavailable)?)
                     .await
                     .map_err(unavailable)?;
                 let Some(row) = row else {
@@ -59,7 +59,7 @@ impl SimulatedCloud {
                 };
                 sqlx::query("DELETE FROM sim_records WHERE zone_id = $1")
                     .bind(id)
-                    .execute(&mut *tx)
+                    .execute(tx.conn().await.map_err(unavailable)?)
                     .await
                     .map_err(unavailable)?;
                 Ok(json!({"id": id, "name": row.get::<String, _>("name")}))
@@ -70,7 +70,7 @@ impl SimulatedCloud {
                 )
                 .bind(s(request, "zone_id"))
                 .bind(s(request, "name").to_ascii_lowercase())
-                .fetch_all(&mut *tx)
+                .fetch_all(tx.conn().await.map_err(unavailable)?)
                 .await
                 .map_err(unavailable)?;
                 Ok(Value::Array(
@@ -81,113 +81,45 @@ impl SimulatedCloud {
             }
             "dns.change-records" => {
                 let zone_id = s(request, "zone_id");
-                let exists: Option<String> =
-                    sqlx::query_scalar("SELECT name FROM sim_zones WHERE id = $1")
-                        .bind(zone_id)
-                        .fetch_optional(&mut *tx)
-                        .await
-                        .map_err(unavailable)?;
-                let Some(zone_name) = exists else {
-                    return Err(CapabilityError::permanent(
-                        "not-found",
-                        format!("no hosted zone {zone_id}"),
-                    ));
+                tx.statement("SELECT name FROM sim_zones WHERE id = $1")
+                    .bind(zone_id.to_owned());
+                let exists: Option<String> = match tx.fetch().await.map_err(unavailable)?.first() {
+                    Some(row) => Some(row.try_get(0).map_err(unavailable)?),
+                    None => None,
                 };
-                let mut prior = Vec::new();
-                for change in request
-                    .get("changes")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                {
-                    let (set, upsert) = match change.get("Upsert") {
-                        Some(set) => (set, true),
-                        None => (change.get("Delete").unwrap_or(&Value::Null), false),
-                    };
-                    let name = s(set, "name").to_ascii_lowercase();
-                    let ty = s(set, "type_");
-                    if name.is_empty() || ty.is_empty() {
-                        return Err(CapabilityError::permanent(
-                            "invalid-change-batch",
-                            format!("a record set needs a name and a type: {set}"),
-                        ));
-                    }
-                    let bare = name.trim_end_matches('.');
-                    if bare != zone_name && !bare.ends_with(&format!(".{zone_name}")) {
-                        return Err(CapabilityError::permanent(
-                            "invalid-change-batch",
-                            format!("{name} is not in zone {zone_name}"),
-                        ));
-                    }
-                    let old: Option<String> = sqlx::query_scalar(
+                let Some(zone_name) = exists else {
+                    return Err(no_zone(zone_id));
+                };
+                let changes = parse_changes(request)?;
+                let mut olds = Vec::new();
+                for c in &changes {
+                    tx.statement(
                         "SELECT body FROM sim_records WHERE zone_id = $1 AND name = $2 AND type = $3",
                     )
-                    .bind(zone_id)
-                    .bind(&name)
-                    .bind(ty)
-                    .fetch_optional(&mut *tx)
-                    .await
-                    .map_err(unavailable)?;
-                    if let Some(old) = &old {
-                        prior.push(serde_json::from_str::<Value>(old).unwrap_or(Value::Null));
-                    }
-                    if upsert {
-                        let mut body = set.clone();
-                        body["name"] = Value::String(name.clone());
-                        sqlx::query("INSERT INTO sim_records (zone_id, name, type, body) VALUES ($1, $2, $3, $4) ON CONFLICT (zone_id, name, type) DO UPDATE SET body = excluded.body")
-                            .bind(zone_id)
-                            .bind(&name)
-                            .bind(ty)
-                            .bind(body.to_string())
-                            .execute(&mut *tx)
-                            .await
-                            .map_err(unavailable)?;
-                    } else if old.is_none() {
-                        return Err(CapabilityError::permanent(
-                            "invalid-change-batch",
-                            format!("no {ty} record {name} to delete"),
-                        ));
-                    } else {
-                        sqlx::query(
-                            "DELETE FROM sim_records WHERE zone_id = $1 AND name = $2 AND type = $3",
-                        )
-                        .bind(zone_id)
-                        .bind(&name)
-                        .bind(ty)
-                        .execute(&mut *tx)
-                        .await
-                        .map_err(unavailable)?;
-                    }
+                    .bind(zone_id.to_owned())
+                    .bind(c.name.clone())
+                    .bind(c.ty.clone());
+                    olds.push(match tx.fetch().await.map_err(unavailable)?.first() {
+                        Some(row) => Some(row.try_get::<String, _>(0).map_err(unavailable)?),
+                        None => None,
+                    });
                 }
-                let id = format!(
-                    "C{}",
-                    capstan_core::ids::new_id()
-                        .replace('-', "")
-                        .to_ascii_uppercase()
-                );
-                sqlx::query("INSERT INTO sim_changes (id, zone_id, submitted_ms, insync_ms) VALUES ($1, $2, $3, $4)")
-                    .bind(&id)
-                    .bind(zone_id)
-                    .bind(now)
-                    .bind(now + self.settings.dns_propagation_ms)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(unavailable)?;
-                let status = if self.settings.dns_propagation_ms <= 0 {
-                    "Insync"
-                } else {
-                    "Pending"
-                };
-                Ok(json!({"change_id": id, "zone_id": zone_id, "status": status, "prior": prior}))
+                let plan =
+                    ChangePlan::new(zone_id, &zone_name, changes, &olds, self.new_change_id())?;
+                for statement in plan.writes(now, self.settings.dns_propagation_ms) {
+                    tx.append(&statement);
+                    tx.done().await.map_err(unavailable)?;
+                }
+                Ok(plan.answer(self.settings.dns_propagation_ms))
             }
             "dns.get-change" => {
                 let id = s(request, "change_id");
-                let insync: Option<i64> =
-                    sqlx::query_scalar("SELECT insync_ms FROM sim_changes WHERE id = $1")
-                        .bind(id)
-                        .fetch_optional(&mut *tx)
-                        .await
-                        .map_err(unavailable)?;
+                tx.statement("SELECT insync_ms FROM sim_changes WHERE id = $1")
+                    .bind(id.to_owned());
+                let insync: Option<i64> = match tx.fetch().await.map_err(unavailable)?.first() {
+                    Some(row) => Some(row.try_get(0).map_err(unavailable)?),
+                    None => None,
+                };
                 match insync {
                     Some(at) if now >= at => Ok(json!("Insync")),
                     Some(_) => Ok(json!("Pending")),
@@ -202,5 +134,169 @@ impl SimulatedCloud {
                 format!("the simulated DNS has no operation {other}"),
             )),
         }
+    }
+}
+
+pub(super) fn no_zone(zone_id: &str) -> CapabilityError {
+    CapabilityError::permanent("not-found", format!("no hosted zone {zone_id}"))
+}
+
+/// One change of a `dns.change-records` request, its name lower-cased.
+pub(super) struct Change {
+    pub name: String,
+    pub ty: String,
+    /// The record set to write; `None` deletes.
+    pub upsert: Option<Value>,
+}
+
+/// The changes of a request, each naming a record set; several changes of one record set in
+/// one batch are refused, as Route 53 does.
+pub(super) fn parse_changes(request: &Value) -> Result<Vec<Change>, CapabilityError> {
+    let mut changes: Vec<Change> = Vec::new();
+    for change in request
+        .get("changes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let (set, upsert) = match change.get("Upsert") {
+            Some(set) => (set, true),
+            None => (change.get("Delete").unwrap_or(&Value::Null), false),
+        };
+        let name = s(set, "name").to_ascii_lowercase();
+        let ty = s(set, "type_").to_owned();
+        if name.is_empty() || ty.is_empty() {
+            return Err(CapabilityError::permanent(
+                "invalid-change-batch",
+                format!("a record set needs a name and a type: {set}"),
+            ));
+        }
+        if changes.iter().any(|c| c.name == name && c.ty == ty) {
+            return Err(CapabilityError::permanent(
+                "invalid-change-batch",
+                format!("the batch changes {ty} {name} more than once"),
+            ));
+        }
+        let upsert = upsert.then(|| {
+            let mut body = set.clone();
+            body["name"] = Value::String(name.clone());
+            body
+        });
+        changes.push(Change { name, ty, upsert });
+    }
+    Ok(changes)
+}
+
+/// What a change batch does, decided from the zone and the record sets as they are (`olds`,
+/// one per change): the same decision whether it runs inside a transaction or is committed
+/// later under guards that those reads still hold (`fast.rs`).
+pub(super) struct ChangePlan {
+    zone_id: String,
+    changes: Vec<Change>,
+    prior: Vec<Value>,
+    change_id: String,
+}
+
+impl ChangePlan {
+    pub(super) fn new(
+        zone_id: &str,
+        zone_name: &str,
+        changes: Vec<Change>,
+        olds: &[Option<String>],
+        change_id: String,
+    ) -> Result<Self, CapabilityError> {
+        let mut prior = Vec::new();
+        for (c, old) in changes.iter().zip(olds) {
+            let bare = c.name.trim_end_matches('.');
+            if bare != zone_name && !bare.ends_with(&format!(".{zone_name}")) {
+                return Err(CapabilityError::permanent(
+                    "invalid-change-batch",
+                    format!("{} is not in zone {zone_name}", c.name),
+                ));
+            }
+            match old {
+                Some(old) => prior.push(serde_json::from_str::<Value>(old).unwrap_or(Value::Null)),
+                None if c.upsert.is_none() => {
+                    return Err(CapabilityError::permanent(
+                        "invalid-change-batch",
+                        format!("no {} record {} to delete", c.ty, c.name),
+                    ));
+                }
+                None => {}
+            }
+        }
+        Ok(Self {
+            zone_id: zone_id.to_owned(),
+            changes,
+            prior,
+            change_id,
+        })
+    }
+
+    /// The statements that apply the batch and record the change, one `Sql` each.
+    pub(super) fn writes(&self, now: i64, propagation_ms: i64) -> Vec<capstan_store::Sql> {
+        let mut out = Vec::new();
+        for c in &self.changes {
+            let mut sql = capstan_store::Sql::default();
+            match &c.upsert {
+                Some(body) => {
+                    sql.push_statement("INSERT INTO sim_records (zone_id, name, type, body) VALUES ($1, $2, $3, $4) ON CONFLICT (zone_id, name, type) DO UPDATE SET body = excluded.body")
+                        .bind(self.zone_id.clone())
+                        .bind(c.name.clone())
+                        .bind(c.ty.clone())
+                        .bind(body.to_string());
+                }
+                None => {
+                    sql.push_statement(
+                        "DELETE FROM sim_records WHERE zone_id = $1 AND name = $2 AND type = $3",
+                    )
+                    .bind(self.zone_id.clone())
+                    .bind(c.name.clone())
+                    .bind(c.ty.clone());
+                }
+            }
+            out.push(sql);
+        }
+        let mut sql = capstan_store::Sql::default();
+        sql.push_statement("INSERT INTO sim_changes (id, zone_id, submitted_ms, insync_ms) VALUES ($1, $2, $3, $4)")
+            .bind(self.change_id.clone())
+            .bind(self.zone_id.clone())
+            .bind(now)
+            .bind(now + propagation_ms);
+        out.push(sql);
+        out
+    }
+
+    /// The record sets the plan was decided on, as guards: one row each while they are unchanged.
+    pub(super) fn guards(&self, sql: &mut capstan_store::Sql, olds: &[Option<String>]) -> usize {
+        sql.push_statement("SELECT 1 FROM sim_zones WHERE id = $1")
+            .bind(self.zone_id.clone());
+        for (c, old) in self.changes.iter().zip(olds) {
+            match old {
+                Some(body) => {
+                    sql.push_statement("SELECT 1 FROM sim_records WHERE zone_id = $1 AND name = $2 AND type = $3 AND body = $4")
+                        .bind(self.zone_id.clone())
+                        .bind(c.name.clone())
+                        .bind(c.ty.clone())
+                        .bind(body.clone());
+                }
+                None => {
+                    sql.push_statement("SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM sim_records WHERE zone_id = $1 AND name = $2 AND type = $3)")
+                        .bind(self.zone_id.clone())
+                        .bind(c.name.clone())
+                        .bind(c.ty.clone());
+                }
+            }
+        }
+        1 + self.changes.len()
+    }
+
+    pub(super) fn answer(&self, propagation_ms: i64) -> Value {
+        let status = if propagation_ms <= 0 {
+            "Insync"
+        } else {
+            "Pending"
+        };
+        json!({"change_id": self.change_id, "zone_id": self.zone_id, "status": status, "prior": self.prior})
     }
 }

@@ -5,15 +5,18 @@
 //! capability's simulation runs, and the answer is recorded under the token.
 
 mod dns;
+mod fast;
 mod services;
+mod tx;
 
 use crate::CapabilityProvider;
 use async_trait::async_trait;
 use capstan_core::{Capability, CapabilityError, Clock};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use sqlx::{AnyConnection, AnyPool, Row};
+use sqlx::{AnyPool, Row};
 use std::sync::Arc;
+use tx::SimTx;
 
 /// How the simulation behaves (`[simulator]` in the config file).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -294,7 +297,10 @@ impl Seed {
 /// The simulated cloud on the engine's SQLite database.
 #[derive(Debug, Clone)]
 pub struct SimulatedCloud {
+    /// The store's writer.
     pool: AnyPool,
+    /// For reads outside a transaction and guarded group commits (SQLite, `fast.rs`).
+    store: capstan_store::Store,
     clock: Arc<dyn Clock>,
     settings: SimulationSettings,
 }
@@ -326,15 +332,16 @@ fn record_type(text: &str) -> Option<&'static str> {
 }
 
 impl SimulatedCloud {
-    /// `pool` must have Capstan's migrations applied and should be the store's single writer.
+    /// The simulation on the store's database (its tables come with Capstan's migrations).
     /// On first start the simulation is seeded (`seed_file`, else the demo world).
     pub async fn new(
-        pool: AnyPool,
+        store: &capstan_store::Store,
         clock: Arc<dyn Clock>,
         settings: SimulationSettings,
     ) -> Result<Self, SeedError> {
         let cloud = Self {
-            pool,
+            pool: store.writer().clone(),
+            store: store.clone(),
             clock,
             settings,
         };
@@ -355,6 +362,16 @@ impl SimulatedCloud {
         Ok(cloud)
     }
 
+    /// A Route 53-shaped change id.
+    fn new_change_id(&self) -> String {
+        format!(
+            "C{}",
+            capstan_core::ids::new_id()
+                .replace('-', "")
+                .to_ascii_uppercase()
+        )
+    }
+
     fn now(&self) -> i64 {
         i64::try_from(self.clock.now_millis()).unwrap_or(i64::MAX)
     }
@@ -365,14 +382,14 @@ impl SimulatedCloud {
 
     /// Adds a seed's objects to the simulation (existing objects of the same id are replaced).
     pub async fn seed(&self, seed: &Seed) -> Result<(), SeedError> {
-        let mut tx = capstan_store::begin_write(&self.pool).await?;
+        let mut tx = SimTx::begin(&self.pool).await?;
         let now = self.now();
         for zone in &seed.zones {
             let name = zone.trim_end_matches('.').to_ascii_lowercase();
             sqlx::query("INSERT INTO sim_zones (id, name) VALUES ($1, $2) ON CONFLICT DO NOTHING")
                 .bind(zone_id_for(&name))
                 .bind(&name)
-                .execute(&mut *tx)
+                .execute(tx.conn().await?)
                 .await?;
         }
         for r in &seed.records {
@@ -388,7 +405,7 @@ impl SimulatedCloud {
             let known: Option<String> =
                 sqlx::query_scalar("SELECT id FROM sim_zones WHERE id = $1")
                     .bind(&zone)
-                    .fetch_optional(&mut *tx)
+                    .fetch_optional(tx.conn().await?)
                     .await?;
             if known.is_none() {
                 return Err(SeedError::Invalid(format!(
@@ -401,7 +418,7 @@ impl SimulatedCloud {
                 .bind(&name)
                 .bind(ty)
                 .bind(body.to_string())
-                .execute(&mut *tx)
+                .execute(tx.conn().await?)
                 .await?;
         }
         for d in &seed.domains {
@@ -473,26 +490,26 @@ impl SimulatedCloud {
 
     /// The whole simulated state, for operators (`GET /v1/admin/simulator`) and tests.
     pub async fn snapshot(&self) -> Result<Value, sqlx::Error> {
-        let mut conn = self.pool.acquire().await?;
+        let mut tx = SimTx::begin(&self.pool).await?;
         let zones = sqlx::query("SELECT id, name FROM sim_zones ORDER BY name")
-            .fetch_all(&mut *conn)
+            .fetch_all(tx.conn().await?)
             .await?;
         let records =
             sqlx::query("SELECT zone_id, body FROM sim_records ORDER BY zone_id, name, type")
-                .fetch_all(&mut *conn)
+                .fetch_all(tx.conn().await?)
                 .await?;
         let effects: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM sim_effects")
-            .fetch_one(&mut *conn)
+            .fetch_one(tx.conn().await?)
             .await?;
         let mut certificates = Vec::new();
-        for c in list(&mut conn, "certificate").await? {
-            certificates.push(self.certificate_view(&mut conn, c).await?);
+        for c in list(&mut tx, "certificate").await? {
+            certificates.push(self.certificate_view(&mut tx, c).await?);
         }
         let mut distributions = Vec::new();
-        for d in list(&mut conn, "distribution").await? {
+        for d in list(&mut tx, "distribution").await? {
             distributions.push(self.distribution_view(d));
         }
-        Ok(json!({
+        let snapshot = json!({
             "dns": {
                 "zones": zones.iter().map(|r| json!({"id": r.get::<String, _>("id"), "name": r.get::<String, _>("name")})).collect::<Vec<_>>(),
                 "records": records.iter().map(|r| json!({
@@ -500,20 +517,22 @@ impl SimulatedCloud {
                     "recordSet": serde_json::from_str::<Value>(&r.get::<String, _>("body")).unwrap_or(Value::Null),
                 })).collect::<Vec<_>>(),
             },
-            "registrar": {"domains": list(&mut conn, "domain").await?},
+            "registrar": {"domains": list(&mut tx, "domain").await?},
             "certificates": certificates,
             "distributions": distributions,
-            "maps": {"keys": list(&mut conn, "maps-key").await?},
-            "functions": list(&mut conn, "function").await?,
-            "tickets": list(&mut conn, "ticket").await?,
+            "maps": {"keys": list(&mut tx, "maps-key").await?},
+            "functions": list(&mut tx, "function").await?,
+            "tickets": list(&mut tx, "ticket").await?,
             "effects": effects,
-        }))
+        });
+        tx.commit().await?;
+        Ok(snapshot)
     }
 
     /// Which fault applies to this call, counting it when it has a budget.
     async fn fault(
         &self,
-        tx: &mut AnyConnection,
+        tx: &mut SimTx,
         op: &str,
         request: &Value,
     ) -> Result<Option<FaultRule>, CapabilityError> {
@@ -523,14 +542,16 @@ impl SimulatedCloud {
             }
             if let Some(times) = rule.times {
                 let key = rule.key(index);
-                let hits: i64 = sqlx::query_scalar(
+                tx.statement(
                     "INSERT INTO sim_fault_hits (rule, hits) VALUES ($1, 1)
                      ON CONFLICT (rule) DO UPDATE SET hits = sim_fault_hits.hits + 1 RETURNING hits",
                 )
-                .bind(&key)
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(unavailable)?;
+                .bind(key);
+                let rows = tx.fetch().await.map_err(unavailable)?;
+                let hits: i64 = match rows.first() {
+                    Some(row) => row.try_get(0).map_err(unavailable)?,
+                    None => 0,
+                };
                 if hits > i64::from(times) {
                     continue;
                 }
@@ -544,17 +565,17 @@ impl SimulatedCloud {
 #[async_trait]
 impl CapabilityProvider for SimulatedCloud {
     async fn call(&self, op: &str, request: &Value, token: &str) -> Result<Value, CapabilityError> {
-        let mut tx = capstan_store::begin_write(&self.pool)
-            .await
-            .map_err(unavailable)?;
+        if let Some(answer) = self.fast(op, request, token).await {
+            return answer;
+        }
+        let mut tx = SimTx::begin(&self.pool).await.map_err(unavailable)?;
         if !token.is_empty() {
-            let done: Option<String> =
-                sqlx::query_scalar("SELECT response FROM sim_effects WHERE token = $1")
-                    .bind(token)
-                    .fetch_optional(&mut *tx)
-                    .await
-                    .map_err(unavailable)?;
-            if let Some(done) = done {
+            tx.statement("SELECT response FROM sim_effects WHERE token = $1")
+                .bind(token.to_owned());
+            let rows = tx.fetch().await.map_err(unavailable)?;
+            if let Some(row) = rows.first() {
+                let done: String = row.try_get(0).map_err(unavailable)?;
+                tx.commit().await.map_err(unavailable)?;
                 return serde_json::from_str(&done)
                     .map_err(|e| CapabilityError::permanent("corrupt", e.to_string()));
             }
@@ -575,9 +596,7 @@ impl CapabilityProvider for SimulatedCloud {
                 }
                 None => {}
             }
-            tx = capstan_store::begin_write(&self.pool)
-                .await
-                .map_err(unavailable)?;
+            tx = SimTx::begin(&self.pool).await.map_err(unavailable)?;
         }
         let answer = match Capability::of_op(op) {
             Some(Capability::Dns) => self.dns(&mut tx, op, request).await?,
@@ -595,15 +614,13 @@ impl CapabilityProvider for SimulatedCloud {
             }
         };
         if !token.is_empty() {
-            sqlx::query("INSERT INTO sim_effects (token, op, request, response, at_ms) VALUES ($1, $2, $3, $4, $5)")
-                .bind(token)
-                .bind(op)
+            tx.statement("INSERT INTO sim_effects (token, op, request, response, at_ms) VALUES ($1, $2, $3, $4, $5)")
+                .bind(token.to_owned())
+                .bind(op.to_owned())
                 .bind(request.to_string())
                 .bind(answer.to_string())
-                .bind(self.now())
-                .execute(&mut *tx)
-                .await
-                .map_err(unavailable)?;
+                .bind(self.now());
+            tx.done().await.map_err(unavailable)?;
         }
         tx.commit().await.map_err(unavailable)?;
         Ok(answer)
@@ -637,57 +654,51 @@ impl Seed {
 // The object store the services share: one JSON document per (kind, id).
 
 pub(crate) async fn get(
-    tx: &mut AnyConnection,
+    tx: &mut SimTx,
     kind: &str,
     id: &str,
 ) -> Result<Option<Value>, sqlx::Error> {
-    let body: Option<String> =
-        sqlx::query_scalar("SELECT body FROM sim_objects WHERE kind = $1 AND id = $2")
-            .bind(kind)
-            .bind(id)
-            .fetch_optional(&mut *tx)
-            .await?;
-    Ok(body.and_then(|b| serde_json::from_str(&b).ok()))
+    tx.statement("SELECT body FROM sim_objects WHERE kind = $1 AND id = $2")
+        .bind(kind.to_owned())
+        .bind(id.to_owned());
+    let rows = tx.fetch().await?;
+    Ok(match rows.first() {
+        Some(row) => serde_json::from_str(&row.try_get::<String, _>(0)?).ok(),
+        None => None,
+    })
 }
 
 pub(crate) async fn put(
-    tx: &mut AnyConnection,
+    tx: &mut SimTx,
     kind: &str,
     id: &str,
     body: &Value,
 ) -> Result<(), sqlx::Error> {
-    sqlx::query("INSERT INTO sim_objects (kind, id, body) VALUES ($1, $2, $3) ON CONFLICT (kind, id) DO UPDATE SET body = excluded.body")
-        .bind(kind)
-        .bind(id)
-        .bind(body.to_string())
-        .execute(&mut *tx)
-        .await?;
-    Ok(())
+    tx.statement("INSERT INTO sim_objects (kind, id, body) VALUES ($1, $2, $3) ON CONFLICT (kind, id) DO UPDATE SET body = excluded.body")
+        .bind(kind.to_owned())
+        .bind(id.to_owned())
+        .bind(body.to_string());
+    tx.done().await
 }
 
-pub(crate) async fn delete(
-    tx: &mut AnyConnection,
-    kind: &str,
-    id: &str,
-) -> Result<(), sqlx::Error> {
-    sqlx::query("DELETE FROM sim_objects WHERE kind = $1 AND id = $2")
-        .bind(kind)
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
-    Ok(())
+pub(crate) async fn delete(tx: &mut SimTx, kind: &str, id: &str) -> Result<(), sqlx::Error> {
+    tx.statement("DELETE FROM sim_objects WHERE kind = $1 AND id = $2")
+        .bind(kind.to_owned())
+        .bind(id.to_owned());
+    tx.done().await
 }
 
-pub(crate) async fn list(tx: &mut AnyConnection, kind: &str) -> Result<Vec<Value>, sqlx::Error> {
-    let rows: Vec<String> =
-        sqlx::query_scalar("SELECT body FROM sim_objects WHERE kind = $1 ORDER BY id")
-            .bind(kind)
-            .fetch_all(&mut *tx)
-            .await?;
-    Ok(rows
-        .iter()
-        .filter_map(|b| serde_json::from_str(b).ok())
-        .collect())
+pub(crate) async fn list(tx: &mut SimTx, kind: &str) -> Result<Vec<Value>, sqlx::Error> {
+    tx.statement("SELECT body FROM sim_objects WHERE kind = $1 ORDER BY id")
+        .bind(kind.to_owned());
+    let rows = tx.fetch().await?;
+    rows.iter()
+        .map(|row| row.try_get::<String, _>(0))
+        .filter_map(|body| match body {
+            Ok(b) => serde_json::from_str(&b).ok().map(Ok),
+            Err(e) => Some(Err(e)),
+        })
+        .collect()
 }
 
 #[cfg(test)]

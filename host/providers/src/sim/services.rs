@@ -1,11 +1,11 @@
 //! The simulated registrar, certificates, CDN, maps, functions and ticketing: JSON documents in
 //! `sim_objects` shaped as the WIT records the workflows see (docs/simulator.md).
 
+use super::tx::SimTx;
 use super::{SimulatedCloud, delete, get, list, put, s, unavailable};
 use capstan_core::CapabilityError;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
-use sqlx::AnyConnection;
 
 type Answer = Result<Value, CapabilityError>;
 
@@ -74,12 +74,7 @@ fn validation_record(name: &str) -> Value {
 }
 
 impl SimulatedCloud {
-    pub(super) async fn registrar(
-        &self,
-        tx: &mut AnyConnection,
-        op: &str,
-        request: &Value,
-    ) -> Answer {
+    pub(super) async fn registrar(&self, tx: &mut SimTx, op: &str, request: &Value) -> Answer {
         let name = s(request, "name").trim().to_ascii_lowercase();
         let known = get(tx, "domain", &name).await.map_err(unavailable)?;
         match op {
@@ -124,7 +119,7 @@ impl SimulatedCloud {
     /// distributions that use it.
     pub(super) async fn certificate_view(
         &self,
-        tx: &mut AnyConnection,
+        tx: &mut SimTx,
         mut cert: Value,
     ) -> Result<Value, sqlx::Error> {
         let arn = s(&cert, "arn").to_owned();
@@ -142,7 +137,7 @@ impl SimulatedCloud {
                     "SELECT body FROM sim_records WHERE name = $1 AND type = 'Cname'",
                 )
                 .bind(s(&record, "name"))
-                .fetch_all(&mut *tx)
+                .fetch_all(tx.conn().await?)
                 .await?;
                 let wanted = &record["values"][0];
                 let present = bodies.iter().any(|b| {
@@ -173,7 +168,7 @@ impl SimulatedCloud {
         Ok(cert)
     }
 
-    async fn certificate(&self, tx: &mut AnyConnection, arn: &str) -> Answer {
+    async fn certificate(&self, tx: &mut SimTx, arn: &str) -> Answer {
         let cert = get(tx, "certificate", arn)
             .await
             .map_err(unavailable)?
@@ -181,12 +176,7 @@ impl SimulatedCloud {
         self.certificate_view(tx, cert).await.map_err(unavailable)
     }
 
-    pub(super) async fn certificates(
-        &self,
-        tx: &mut AnyConnection,
-        op: &str,
-        request: &Value,
-    ) -> Answer {
+    pub(super) async fn certificates(&self, tx: &mut SimTx, op: &str, request: &Value) -> Answer {
         match op {
             "certificates.find-certificates" => {
                 let domain = s(request, "domain").trim().to_ascii_lowercase();
@@ -259,7 +249,7 @@ impl SimulatedCloud {
     /// cover them.
     async fn check_spec(
         &self,
-        tx: &mut AnyConnection,
+        tx: &mut SimTx,
         spec: &Value,
         own: Option<&str>,
     ) -> Result<(), CapabilityError> {
@@ -301,18 +291,14 @@ impl SimulatedCloud {
         Ok(())
     }
 
-    async fn distribution(
-        &self,
-        tx: &mut AnyConnection,
-        id: &str,
-    ) -> Result<Value, CapabilityError> {
+    async fn distribution(&self, tx: &mut SimTx, id: &str) -> Result<Value, CapabilityError> {
         get(tx, "distribution", id)
             .await
             .map_err(unavailable)?
             .ok_or_else(|| not_found(format!("distribution {id}")))
     }
 
-    pub(super) async fn cdn(&self, tx: &mut AnyConnection, op: &str, request: &Value) -> Answer {
+    pub(super) async fn cdn(&self, tx: &mut SimTx, op: &str, request: &Value) -> Answer {
         let deploy_at = self.now() + self.settings.cdn_deploy_ms;
         match op {
             "cdn.find-distribution-by-alias" => {
@@ -374,7 +360,7 @@ impl SimulatedCloud {
         }
     }
 
-    pub(super) async fn maps(&self, tx: &mut AnyConnection, op: &str, request: &Value) -> Answer {
+    pub(super) async fn maps(&self, tx: &mut SimTx, op: &str, request: &Value) -> Answer {
         if op == "maps.list-keys" {
             return list(tx, "maps-key")
                 .await
@@ -421,12 +407,7 @@ impl SimulatedCloud {
         Ok(json!({"key": key, "changed": changed}))
     }
 
-    pub(super) async fn functions(
-        &self,
-        tx: &mut AnyConnection,
-        op: &str,
-        request: &Value,
-    ) -> Answer {
+    pub(super) async fn functions(&self, tx: &mut SimTx, op: &str, request: &Value) -> Answer {
         let name = s(request, "function_name").to_owned();
         let found = get(tx, "function", &name).await.map_err(unavailable)?;
         let missing = || not_found(format!("function {name}"));
@@ -518,12 +499,7 @@ impl SimulatedCloud {
         }
     }
 
-    pub(super) async fn ticketing(
-        &self,
-        tx: &mut AnyConnection,
-        op: &str,
-        request: &Value,
-    ) -> Answer {
+    pub(super) async fn ticketing(&self, tx: &mut SimTx, op: &str, request: &Value) -> Answer {
         let id = s(request, "id").to_owned();
         let found = get(tx, "ticket", &id).await.map_err(unavailable)?;
         match op {

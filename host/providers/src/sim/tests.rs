@@ -10,7 +10,7 @@ async fn cloud() -> (SimulatedCloud, ManualClock, tempfile::TempDir) {
             .unwrap();
     let clock = ManualClock::new(1_000_000);
     let cloud = SimulatedCloud::new(
-        store.writer().clone(),
+        &store,
         Arc::new(clock.clone()),
         SimulationSettings::default(),
     )
@@ -390,13 +390,9 @@ async fn faults_fire_for_their_operation_and_pattern_and_only_n_times() {
         ],
         ..SimulationSettings::default()
     };
-    let cloud = SimulatedCloud::new(
-        store.writer().clone(),
-        Arc::new(ManualClock::new(0)),
-        settings,
-    )
-    .await
-    .unwrap();
+    let cloud = SimulatedCloud::new(&store, Arc::new(ManualClock::new(0)), settings)
+        .await
+        .unwrap();
     let request = json!({"key_id": "web", "referrer": "*.flaky.test/*"});
     for _ in 0..2 {
         let e = err(&cloud, "maps.add-referrer", request.clone(), "k1").await;
@@ -454,13 +450,9 @@ async fn a_seed_file_replaces_the_demo_world_and_bad_seeds_are_refused_with_the_
         seed_file: Some(path),
         ..SimulationSettings::default()
     };
-    let cloud = SimulatedCloud::new(
-        store.writer().clone(),
-        Arc::new(ManualClock::new(0)),
-        settings,
-    )
-    .await
-    .unwrap();
+    let cloud = SimulatedCloud::new(&store, Arc::new(ManualClock::new(0)), settings)
+        .await
+        .unwrap();
     let snap = cloud.snapshot().await.unwrap();
     assert_eq!(
         snap["dns"]["zones"],

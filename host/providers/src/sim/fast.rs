@@ -1,0 +1,123 @@
+//! The hot calls without holding the writer (SQLite).
+//!
+//! SQLite has one writer, and a simulated call that reads and decides inside its write
+//! transaction holds it for several round trips to the connection's thread, while every
+//! execution's durable points wait behind it. So the calls a workflow makes most — a DNS change
+//! and polling it — read on a read connection, decide, and commit what they decided with the
+//! engine's group commit under guards that what they read still holds
+//! ([`capstan_store::Store::commit_guarded`]). When a guard fails (another call changed the same
+//! record set meanwhile) or anything else is unusual (a fault is configured, a repeated token,
+//! an error to report), the call takes the ordinary path: one transaction that reads and writes.
+
+use super::dns::{ChangePlan, parse_changes};
+use super::{SimulatedCloud, s};
+use capstan_core::CapabilityError;
+use capstan_store::{Backend, Sql};
+use serde_json::{Value, json};
+use sqlx::Row;
+
+impl SimulatedCloud {
+    /// The answer, or `None` to take the ordinary path.
+    pub(super) async fn fast(
+        &self,
+        op: &str,
+        request: &Value,
+        token: &str,
+    ) -> Option<Result<Value, CapabilityError>> {
+        if self.store.backend() != Backend::Sqlite || !self.settings.faults.is_empty() {
+            return None;
+        }
+        match op {
+            "dns.get-change" if token.is_empty() => self.get_change(request).await,
+            "dns.change-records" if !token.is_empty() => {
+                self.change_records(request, token).await.ok().flatten()
+            }
+            _ => None,
+        }
+    }
+
+    async fn get_change(&self, request: &Value) -> Option<Result<Value, CapabilityError>> {
+        let insync: Option<i64> = match self.store.read().await {
+            Ok(mut conn) => sqlx::query_scalar("SELECT insync_ms FROM sim_changes WHERE id = $1")
+                .bind(s(request, "change_id"))
+                .fetch_optional(&mut *conn)
+                .await
+                .ok()?,
+            Err(_) => return None,
+        };
+        // An unknown id is an error: the ordinary path words it.
+        let at = insync?;
+        Some(Ok(json!(if self.now() >= at {
+            "Insync"
+        } else {
+            "Pending"
+        })))
+    }
+
+    async fn change_records(
+        &self,
+        request: &Value,
+        token: &str,
+    ) -> Result<Option<Result<Value, CapabilityError>>, sqlx::Error> {
+        let zone_id = s(request, "zone_id");
+        let Ok(changes) = parse_changes(request) else {
+            return Ok(None);
+        };
+        let mut conn = self.store.read().await?;
+        let done: Option<String> =
+            sqlx::query_scalar("SELECT response FROM sim_effects WHERE token = $1")
+                .bind(token)
+                .fetch_optional(&mut *conn)
+                .await?;
+        if done.is_some() {
+            return Ok(None);
+        }
+        let zone: Option<String> = sqlx::query_scalar("SELECT name FROM sim_zones WHERE id = $1")
+            .bind(zone_id)
+            .fetch_optional(&mut *conn)
+            .await?;
+        let Some(zone_name) = zone else {
+            return Ok(None);
+        };
+        let mut olds = Vec::with_capacity(changes.len());
+        for c in &changes {
+            let row = sqlx::query(
+                "SELECT body FROM sim_records WHERE zone_id = $1 AND name = $2 AND type = $3",
+            )
+            .bind(zone_id)
+            .bind(&c.name)
+            .bind(&c.ty)
+            .fetch_optional(&mut *conn)
+            .await?;
+            olds.push(row.map(|r| r.try_get::<String, _>(0)).transpose()?);
+        }
+        drop(conn);
+        let Ok(plan) = ChangePlan::new(zone_id, &zone_name, changes, &olds, self.new_change_id())
+        else {
+            return Ok(None);
+        };
+        let now = self.now();
+        let answer = plan.answer(self.settings.dns_propagation_ms);
+        let mut sql = Sql::default();
+        let guards = plan.guards(&mut sql, &olds);
+        for statement in plan.writes(now, self.settings.dns_propagation_ms) {
+            sql.append(&statement);
+        }
+        // The token's record: a concurrent call with the same token fails here (primary key).
+        sql.push_statement(
+            "INSERT INTO sim_effects (token, op, request, response, at_ms) VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(token.to_owned())
+        .bind("dns.change-records".to_owned())
+        .bind(request.to_string())
+        .bind(answer.to_string())
+        .bind(now);
+        Ok(match self.store.commit_guarded(sql, guards).await {
+            Ok(()) => Some(Ok(answer)),
+            Err(error) => {
+                tracing::debug!(%error, "simulated DNS change: guarded commit refused; retrying in a transaction");
+                None
+            }
+        })
+    }
+}
