@@ -90,6 +90,14 @@ impl SimulatedCloud {
                 let Some(zone_name) = exists else {
                     return Err(no_zone(zone_id));
                 };
+                if tx.backend() == capstan_store::Backend::Postgres {
+                    // READ COMMITTED would let two changes of one record set both read it
+                    // before either wrote it: one change of a zone at a time (SQLite's single
+                    // writer already is).
+                    tx.statement("SELECT pg_advisory_xact_lock(hashtext($1))")
+                        .bind(zone_id.to_owned());
+                    tx.fetch().await.map_err(unavailable)?;
+                }
                 let changes = parse_changes(request)?;
                 let mut olds = Vec::new();
                 for c in &changes {

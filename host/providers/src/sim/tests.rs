@@ -70,6 +70,69 @@ async fn dns_changes_go_insync_after_the_propagation_delay_and_repeat_tokens_cha
     assert_eq!(missing.code, "not-found");
 }
 
+/// Concurrent changes of one record set each see the state just before them (DNS changes read
+/// outside the writer and commit under guards; a stale read falls back to a transaction), and a
+/// batch that names one record set twice is refused.
+#[tokio::test]
+async fn concurrent_changes_of_one_record_set_each_see_the_state_before_them() {
+    let (cloud, _clock, _dir) = cloud().await;
+    let zone = ok(
+        &cloud,
+        "dns.find-zone",
+        json!({"domain": "example.com"}),
+        "",
+    )
+    .await;
+    let calls = (0..20).map(|i| {
+        let cloud = cloud.clone();
+        let request = json!({"zone_id": zone["id"], "changes": [{"Upsert": {"name": "race.example.com", "type_": "Txt", "ttl": 60, "values": [format!("v{i}")], "alias_target": null}}]});
+        async move { cloud.call("dns.change-records", &request, &format!("race-{i}")).await }
+    });
+    let answers = futures_util::future::join_all(calls).await;
+    let mut priors = Vec::new();
+    for answer in &answers {
+        let answer = answer.as_ref().expect("every change succeeds");
+        match answer["prior"].as_array().map(Vec::as_slice) {
+            Some([]) => priors.push(None),
+            Some([one]) => priors.push(Some(one["values"][0].as_str().unwrap().to_owned())),
+            other => panic!("one prior set at most: {other:?}"),
+        }
+    }
+    // Exactly one change came first; every other one replaced a value written by another, and
+    // no value was replaced twice: the changes are one chain.
+    assert_eq!(
+        priors.iter().filter(|p| p.is_none()).count(),
+        1,
+        "{priors:?}"
+    );
+    let mut replaced: Vec<String> = priors.into_iter().flatten().collect();
+    replaced.sort();
+    replaced.dedup();
+    assert_eq!(replaced.len(), 19, "each value replaced once");
+    let records = ok(
+        &cloud,
+        "dns.list-records",
+        json!({"zone_id": zone["id"], "name": "race.example.com"}),
+        "",
+    )
+    .await;
+    let last = records[0]["values"][0].as_str().unwrap().to_owned();
+    assert!(
+        !replaced.contains(&last),
+        "the last value written is the one left"
+    );
+
+    let set = json!({"name": "twice.example.com", "type_": "Txt", "ttl": 60, "values": ["a"], "alias_target": null});
+    let e = err(
+        &cloud,
+        "dns.change-records",
+        json!({"zone_id": zone["id"], "changes": [{"Upsert": set}, {"Delete": set}]}),
+        "twice",
+    )
+    .await;
+    assert_eq!(e.code, "invalid-change-batch");
+}
+
 async fn ok(cloud: &SimulatedCloud, op: &str, request: Value, token: &str) -> Value {
     cloud
         .call(op, &request, token)

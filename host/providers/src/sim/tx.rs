@@ -53,6 +53,10 @@ impl SimTx {
         })
     }
 
+    pub(crate) fn backend(&self) -> Backend {
+        self.backend
+    }
+
     /// Starts the next statement (with its own `$1…$k`); bind its values on the result, then
     /// call [`SimTx::done`] (a write) or [`SimTx::fetch`] (it returns rows).
     pub(crate) fn statement(&mut self, text: &str) -> &mut Sql {
