@@ -14,7 +14,7 @@ use super::{SimulatedCloud, s};
 use capstan_core::CapabilityError;
 use capstan_store::{Backend, Sql};
 use serde_json::{Value, json};
-use sqlx::Row;
+use sqlx::{Column as _, Row};
 
 impl SimulatedCloud {
     /// The answer, or `None` to take the ordinary path.
@@ -63,35 +63,43 @@ impl SimulatedCloud {
         let Ok(changes) = parse_changes(request) else {
             return Ok(None);
         };
-        let mut conn = self.store.read().await?;
-        let done: Option<String> =
-            sqlx::query_scalar("SELECT response FROM sim_effects WHERE token = $1")
-                .bind(token)
-                .fetch_optional(&mut *conn)
-                .await?;
-        if done.is_some() {
-            return Ok(None);
+        // Everything the decision needs in one read: the token's answer, the zone, and the
+        // record sets the batch touches, told apart by their first column's name.
+        let mut read = Sql::default();
+        read.push_statement("SELECT response FROM sim_effects WHERE token = $1")
+            .bind(token.to_owned());
+        read.push_statement("SELECT name AS zone FROM sim_zones WHERE id = $1")
+            .bind(zone_id.to_owned());
+        for c in &changes {
+            read.push_statement(
+                "SELECT body, name, type FROM sim_records WHERE zone_id = $1 AND name = $2 AND type = $3",
+            )
+            .bind(zone_id.to_owned())
+            .bind(c.name.clone())
+            .bind(c.ty.clone());
         }
-        let zone: Option<String> = sqlx::query_scalar("SELECT name FROM sim_zones WHERE id = $1")
-            .bind(zone_id)
-            .fetch_optional(&mut *conn)
+        let rows = read
+            .build()
+            .fetch_all(&mut *self.store.read().await?)
             .await?;
-        let Some(zone_name) = zone else {
+        let mut zone_name = None;
+        let mut olds: Vec<Option<String>> = vec![None; changes.len()];
+        for row in &rows {
+            match row.columns().first().map(|c| c.name()) {
+                // Already done under this token: the ordinary path answers it again.
+                Some("response") => return Ok(None),
+                Some("zone") => zone_name = Some(row.try_get::<String, _>(0)?),
+                _ => {
+                    let (name, ty): (String, String) = (row.try_get(1)?, row.try_get(2)?);
+                    if let Some(i) = changes.iter().position(|c| c.name == name && c.ty == ty) {
+                        olds[i] = Some(row.try_get(0)?);
+                    }
+                }
+            }
+        }
+        let Some(zone_name) = zone_name else {
             return Ok(None);
         };
-        let mut olds = Vec::with_capacity(changes.len());
-        for c in &changes {
-            let row = sqlx::query(
-                "SELECT body FROM sim_records WHERE zone_id = $1 AND name = $2 AND type = $3",
-            )
-            .bind(zone_id)
-            .bind(&c.name)
-            .bind(&c.ty)
-            .fetch_optional(&mut *conn)
-            .await?;
-            olds.push(row.map(|r| r.try_get::<String, _>(0)).transpose()?);
-        }
-        drop(conn);
         let Ok(plan) = ChangePlan::new(zone_id, &zone_name, changes, &olds, self.new_change_id())
         else {
             return Ok(None);
