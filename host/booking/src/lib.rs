@@ -496,6 +496,23 @@ impl Bookings {
         let now_ms = self.now_ms();
         let catalog = self.catalog();
         let checked = self.check_create(&catalog, &req, local(now_ms))?;
+        // A slot that is already full is refused from a read connection, without queueing on
+        // the single writer: the read is a committed state during this request, so the answer
+        // is the one a transaction would have given at that moment.
+        let usage: Option<(i64, i64)> = sqlx::query_as(
+            "SELECT capacity, taken FROM slot_usage WHERE environment = $1 AND slot_id = $2",
+        )
+        .bind(env.as_str())
+        .bind(&checked.slot.id)
+        .fetch_optional(&mut *self.store.read().await?)
+        .await?;
+        if let Some((_, taken)) = usage {
+            // Capacity as `take_seats` would set it: the catalog's, never below what is taken.
+            let remaining = i64::from(checked.slot.capacity).max(taken) - taken;
+            if i64::from(checked.pax) > remaining {
+                return Err(seats_unavailable(&checked.slot.id, remaining, checked.pax));
+            }
+        }
         let mut tx = self.store.begin_write().await?;
         take_seats(
             &mut tx,
@@ -609,7 +626,8 @@ impl Bookings {
             "{SELECT_BOOKING} WHERE id = $1"
         )))
         .bind(id)
-        .fetch_optional(self.store.writer())
+        // A read connection sees every commit before it (callers read after their commit).
+        .fetch_optional(&mut *self.store.read().await?)
         .await?;
         Ok(row.map(|r| BookingRow::from_row(&r)))
     }
@@ -1172,18 +1190,20 @@ async fn take_seats(
         .bind(slot_id)
         .fetch_one(&mut **tx)
         .await?;
-        let mut err = BookingError::new(
-            409,
-            "E_INVENTORY_UNAVAILABLE",
-            format!(
-                "slot `{slot_id}` has {} seat(s) left; {pax} requested",
-                capacity - taken
-            ),
-        );
-        err.details = Some(json!({"remaining": capacity - taken}));
-        return Err(err);
+        return Err(seats_unavailable(slot_id, capacity - taken, pax));
     }
     Ok(())
+}
+
+/// 409 `E_INVENTORY_UNAVAILABLE` with what remains.
+fn seats_unavailable(slot_id: &str, remaining: i64, pax: u32) -> BookingError {
+    let mut err = BookingError::new(
+        409,
+        "E_INVENTORY_UNAVAILABLE",
+        format!("slot `{slot_id}` has {remaining} seat(s) left; {pax} requested"),
+    );
+    err.details = Some(json!({"remaining": remaining}));
+    err
 }
 
 pub(crate) async fn release_seats(

@@ -236,6 +236,22 @@ async fn concurrent_creates_never_oversell_and_remaining_stays_exact() {
         taken, sold,
         "usage equals the seats of the bookings that exist"
     );
+    // A request for more than is left is refused with exactly what is left (a full slot is
+    // refused from a read connection, without the writer).
+    let refused = w
+        .bookings
+        .create(env, "p1", 2, &request(&slot, 4), None)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (refused.status, refused.code),
+        (409, "E_INVENTORY_UNAVAILABLE")
+    );
+    assert_eq!(
+        refused.details,
+        Some(serde_json::json!({"remaining": 5 - i64::from(sold)})),
+        "{refused}"
+    );
     // The sandbox has its own inventory.
     assert_eq!(
         w.bookings
@@ -254,6 +270,13 @@ async fn concurrent_creates_never_oversell_and_remaining_stays_exact() {
     w.clock.advance(HOUR);
     w.bookings.expire_due(1000).await.unwrap();
     assert_eq!(w.bookings.seats_taken(env, &slot).await.unwrap(), 0);
+    // Seats that came back can be sold again.
+    let again = w
+        .bookings
+        .create(env, "p1", 2, &request(&slot, 4), None)
+        .await
+        .unwrap();
+    assert_eq!(again.pax, 4);
 }
 
 #[tokio::test]
