@@ -111,16 +111,16 @@ pub(crate) fn outbox_row(row: &AnyRow) -> Result<OutboxRecord, StoreError> {
 /// statements themselves, and a write transaction has about ten. So on SQLite the statements of
 /// a transaction are joined into one `;`-separated text with one argument list (`$N` numbered
 /// across them, [`Sql::push_statement`]) and run in one call. PostgreSQL's extended protocol
-/// prepares one statement at a time, so there each statement is sent as soon as it is complete.
-/// A write that must read first (a status precondition) flushes what came before it, so the
-/// statements still take effect in order.
+/// prepares one statement at a time, so there each statement is kept apart and sent at
+/// [`Batch::done`]. A write that must read first (a status precondition) flushes what came
+/// before it, so the statements still take effect in order.
 pub(crate) struct Batch {
     backend: Backend,
-    sql: Sql,
+    /// Statements not sent yet: one joined text on SQLite, one entry per statement on
+    /// PostgreSQL.
+    pending: Vec<Sql>,
     /// The first statement not sent yet is a guard: check what it returns.
     guard: Option<Guard>,
-    /// Send what is gathered once this many values are bound (a group sends per job instead).
-    limit: usize,
 }
 
 /// SQLite allows 32,766 host parameters per statement text; flush well before.
@@ -139,9 +139,8 @@ impl Batch {
     pub(crate) fn new(backend: Backend) -> Self {
         Self {
             backend,
-            sql: Sql::default(),
+            pending: Vec::new(),
             guard: None,
-            limit: BATCH_BINDS,
         }
     }
 
@@ -159,7 +158,25 @@ impl Batch {
 
     /// Starts the next statement (with its own `$1…$k`); bind its values on the result.
     pub(crate) fn statement(&mut self, text: &str) -> &mut Sql {
-        self.sql.push_statement(text)
+        if self.backend == Backend::Postgres || self.pending.is_empty() {
+            self.pending.push(Sql::default());
+        }
+        let last = self.pending.len() - 1;
+        self.pending[last].push_statement(text)
+    }
+
+    fn binds(&self) -> usize {
+        self.pending.iter().map(Sql::binds).sum()
+    }
+
+    /// SQLite: everything pending as one text (for a group commit), with the guard it starts
+    /// with, if any.
+    fn into_text(mut self) -> (Sql, Option<Guard>) {
+        let mut text = Sql::default();
+        for sql in &self.pending {
+            text.append(sql);
+        }
+        (text, self.guard.take())
     }
 
     /// Starts a compare-and-set statement that returns one row when it applied; must be the
@@ -169,9 +186,9 @@ impl Batch {
         self.statement(text)
     }
 
-    /// Ends a statement: PostgreSQL (or a full batch) sends it now.
+    /// Ends a write: PostgreSQL (or a full batch) sends what is pending now.
     pub(crate) async fn done(&mut self, tx: &mut Transaction<'_, Any>) -> Result<(), StoreError> {
-        if self.backend == Backend::Postgres || self.sql.binds() >= self.limit {
+        if self.backend == Backend::Postgres || self.binds() >= BATCH_BINDS {
             self.flush(tx).await?;
         }
         Ok(())
@@ -179,34 +196,37 @@ impl Batch {
 
     /// Sends every statement not sent yet.
     pub(crate) async fn flush(&mut self, tx: &mut Transaction<'_, Any>) -> Result<(), StoreError> {
-        if self.sql.is_empty() {
-            return Ok(());
-        }
-        let query = std::mem::take(&mut self.sql).build();
-        if let Some(guard) = self.guard.take() {
-            // Only the guard returns rows.
-            let rows = query.fetch_all(&mut **tx).await.map_err(unavailable)?;
-            match (guard, rows.first().map(|r| r.try_get::<i64, _>(0))) {
-                (Guard::Fence, None) => return Err(StoreError::LeaseLost),
-                (Guard::Cas, None) => {
-                    return Err(StoreError::Conflict("the value moved".to_owned()));
+        for sql in std::mem::take(&mut self.pending) {
+            let query = sql.build();
+            match self.guard.take() {
+                // Only the guard returns rows.
+                Some(guard) => {
+                    let rows = query.fetch_all(&mut **tx).await.map_err(unavailable)?;
+                    check_guard(guard, &rows)?;
                 }
-                (Guard::Fence, Some(Ok(1))) => return Err(StoreError::Canceled),
-                (_, Some(Ok(_))) => {}
-                (_, Some(Err(e))) => return Err(unavailable(e)),
+                None => {
+                    query.execute(&mut **tx).await.map_err(unavailable)?;
+                }
             }
-        } else {
-            query.execute(&mut **tx).await.map_err(unavailable)?;
         }
         Ok(())
     }
 }
 
-async fn apply_one(
-    tx: &mut Transaction<'_, Any>,
-    batch: &mut Batch,
-    write: Write,
-) -> Result<(), StoreError> {
+/// What a guard's rows say: one row when it held (for a fence, `1` asks to cancel).
+fn check_guard(guard: Guard, rows: &[AnyRow]) -> Result<(), StoreError> {
+    match (guard, rows.first().map(|r| r.try_get::<i64, _>(0))) {
+        (Guard::Fence, None) => Err(StoreError::LeaseLost),
+        (Guard::Cas, None) => Err(StoreError::Conflict("the value moved".to_owned())),
+        (Guard::Fence, Some(Ok(1))) => Err(StoreError::Canceled),
+        (_, Some(Ok(_))) => Ok(()),
+        (_, Some(Err(e))) => Err(unavailable(e)),
+    }
+}
+
+/// Appends one write (a status precondition of [`Write::UpdateExecution`] is checked by
+/// [`apply_one`], not here).
+fn push_write(batch: &mut Batch, write: Write) {
     match write {
         Write::InsertExecution(e) => {
             batch
@@ -231,26 +251,6 @@ async fn apply_one(
                 .bind(e.traceparent);
         }
         Write::UpdateExecution(p) => {
-            if let Some(expect) = &p.expect {
-                batch.flush(tx).await?;
-                let status: Option<String> =
-                    sqlx::query_scalar("SELECT status FROM executions WHERE id = $1")
-                        .bind(&p.id)
-                        .fetch_optional(&mut **tx)
-                        .await
-                        .map_err(unavailable)?;
-                let current = status
-                    .as_deref()
-                    .map(parse_enum::<ExecutionStatus>)
-                    .transpose()?;
-                if !current.is_some_and(|c| expect.contains(&c)) {
-                    return Err(StoreError::Conflict(format!(
-                        "execution {} is {}",
-                        p.id,
-                        current.map_or("missing", |c| c.as_str())
-                    )));
-                }
-            }
             let q = batch.statement("UPDATE executions SET id = id");
             if let Some(s) = p.status {
                 q.push(", status = ").push_bind(s.as_str());
@@ -369,7 +369,6 @@ async fn apply_one(
                 .statement("DELETE FROM journal WHERE run_id = $1 AND seq >= $2")
                 .bind(run_id.clone())
                 .bind(from_seq);
-            batch.done(tx).await?;
             batch
                 .statement("DELETE FROM waits WHERE run_id = $1 AND seq >= $2")
                 .bind(run_id)
@@ -466,6 +465,38 @@ async fn apply_one(
                 .bind(key);
         }
     }
+}
+
+/// Appends one write, first checking its status precondition if it has one (what came before
+/// it is sent first, so the read sees it).
+async fn apply_one(
+    tx: &mut Transaction<'_, Any>,
+    batch: &mut Batch,
+    write: Write,
+) -> Result<(), StoreError> {
+    if let Write::UpdateExecution(p) = &write
+        && let Some(expect) = &p.expect
+    {
+        batch.flush(tx).await?;
+        let status: Option<String> =
+            sqlx::query_scalar("SELECT status FROM executions WHERE id = $1")
+                .bind(&p.id)
+                .fetch_optional(&mut **tx)
+                .await
+                .map_err(unavailable)?;
+        let current = status
+            .as_deref()
+            .map(parse_enum::<ExecutionStatus>)
+            .transpose()?;
+        if !current.is_some_and(|c| expect.contains(&c)) {
+            return Err(StoreError::Conflict(format!(
+                "execution {} is {}",
+                p.id,
+                current.map_or("missing", |c| c.as_str())
+            )));
+        }
+    }
+    push_write(batch, write);
     batch.done(tx).await
 }
 
@@ -490,23 +521,17 @@ async fn outbox_lock(tx: &mut Transaction<'_, Any>) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// One caller's work waiting for the next group commit (SQLite).
+/// One caller's statements waiting for the next group commit (SQLite).
 #[derive(Debug)]
 pub(crate) struct GroupJob {
-    work: Work,
+    sql: Sql,
+    /// The first `guards` statements return one row each when they hold.
+    guards: usize,
+    /// The one guard is a run's fence, whose row's value asks to cancel.
+    fenced: bool,
+    /// The statements insert outbox events (wake the streams after the commit).
+    events: bool,
     done: tokio::sync::oneshot::Sender<Result<(), StoreError>>,
-}
-
-#[derive(Debug)]
-enum Work {
-    /// An engine batch under an optional fence ([`EngineStore::apply`]).
-    Batch {
-        fence: Option<Fence>,
-        writes: Vec<Write>,
-    },
-    /// Statements whose first `guards` return one row each when their condition holds
-    /// ([`Store::commit_guarded`]).
-    Guarded { sql: Sql, guards: usize },
 }
 
 /// A batch joins a group unless it must read inside its transaction (a status precondition) or
@@ -568,13 +593,19 @@ impl Store {
     /// answers every caller. While one group commits, the next one gathers, so under load one
     /// transaction (and one hand-off to SQLite's connection thread) carries many callers'
     /// batches, and with one caller nothing waits for anyone.
-    async fn grouped(&self, work: Work) -> Result<(), StoreError> {
+    async fn grouped(&self, job: Job) -> Result<(), StoreError> {
         let (done, mut answer) = tokio::sync::oneshot::channel();
         self.inner
             .group
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(GroupJob { work, done });
+            .push(GroupJob {
+                sql: job.sql,
+                guards: job.guards,
+                fenced: job.fenced,
+                events: job.events,
+                done,
+            });
         tokio::select! {
             biased;
             result = &mut answer => return result.unwrap_or_else(|_| Err(interrupted())),
@@ -594,7 +625,7 @@ impl Store {
         answer.await.unwrap_or_else(|_| Err(interrupted()))
     }
 
-    async fn commit_group(&self, mut jobs: Vec<GroupJob>) {
+    async fn commit_group(&self, jobs: Vec<GroupJob>) {
         if jobs.len() > 1 {
             match self.try_group(&jobs).await {
                 Ok(()) => {
@@ -603,109 +634,67 @@ impl Store {
                     }
                     return;
                 }
-                // A fence failed or a statement was refused: each batch alone, so each caller
+                // A guard failed or a statement was refused: each job alone, so each caller
                 // gets its own answer and the others still commit.
                 Err(error) => {
-                    tracing::debug!(%error, jobs = jobs.len(), "group commit fell back to one transaction per batch")
+                    tracing::debug!(%error, jobs = jobs.len(), "group commit fell back to one transaction per job")
                 }
             }
         }
-        for job in jobs.drain(..) {
-            let result = match job.work {
-                Work::Batch { fence, writes } => self.apply_alone(fence.as_ref(), writes).await,
-                Work::Guarded { sql, guards } => self.guarded_alone(sql, guards).await,
-            };
+        for job in jobs {
+            let result = self.commit_alone(&job).await;
             let _ = job.done.send(result);
         }
     }
 
-    /// Every job's fence and writes in one transaction; an error rolls all of it back.
+    /// Every job's statements in one transaction; an error rolls all of it back.
     async fn try_group(&self, jobs: &[GroupJob]) -> Result<(), StoreError> {
         let mut tx = self.begin_write().await.map_err(unavailable)?;
         let mut sql = Sql::default();
-        // Per job: how many rows its guards return when they hold, and whether the one row is
-        // a fence (whose value asks to cancel).
-        let mut expected = Vec::with_capacity(jobs.len());
-        let mut has_events = false;
         let mut rows = Vec::new();
         for job in jobs {
-            match &job.work {
-                Work::Batch { fence, writes } => {
-                    let mut batch = Batch::new(self.backend());
-                    batch.limit = usize::MAX;
-                    batch.sql = std::mem::take(&mut sql);
-                    if let Some(fence) = fence {
-                        batch.fence(fence);
-                        // Checked below, with every job's guards.
-                        batch.guard = None;
-                    }
-                    expected.push((usize::from(fence.is_some()), fence.is_some()));
-                    let (writes, events) = events_last(writes.clone());
-                    has_events |= events;
-                    for write in writes {
-                        // Groupable writes only append statements; nothing is sent here.
-                        apply_one(&mut tx, &mut batch, write).await?;
-                    }
-                    sql = std::mem::take(&mut batch.sql);
-                }
-                Work::Guarded { sql: text, guards } => {
-                    sql.append(text);
-                    expected.push((*guards, false));
-                }
-            }
+            sql.append(&job.sql);
             if sql.binds() >= BATCH_BINDS {
-                let full = std::mem::take(&mut sql);
-                rows.extend(
-                    full.build()
-                        .persistent(false)
-                        .fetch_all(&mut *tx)
-                        .await
-                        .map_err(unavailable)?,
-                );
+                rows.extend(run_text(&mut tx, std::mem::take(&mut sql)).await?);
             }
         }
         if !sql.is_empty() {
-            rows.extend(
-                sql.build()
-                    .persistent(false)
-                    .fetch_all(&mut *tx)
-                    .await
-                    .map_err(unavailable)?,
-            );
+            rows.extend(run_text(&mut tx, sql).await?);
         }
         // Only guards return rows, one each when they hold, in statement order.
-        if rows.len() != expected.iter().map(|(n, _)| n).sum::<usize>() {
+        if rows.len() != jobs.iter().map(|j| j.guards).sum::<usize>() {
             return Err(StoreError::Conflict(
                 "a guard of the group did not hold".to_owned(),
             ));
         }
-        let mut next = rows.iter();
-        for (n, fence) in expected {
-            let mine: Vec<&AnyRow> = next.by_ref().take(n).collect();
-            if fence && mine[0].try_get::<i64, _>(0).map_err(unavailable)? == 1 {
-                return Err(StoreError::Canceled);
+        let mut at = 0;
+        for job in jobs {
+            let mine = rows.get(at..at + job.guards).unwrap_or(&[]);
+            at += job.guards;
+            if job.fenced {
+                check_guard(Guard::Fence, mine)?;
             }
         }
         tx.commit().await.map_err(unavailable)?;
-        if has_events {
+        if jobs.iter().any(|j| j.events) {
             self.events_committed();
         }
         Ok(())
     }
 
-    /// Guarded statements in a transaction of their own.
-    async fn guarded_alone(&self, sql: Sql, guards: usize) -> Result<(), StoreError> {
+    /// One job in a transaction of its own.
+    async fn commit_alone(&self, job: &GroupJob) -> Result<(), StoreError> {
         let mut tx = self.begin_write().await.map_err(unavailable)?;
-        let rows = sql
-            .build()
-            .persistent(false)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(unavailable)?;
-        if rows.len() != guards {
+        let rows = run_text(&mut tx, job.sql.clone()).await?;
+        if job.fenced {
+            check_guard(Guard::Fence, &rows)?;
+        } else if rows.len() != job.guards {
             return Err(StoreError::Conflict("a guard did not hold".to_owned()));
         }
         tx.commit().await.map_err(unavailable)?;
+        if job.events {
+            self.events_committed();
+        }
         Ok(())
     }
 
@@ -723,8 +712,31 @@ impl Store {
                     .to_owned(),
             ));
         }
-        self.grouped(Work::Guarded { sql, guards }).await
+        self.grouped(Job {
+            sql,
+            guards,
+            fenced: false,
+            events: false,
+        })
+        .await
     }
+}
+
+/// What a caller hands to a group commit.
+struct Job {
+    sql: Sql,
+    guards: usize,
+    fenced: bool,
+    events: bool,
+}
+
+/// Runs a statement text, not cached (a group's text is new every time), returning its rows.
+async fn run_text(tx: &mut Transaction<'_, Any>, sql: Sql) -> Result<Vec<AnyRow>, StoreError> {
+    sql.build()
+        .persistent(false)
+        .fetch_all(&mut **tx)
+        .await
+        .map_err(unavailable)
 }
 
 fn interrupted() -> StoreError {
@@ -735,9 +747,21 @@ fn interrupted() -> StoreError {
 impl EngineStore for Store {
     async fn apply(&self, fence: Option<&Fence>, writes: Vec<Write>) -> Result<(), StoreError> {
         if self.backend() == Backend::Sqlite && groupable(&writes) {
-            self.grouped(Work::Batch {
-                fence: fence.cloned(),
-                writes,
+            // Built once here: the group appends it, and runs it alone if the group fails.
+            let events = writes.iter().any(|w| matches!(w, Write::Event(_)));
+            let mut batch = Batch::new(Backend::Sqlite);
+            if let Some(fence) = fence {
+                batch.fence(fence);
+            }
+            for write in writes {
+                push_write(&mut batch, write);
+            }
+            let (sql, guard) = batch.into_text();
+            self.grouped(Job {
+                sql,
+                guards: usize::from(guard.is_some()),
+                fenced: guard.is_some(),
+                events,
             })
             .await
         } else {

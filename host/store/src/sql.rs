@@ -23,6 +23,14 @@ impl std::fmt::Debug for Sql {
     }
 }
 
+impl Clone for Sql {
+    fn clone(&self) -> Self {
+        let mut copy = Sql::default();
+        copy.append(self);
+        copy
+    }
+}
+
 impl Sql {
     pub fn new(text: &str) -> Self {
         Self {
