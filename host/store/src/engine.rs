@@ -655,11 +655,11 @@ impl Store {
         for job in jobs {
             sql.append(&job.sql);
             if sql.binds() >= BATCH_BINDS {
-                rows.extend(run_text(&mut tx, std::mem::take(&mut sql)).await?);
+                rows.extend(run_text(&mut tx, std::mem::take(&mut sql), false).await?);
             }
         }
         if !sql.is_empty() {
-            rows.extend(run_text(&mut tx, sql).await?);
+            rows.extend(run_text(&mut tx, sql, false).await?);
         }
         // Only guards return rows, one each when they hold, in statement order.
         if rows.len() != jobs.iter().map(|j| j.guards).sum::<usize>() {
@@ -685,7 +685,7 @@ impl Store {
     /// One job in a transaction of its own.
     async fn commit_alone(&self, job: &GroupJob) -> Result<(), StoreError> {
         let mut tx = self.begin_write().await.map_err(unavailable)?;
-        let rows = run_text(&mut tx, job.sql.clone()).await?;
+        let rows = run_text(&mut tx, job.sql.clone(), true).await?;
         if job.fenced {
             check_guard(Guard::Fence, &rows)?;
         } else if rows.len() != job.guards {
@@ -730,10 +730,15 @@ struct Job {
     events: bool,
 }
 
-/// Runs a statement text, not cached (a group's text is new every time), returning its rows.
-async fn run_text(tx: &mut Transaction<'_, Any>, sql: Sql) -> Result<Vec<AnyRow>, StoreError> {
+/// Runs a statement text, returning its rows. `cache`: keep it prepared (a job alone repeats
+/// the same few texts; a group's text is new every time and would only evict them).
+async fn run_text(
+    tx: &mut Transaction<'_, Any>,
+    sql: Sql,
+    cache: bool,
+) -> Result<Vec<AnyRow>, StoreError> {
     sql.build()
-        .persistent(false)
+        .persistent(cache)
         .fetch_all(&mut **tx)
         .await
         .map_err(unavailable)
