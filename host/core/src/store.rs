@@ -288,7 +288,7 @@ pub enum Reservation {
     Pending,
 }
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     #[error("the run's lease is no longer held by this node")]
     LeaseLost,

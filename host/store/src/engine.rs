@@ -1,7 +1,7 @@
 //! [`EngineStore`] on SQLite. One writer at a time (SQLite's rule), `BEGIN IMMEDIATE` so a batch
 //! takes the write lock up front instead of failing half-way on a busy upgrade.
 
-use crate::{Backend, Sql, Store};
+use crate::{Backend, Sql, Store, count_write};
 use async_trait::async_trait;
 use capstan_core::execution::ExecutionStatus;
 use capstan_core::store::*;
@@ -173,8 +173,8 @@ impl Batch {
     /// with, if any.
     fn into_text(mut self) -> (Sql, Option<Guard>) {
         let mut text = Sql::default();
-        for sql in &self.pending {
-            text.append(sql);
+        for sql in std::mem::take(&mut self.pending) {
+            text.extend(sql);
         }
         (text, self.guard.take())
     }
@@ -589,10 +589,10 @@ impl Store {
     }
 
     /// Group commit (SQLite). The caller queues its batch; whoever takes the group lock next
-    /// commits everything queued by then in one transaction, sent as one statement text, and
+    /// hands everything queued by then to the group writer (`crate::writer`), which commits it
+    /// in one transaction from prepared statements, each batch in a savepoint of its own, and
     /// answers every caller. While one group commits, the next one gathers, so under load one
-    /// transaction (and one hand-off to SQLite's connection thread) carries many callers'
-    /// batches, and with one caller nothing waits for anyone.
+    /// transaction carries many callers' batches, and with one caller nothing waits for anyone.
     async fn grouped(&self, job: Job) -> Result<(), StoreError> {
         let (done, mut answer) = tokio::sync::oneshot::channel();
         self.inner
@@ -625,77 +625,52 @@ impl Store {
         answer.await.unwrap_or_else(|_| Err(interrupted()))
     }
 
+    /// Commits a group on the group writer while holding sqlx's writer connection (the
+    /// process's SQLite write lock), then answers each job.
     async fn commit_group(&self, jobs: Vec<GroupJob>) {
-        if jobs.len() > 1 {
-            match self.try_group(&jobs).await {
-                Ok(()) => {
-                    for job in jobs {
-                        let _ = job.done.send(Ok(()));
-                    }
-                    return;
-                }
-                // A guard failed or a statement was refused: each job alone, so each caller
-                // gets its own answer and the others still commit.
-                Err(error) => {
-                    tracing::debug!(%error, jobs = jobs.len(), "group commit fell back to one transaction per job")
-                }
+        if jobs.is_empty() {
+            return;
+        }
+        let (parts, waiters): (Vec<_>, Vec<_>) = jobs
+            .into_iter()
+            .map(|job| {
+                let part = crate::writer::Part {
+                    statements: job.sql.into_statements(),
+                    guards: job.guards,
+                    fenced: job.fenced,
+                };
+                (part, (job.events, job.done))
+            })
+            .unzip();
+        let count = parts.len();
+        let fail = |e: StoreError| (0..count).map(|_| Err(e.clone())).collect::<Vec<_>>();
+        let answers = match self.writer.acquire().await {
+            Ok(lock) => {
+                count_write();
+                let (answer, answered) = tokio::sync::oneshot::channel();
+                let request = crate::writer::Request { parts, answer };
+                let answers = match self.group_writer() {
+                    Ok(writer) => match writer.send(request) {
+                        Ok(()) => answered.await.unwrap_or_else(|_| fail(interrupted())),
+                        Err(_) => fail(interrupted()),
+                    },
+                    Err(e) => fail(e),
+                };
+                drop(lock);
+                answers
             }
-        }
-        for job in jobs {
-            let result = self.commit_alone(&job).await;
-            let _ = job.done.send(result);
-        }
-    }
-
-    /// Every job's statements in one transaction; an error rolls all of it back.
-    async fn try_group(&self, jobs: &[GroupJob]) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await.map_err(unavailable)?;
-        let mut sql = Sql::default();
-        let mut rows = Vec::new();
-        for job in jobs {
-            sql.append(&job.sql);
-            if sql.binds() >= BATCH_BINDS {
-                rows.extend(run_text(&mut tx, std::mem::take(&mut sql), false).await?);
-            }
-        }
-        if !sql.is_empty() {
-            rows.extend(run_text(&mut tx, sql, false).await?);
-        }
-        // Only guards return rows, one each when they hold, in statement order.
-        if rows.len() != jobs.iter().map(|j| j.guards).sum::<usize>() {
-            return Err(StoreError::Conflict(
-                "a guard of the group did not hold".to_owned(),
-            ));
-        }
-        let mut at = 0;
-        for job in jobs {
-            let mine = rows.get(at..at + job.guards).unwrap_or(&[]);
-            at += job.guards;
-            if job.fenced {
-                check_guard(Guard::Fence, mine)?;
-            }
-        }
-        tx.commit().await.map_err(unavailable)?;
-        if jobs.iter().any(|j| j.events) {
+            Err(e) => fail(unavailable(e)),
+        };
+        if waiters
+            .iter()
+            .zip(&answers)
+            .any(|((events, _), answer)| *events && answer.is_ok())
+        {
             self.events_committed();
         }
-        Ok(())
-    }
-
-    /// One job in a transaction of its own.
-    async fn commit_alone(&self, job: &GroupJob) -> Result<(), StoreError> {
-        let mut tx = self.begin_write().await.map_err(unavailable)?;
-        let rows = run_text(&mut tx, job.sql.clone(), true).await?;
-        if job.fenced {
-            check_guard(Guard::Fence, &rows)?;
-        } else if rows.len() != job.guards {
-            return Err(StoreError::Conflict("a guard did not hold".to_owned()));
+        for ((_, done), answer) in waiters.into_iter().zip(answers) {
+            let _ = done.send(answer);
         }
-        tx.commit().await.map_err(unavailable)?;
-        if job.events {
-            self.events_committed();
-        }
-        Ok(())
     }
 
     /// Commits `sql` (statements joined by [`Sql::push_statement`]) atomically with the next
@@ -728,20 +703,6 @@ struct Job {
     guards: usize,
     fenced: bool,
     events: bool,
-}
-
-/// Runs a statement text, returning its rows. `cache`: keep it prepared (a job alone repeats
-/// the same few texts; a group's text is new every time and would only evict them).
-async fn run_text(
-    tx: &mut Transaction<'_, Any>,
-    sql: Sql,
-    cache: bool,
-) -> Result<Vec<AnyRow>, StoreError> {
-    sql.build()
-        .persistent(cache)
-        .fetch_all(&mut **tx)
-        .await
-        .map_err(unavailable)
 }
 
 fn interrupted() -> StoreError {

@@ -20,6 +20,7 @@ pub mod sql;
 pub mod streams;
 pub mod subscriptions;
 pub mod testing;
+mod writer;
 
 pub use sql::Sql;
 use sqlx::any::{AnyPoolOptions, AnyRow};
@@ -134,6 +135,8 @@ struct Inner {
     group: std::sync::Mutex<Vec<engine::GroupJob>>,
     /// Held by whoever commits a group.
     group_lock: std::sync::Arc<tokio::sync::Mutex<()>>,
+    /// The thread that commits groups (SQLite), started with the first group.
+    group_writer: std::sync::OnceLock<Result<writer::GroupWriter, String>>,
     /// SQLite read connections kept outside sqlx's pool ([`Store::read`]).
     readers: std::sync::Mutex<Vec<sqlx::AnyConnection>>,
     /// Bounds the SQLite read connections open at once (0 on PostgreSQL).
@@ -147,6 +150,7 @@ impl Default for Inner {
             touched: Default::default(),
             group: Default::default(),
             group_lock: Default::default(),
+            group_writer: Default::default(),
             readers: Default::default(),
             reader_permits: std::sync::Arc::new(tokio::sync::Semaphore::new(0)),
         }
@@ -412,6 +416,26 @@ impl Store {
     /// The read pool.
     pub fn pool(&self) -> &AnyPool {
         &self.pool
+    }
+
+    /// SQLite's group writer (`writer.rs`), started on first use.
+    pub(crate) fn group_writer(
+        &self,
+    ) -> Result<&writer::GroupWriter, capstan_core::store::StoreError> {
+        self.inner
+            .group_writer
+            .get_or_init(|| {
+                let rest = self
+                    .url
+                    .strip_prefix("sqlite://")
+                    .or_else(|| self.url.strip_prefix("sqlite:"))
+                    .unwrap_or(&self.url);
+                let path = rest.split('?').next().unwrap_or(rest).to_owned();
+                writer::GroupWriter::start(path)
+                    .map_err(|e| format!("cannot start the SQLite group writer: {e}"))
+            })
+            .as_ref()
+            .map_err(|e| capstan_core::store::StoreError::Unavailable(e.clone()))
     }
 
     /// The write pool: every transaction that writes goes through it (SQLite: one connection).

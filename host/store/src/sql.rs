@@ -1,47 +1,86 @@
 //! A query assembled at run time (optional filters, partial updates) with `$N` placeholders,
 //! the one placeholder form both SQLite and PostgreSQL accept. (sqlx's `QueryBuilder` over the
 //! `Any` driver writes `?`, which PostgreSQL refuses.)
+//!
+//! An [`Sql`] may hold several statements ([`Sql::push_statement`]). Each keeps its own text and
+//! `$1…$k` (so the same statement always has the same text, which SQLite's group writer keeps
+//! prepared, `crate::writer`); [`Sql::build`] joins them into one text with the placeholders
+//! renumbered across it, which sqlx's SQLite driver runs in one call.
 
 use sqlx::any::AnyArguments;
 use sqlx::{Any, Arguments, Encode, Type};
+use sqlx_core::any::AnyValueKind;
 use std::fmt::Write as _;
 
 /// SQL text plus its arguments; every [`Sql::push_bind`] appends the next `$N`.
 #[derive(Default)]
 pub struct Sql {
-    text: String,
+    statements: Vec<Statement>,
+}
+
+/// One statement: its text with `$1…$k` and its `k` values.
+#[derive(Default)]
+pub(crate) struct Statement {
+    pub(crate) text: String,
     args: AnyArguments,
-    count: usize,
+}
+
+impl Statement {
+    pub(crate) fn values(&self) -> &[AnyValueKind] {
+        &self.args.values.0
+    }
+}
+
+impl Clone for Statement {
+    fn clone(&self) -> Self {
+        let mut args = AnyArguments::default();
+        // `AnyArguments` keeps its values in a public (if undocumented) buffer of clonable
+        // values; copying them is what lets a batch be appended to a group and kept.
+        args.values.0.extend(self.args.values.0.iter().cloned());
+        Self {
+            text: self.text.clone(),
+            args,
+        }
+    }
 }
 
 impl std::fmt::Debug for Sql {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sql")
-            .field("text", &self.text)
-            .field("count", &self.count)
+        f.debug_list()
+            .entries(self.statements.iter().map(|s| &s.text))
             .finish()
     }
 }
 
 impl Clone for Sql {
     fn clone(&self) -> Self {
-        let mut copy = Sql::default();
-        copy.append(self);
-        copy
+        Self {
+            statements: self.statements.clone(),
+        }
     }
 }
 
 impl Sql {
     pub fn new(text: &str) -> Self {
         Self {
-            text: text.to_owned(),
-            ..Self::default()
+            statements: vec![Statement {
+                text: text.to_owned(),
+                args: AnyArguments::default(),
+            }],
         }
     }
 
-    /// Appends SQL text.
+    fn last(&mut self) -> &mut Statement {
+        if self.statements.is_empty() {
+            self.statements.push(Statement::default());
+        }
+        let at = self.statements.len() - 1;
+        &mut self.statements[at]
+    }
+
+    /// Appends SQL text to the current statement.
     pub fn push(&mut self, text: &str) -> &mut Self {
-        self.text.push_str(text);
+        self.last().text.push_str(text);
         self
     }
 
@@ -50,72 +89,67 @@ impl Sql {
     where
         T: Encode<'static, Any> + Type<Any> + Send + 'static,
     {
-        let _ = write!(self.text, "${}", self.count + 1);
+        let last = self.last();
+        let n = last.args.values.0.len() + 1;
+        let _ = write!(last.text, "${n}");
         // Encoding into `AnyArguments` only copies the value into a buffer; it cannot fail for
         // the plain types (integers, strings, floats) bound here.
         self.bind(value)
     }
 
-    /// Appends a whole statement written with its own `$1…$k` placeholders, after a `;` when
-    /// text came before: its placeholders are renumbered to follow the ones bound so far, so
-    /// several statements share one text and one argument list (SQLite runs them in one call).
-    /// Bind its `k` values, in order, with [`Sql::bind`].
+    /// Starts the next statement, written with its own `$1…$k` placeholders; bind its `k`
+    /// values, in order, with [`Sql::bind`]. (Joined into one text by [`Sql::build`], the
+    /// placeholders are renumbered to follow the earlier statements'.)
     pub fn push_statement(&mut self, text: &str) -> &mut Self {
-        if !self.text.is_empty() {
-            self.text.push_str(";\n");
-        }
-        let offset = self.count;
-        let mut rest = text;
-        while let Some(at) = rest.find('$') {
-            self.text.push_str(&rest[..at]);
-            let after = &rest[at + 1..];
-            let digits = after.bytes().take_while(u8::is_ascii_digit).count();
-            match after[..digits].parse::<usize>() {
-                Ok(n) => {
-                    let _ = write!(self.text, "${}", n + offset);
-                }
-                Err(_) => self.text.push('$'),
-            }
-            rest = &after[digits..];
-        }
-        self.text.push_str(rest);
+        self.statements.push(Statement {
+            text: text.to_owned(),
+            args: AnyArguments::default(),
+        });
         self
     }
 
-    /// Binds the next value of a statement appended with [`Sql::push_statement`].
+    /// Binds the next value of the current statement.
     pub fn bind<T>(&mut self, value: T) -> &mut Self
     where
         T: Encode<'static, Any> + Type<Any> + Send + 'static,
     {
-        self.count += 1;
-        if let Err(e) = self.args.add(value) {
+        if let Err(e) = self.last().args.add(value) {
             tracing::error!(error = %e, "cannot bind a query argument");
         }
         self
     }
 
-    /// Appends all of `other` (its statements and values) after the statements so far, its
-    /// placeholders renumbered as by [`Sql::push_statement`].
+    /// Appends all of `other`'s statements (with their values) after the statements so far.
     pub fn append(&mut self, other: &Sql) -> &mut Self {
-        self.push_statement(&other.text);
-        // `AnyArguments` keeps its values in a public (if undocumented) buffer of clonable
-        // values; copying them is what lets a group commit retry a batch on its own.
-        self.args
-            .values
-            .0
-            .extend(other.args.values.0.iter().cloned());
-        self.count += other.count;
+        self.statements.extend(other.statements.iter().cloned());
+        self
+    }
+
+    /// Appends `other`'s statements, taking them.
+    pub fn extend(&mut self, other: Sql) -> &mut Self {
+        self.statements.extend(other.statements);
         self
     }
 
     /// How many values are bound so far.
     pub fn binds(&self) -> usize {
-        self.count
+        self.statements.iter().map(|s| s.args.values.0.len()).sum()
     }
 
     /// True when no text was pushed.
     pub fn is_empty(&self) -> bool {
-        self.text.is_empty()
+        self.statements.iter().all(|s| s.text.is_empty())
+    }
+
+    /// The statements, each with its own placeholders and values.
+    #[cfg(test)]
+    pub(crate) fn statements(&self) -> &[Statement] {
+        &self.statements
+    }
+
+    /// The statements, taken.
+    pub(crate) fn into_statements(self) -> Vec<Statement> {
+        self.statements
     }
 
     /// Appends `$N, $N+1, …` bound to `values` (for `IN (…)`).
@@ -125,15 +159,46 @@ impl Sql {
     {
         for (i, v) in values.into_iter().enumerate() {
             if i > 0 {
-                self.text.push_str(", ");
+                self.push(", ");
             }
             self.push_bind(v);
         }
         self
     }
 
+    /// The statements as one text (`;`-separated, placeholders numbered across it) and one
+    /// argument list.
+    fn joined(self) -> (String, AnyArguments) {
+        let mut statements = self.statements.into_iter();
+        let Some(first) = statements.next() else {
+            return (String::new(), AnyArguments::default());
+        };
+        let (mut text, mut args) = (first.text, first.args);
+        for statement in statements {
+            let offset = args.values.0.len();
+            text.push_str(";\n");
+            let mut rest = statement.text.as_str();
+            while let Some(at) = rest.find('$') {
+                text.push_str(&rest[..at]);
+                let after = &rest[at + 1..];
+                let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+                match after[..digits].parse::<usize>() {
+                    Ok(n) => {
+                        let _ = write!(text, "${}", n + offset);
+                    }
+                    Err(_) => text.push('$'),
+                }
+                rest = &after[digits..];
+            }
+            text.push_str(rest);
+            args.values.0.extend(statement.args.values.0);
+        }
+        (text, args)
+    }
+
     pub fn build(self) -> sqlx::query::Query<'static, Any, AnyArguments> {
-        sqlx::query_with(sqlx::AssertSqlSafe(self.text), self.args)
+        let (text, args) = self.joined();
+        sqlx::query_with(sqlx::AssertSqlSafe(text), args)
     }
 }
 
@@ -152,22 +217,32 @@ mod tests {
             .bind(3i64);
         sql.push(" AND y = ").push_bind(4i64);
         assert_eq!(
-            sql.text,
-            "INSERT INTO t (a, b) VALUES ($1, $2);\nUPDATE u SET x = $4 WHERE id = $3 AND price > 0 AND y = $5"
+            sql.statements()[1].text,
+            "UPDATE u SET x = $2 WHERE id = $1 AND price > 0 AND y = $3"
         );
         assert_eq!(sql.binds(), 5);
+        let (text, args) = sql.joined();
+        assert_eq!(
+            text,
+            "INSERT INTO t (a, b) VALUES ($1, $2);\nUPDATE u SET x = $4 WHERE id = $3 AND price > 0 AND y = $5"
+        );
+        assert_eq!(args.values.0.len(), 5);
     }
 
     #[test]
-    fn appending_renumbers_and_keeps_the_values() {
+    fn appending_keeps_each_statement_and_its_values() {
         let mut a = Sql::default();
         a.push_statement("SELECT $1").bind(1i64);
         let mut b = Sql::default();
         b.push_statement("SELECT $1, $2").bind(2i64).bind("x");
         b.push_statement("SELECT $1").bind(3i64);
         a.append(&b);
-        assert_eq!(a.text, "SELECT $1;\nSELECT $2, $3;\nSELECT $4");
+        let texts: Vec<&str> = a.statements().iter().map(|s| s.text.as_str()).collect();
+        assert_eq!(texts, ["SELECT $1", "SELECT $1, $2", "SELECT $1"]);
         assert_eq!(a.binds(), 4);
-        assert_eq!(a.args.values.0.len(), 4);
+        assert_eq!(a.statements()[1].values().len(), 2);
+        let (text, args) = a.joined();
+        assert_eq!(text, "SELECT $1;\nSELECT $2, $3;\nSELECT $4");
+        assert_eq!(args.values.0.len(), 4);
     }
 }

@@ -1,0 +1,231 @@
+//! SQLite's group writer: one thread with its own connection that commits group commits
+//! (`engine.rs`, [`crate::Store::commit_guarded`]) from statements it keeps prepared.
+//!
+//! A group is many callers' statements in one transaction. Sent through sqlx as one text, SQLite
+//! parsed it anew every time (a group's text never repeats, so sqlx cannot cache it): a third of
+//! the writer's time in the profile (BENCHMARKS.md). Here every statement keeps its own text
+//! (`Sql` keeps statements apart), so the few dozen distinct texts stay prepared in the
+//! connection's cache and a group costs binding and stepping only, with one hand-off to this
+//! thread and one answer back for the whole group instead of sqlx's per-statement channel.
+//!
+//! When one caller's guard fails (a lost lease, a cancel, a value that moved) or one of its
+//! statements is refused (a unique key), the transaction rolls back, that caller alone gets the
+//! error, and the group runs again without it; the others commit.
+//!
+//! SQLite allows one writer: the process's other writes go through sqlx's single-connection
+//! writer pool, and a group holds that pool's connection while this thread commits, so the two
+//! never race for the file's write lock (other processes, like the CLI, wait in the busy timeout
+//! as before).
+
+use crate::sql::Statement;
+use capstan_core::store::StoreError;
+use rusqlite::types::{ToSqlOutput, ValueRef};
+use rusqlite::{Connection, OpenFlags};
+use sqlx_core::any::AnyValueKind;
+use std::sync::mpsc;
+
+/// Prepared statements kept per connection: every distinct text the engine, the simulator and
+/// the relay write (partial updates have a text per combination of columns) fits many times.
+const PREPARED: usize = 512;
+
+/// One caller's part of a group.
+pub(crate) struct Part {
+    pub(crate) statements: Vec<Statement>,
+    /// The first `guards` statements must each return a row.
+    pub(crate) guards: usize,
+    /// The one guard is a run's fence: no row means the lease was lost, a value of 1 that an
+    /// immediate cancel was asked.
+    pub(crate) fenced: bool,
+}
+
+/// A group to commit; `answer` gets one result per part, in order.
+pub(crate) struct Request {
+    pub(crate) parts: Vec<Part>,
+    pub(crate) answer: tokio::sync::oneshot::Sender<Vec<Result<(), StoreError>>>,
+}
+
+/// The handle to the writer thread; the thread ends when the handle is dropped.
+pub(crate) struct GroupWriter {
+    requests: mpsc::Sender<Request>,
+}
+
+impl std::fmt::Debug for GroupWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GroupWriter")
+    }
+}
+
+impl GroupWriter {
+    /// Starts the thread; it opens its connection to the database file at `path` itself (an
+    /// open that fails is answered to every request).
+    pub(crate) fn start(path: String) -> std::io::Result<Self> {
+        let (requests, receive) = mpsc::channel::<Request>();
+        std::thread::Builder::new()
+            .name("capstan-sqlite-writer".to_owned())
+            .spawn(move || {
+                let connection = open(&path);
+                while let Ok(request) = receive.recv() {
+                    let answers = match &connection {
+                        Ok(conn) => commit(conn, &request.parts),
+                        Err(e) => request
+                            .parts
+                            .iter()
+                            .map(|_| Err(StoreError::Unavailable(e.clone())))
+                            .collect(),
+                    };
+                    let _ = request.answer.send(answers);
+                }
+            })?;
+        Ok(Self { requests })
+    }
+
+    /// Hands a group to the thread; gives it back if the thread is gone.
+    pub(crate) fn send(&self, request: Request) -> Result<(), Request> {
+        self.requests.send(request).map_err(|e| e.0)
+    }
+}
+
+fn open(path: &str) -> Result<Connection, String> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        | OpenFlags::SQLITE_OPEN_URI;
+    let conn = Connection::open_with_flags(path, flags)
+        .map_err(|e| format!("the SQLite group writer cannot open {path}: {e}"))?;
+    // As sqlx's connections (`Store::connect_sqlite`); WAL is the file's own, set by them.
+    conn.execute_batch(
+        "PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 5000; PRAGMA foreign_keys = ON",
+    )
+    .map_err(|e| format!("the SQLite group writer cannot configure {path}: {e}"))?;
+    conn.set_prepared_statement_cache_capacity(PREPARED);
+    Ok(conn)
+}
+
+fn failed(e: rusqlite::Error) -> StoreError {
+    StoreError::Unavailable(e.to_string())
+}
+
+/// Runs a prepared, cached statement without arguments (transaction control).
+fn control(conn: &Connection, text: &str) -> Result<(), StoreError> {
+    conn.prepare_cached(text)
+        .and_then(|mut s| s.raw_execute())
+        .map(|_| ())
+        .map_err(failed)
+}
+
+/// Commits the group in one transaction and answers each part. A part that fails (a guard that
+/// does not hold, a refused statement) rolls the transaction back; it gets its error, and the
+/// group runs again without it, so the others commit as if it had not been there. (Failures are
+/// rare, so this costs less than a savepoint per part, whose sub-journal copies every page a
+/// part first touches.) When the transaction itself fails, every part still waiting fails.
+fn commit(conn: &Connection, parts: &[Part]) -> Vec<Result<(), StoreError>> {
+    let mut answers: Vec<Option<Result<(), StoreError>>> = parts.iter().map(|_| None).collect();
+    'group: loop {
+        let waiting: Vec<usize> = (0..parts.len()).filter(|&i| answers[i].is_none()).collect();
+        if waiting.is_empty() {
+            break;
+        }
+        if let Err(e) = control(conn, "BEGIN IMMEDIATE") {
+            return fail_waiting(answers, &e);
+        }
+        for &i in &waiting {
+            if let Err(e) = run_part(conn, &parts[i]) {
+                if !conn.is_autocommit() && control(conn, "ROLLBACK").is_err() {
+                    return fail_waiting(answers, &e);
+                }
+                answers[i] = Some(Err(e));
+                continue 'group;
+            }
+        }
+        if let Err(e) = control(conn, "COMMIT") {
+            if !conn.is_autocommit() {
+                let _ = control(conn, "ROLLBACK");
+            }
+            return fail_waiting(answers, &e);
+        }
+        for i in waiting {
+            answers[i] = Some(Ok(()));
+        }
+    }
+    answers.into_iter().map(|a| a.unwrap_or(Ok(()))).collect()
+}
+
+/// Every part not answered yet fails with `e`.
+fn fail_waiting(
+    answers: Vec<Option<Result<(), StoreError>>>,
+    e: &StoreError,
+) -> Vec<Result<(), StoreError>> {
+    answers
+        .into_iter()
+        .map(|a| a.unwrap_or_else(|| Err(e.clone())))
+        .collect()
+}
+
+/// One caller's statements; the first error (or failed guard) ends it.
+fn run_part(conn: &Connection, part: &Part) -> Result<(), StoreError> {
+    for (i, statement) in part.statements.iter().enumerate() {
+        let guard = i < part.guards;
+        let first = run(conn, statement, guard).map_err(failed)?;
+        if guard {
+            match (first, part.fenced) {
+                (None, true) => return Err(StoreError::LeaseLost),
+                (Some(1), true) => return Err(StoreError::Canceled),
+                (None, false) => {
+                    return Err(StoreError::Conflict("a guard did not hold".to_owned()));
+                }
+                (Some(_), _) => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Binds and runs one statement (prepared once per connection). For a guard, returns the first
+/// column of its first row (`Some(0)` for a row whose value is not an integer), `None` when it
+/// returned no row.
+fn run(conn: &Connection, statement: &Statement, guard: bool) -> rusqlite::Result<Option<i64>> {
+    let mut prepared = conn.prepare_cached(&statement.text)?;
+    let values = statement.values();
+    for index in 1..=prepared.parameter_count() {
+        // `$N` takes the statement's N-th value (as sqlx binds them); `?` the next one.
+        let at = prepared
+            .parameter_name(index)
+            .and_then(|name| name.strip_prefix('$'))
+            .and_then(|n| n.parse::<usize>().ok())
+            .unwrap_or(index);
+        let value = values
+            .get(at - 1)
+            .ok_or(rusqlite::Error::InvalidParameterCount(at, values.len()))?;
+        prepared.raw_bind_parameter(index, value_of(value)?)?;
+    }
+    let mut rows = prepared.raw_query();
+    let mut first = None;
+    let mut seen = false;
+    while let Some(row) = rows.next()? {
+        if guard && !seen {
+            first = Some(row.get::<_, i64>(0).unwrap_or(0));
+        }
+        seen = true;
+    }
+    Ok(first)
+}
+
+/// An sqlx argument as SQLite's value (the types sqlx's SQLite driver binds them as).
+fn value_of(value: &AnyValueKind) -> rusqlite::Result<ToSqlOutput<'_>> {
+    Ok(ToSqlOutput::Borrowed(match value {
+        AnyValueKind::Null(_) => ValueRef::Null,
+        AnyValueKind::Bool(b) => ValueRef::Integer(i64::from(*b)),
+        AnyValueKind::SmallInt(i) => ValueRef::Integer(i64::from(*i)),
+        AnyValueKind::Integer(i) => ValueRef::Integer(i64::from(*i)),
+        AnyValueKind::BigInt(i) => ValueRef::Integer(*i),
+        AnyValueKind::Real(f) => ValueRef::Real(f64::from(*f)),
+        AnyValueKind::Double(f) => ValueRef::Real(*f),
+        AnyValueKind::Text(s) => ValueRef::Text(s.as_bytes()),
+        AnyValueKind::TextSlice(s) => ValueRef::Text(s.as_bytes()),
+        AnyValueKind::Blob(b) => ValueRef::Blob(b.as_slice()),
+        other => {
+            return Err(rusqlite::Error::ToSqlConversionFailure(
+                format!("cannot bind {other:?} on SQLite").into(),
+            ));
+        }
+    }))
+}
