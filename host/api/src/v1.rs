@@ -111,7 +111,20 @@ async fn authorized(
     id: &str,
     permission: Option<&str>,
 ) -> Result<ExecutionRecord, ApiError> {
-    let Some(execution) = state.store_execution(id).await? else {
+    let execution = state.store_execution(id).await?;
+    authorize(state, caller, id, execution, permission).await
+}
+
+/// Checks (and audits) the caller's access to execution `id`, read as `execution`: 404 when
+/// there is none, 403 without `permission` (default: the execution's workflow).
+async fn authorize(
+    state: &ApiState,
+    caller: &Caller,
+    id: &str,
+    execution: Option<ExecutionRecord>,
+    permission: Option<&str>,
+) -> Result<ExecutionRecord, ApiError> {
+    let Some(execution) = execution else {
         caller
             .audit(
                 state,
@@ -352,16 +365,17 @@ async fn get_execution(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Json<Execution>, ApiError> {
-    // The record `authorized` read (no second read of the same row); then its stages.
-    let execution = authorized(&state, &caller, &id, None).await?;
-    let stages = {
-        use capstan_core::store::EngineStore;
-        state
-            .store
-            .stages(&id)
-            .await
-            .map_err(|e| ApiError::from(capstan_engine::EngineError::Store(e)))?
+    // The execution and its stages in one read; the stages are dropped unless it is allowed.
+    let (execution, stages) = match state
+        .store
+        .execution_with_stages(&id)
+        .await
+        .map_err(|e| ApiError::from(capstan_engine::EngineError::Store(e)))?
+    {
+        Some((execution, stages)) => (Some(execution), stages),
+        None => (None, Vec::new()),
     };
+    let execution = authorize(&state, &caller, &id, execution, None).await?;
     Ok(Json(views::execution(&execution, &stages)))
 }
 

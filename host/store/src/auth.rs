@@ -228,7 +228,31 @@ impl Store {
     /// write is under way are written together by the next one (one multi-row `INSERT`, one
     /// transaction), and each caller returns once its own record is committed. The flushing runs
     /// on its own task, so a caller that goes away (a dropped request) strands nobody.
+    /// On SQLite the record joins the engine's group commits instead (one prepared single-row
+    /// `INSERT` per record on the group writer, see `writer.rs`).
     pub async fn insert_audit(&self, a: &AuditRecord) -> Result<(), sqlx::Error> {
+        if self.backend() == crate::Backend::Sqlite {
+            let mut sql = crate::Sql::default();
+            sql.push_statement(
+                "INSERT INTO audit_logs (id, at_ms, principal_id, action, method, route, resource, result, execution_id, ip, user_agent)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+            )
+            .bind(a.id.clone())
+            .bind(a.at_ms)
+            .bind(a.principal_id.clone())
+            .bind(a.action.clone())
+            .bind(a.method.clone())
+            .bind(a.route.clone())
+            .bind(a.resource.clone())
+            .bind(a.result.clone())
+            .bind(a.execution_id.clone())
+            .bind(a.ip.clone())
+            .bind(a.user_agent.clone());
+            return self
+                .commit_guarded(sql, 0)
+                .await
+                .map_err(|e| sqlx::Error::Protocol(e.to_string()));
+        }
         let (tx, rx) = tokio::sync::oneshot::channel();
         let start = {
             let mut queue = self

@@ -7,7 +7,7 @@ use capstan_core::execution::ExecutionStatus;
 use capstan_core::store::*;
 use serde_json::Value;
 use sqlx::any::AnyRow;
-use sqlx::{Any, Row, Transaction};
+use sqlx::{Any, Column as _, Row, Transaction};
 
 pub(crate) fn unavailable(e: sqlx::Error) -> StoreError {
     StoreError::Unavailable(e.to_string())
@@ -694,6 +694,54 @@ impl Store {
             events: false,
         })
         .await
+    }
+}
+
+impl Store {
+    /// An execution and its stages (by position) in one read: one text on SQLite, two queries
+    /// on one connection on PostgreSQL.
+    pub async fn execution_with_stages(
+        &self,
+        id: &str,
+    ) -> Result<Option<(ExecutionRecord, Vec<StageRecord>)>, StoreError> {
+        const EXECUTION: &str = "SELECT * FROM executions WHERE id = $1";
+        const STAGES: &str = "SELECT * FROM stages WHERE execution_id = $1 ORDER BY position";
+        let mut conn = self.read().await.map_err(unavailable)?;
+        let rows = if self.backend() == Backend::Sqlite {
+            // `$1` is bound once and used by both statements.
+            sqlx::query(sqlx::AssertSqlSafe(format!("{EXECUTION};\n{STAGES}")))
+                .bind(id)
+                .fetch_all(&mut *conn)
+                .await
+                .map_err(unavailable)?
+        } else {
+            let mut rows = sqlx::query(EXECUTION)
+                .bind(id)
+                .fetch_all(&mut *conn)
+                .await
+                .map_err(unavailable)?;
+            if !rows.is_empty() {
+                rows.extend(
+                    sqlx::query(STAGES)
+                        .bind(id)
+                        .fetch_all(&mut *conn)
+                        .await
+                        .map_err(unavailable)?,
+                );
+            }
+            rows
+        };
+        let mut execution = None;
+        let mut stages = Vec::new();
+        for row in &rows {
+            // A stage row is the one with a `stage_name`.
+            if row.columns().iter().any(|c| c.name() == "stage_name") {
+                stages.push(stage_row(row)?);
+            } else {
+                execution = Some(execution_row(row)?);
+            }
+        }
+        Ok(execution.map(|e| (e, stages)))
     }
 }
 
