@@ -110,14 +110,15 @@ pub(crate) fn outbox_row(row: &AnyRow) -> Result<OutboxRecord, StoreError> {
 /// the answer; that hand-off (two thread wake-ups, ~0.1 ms on a small VM) cost more than the
 /// statements themselves, and a write transaction has about ten. So on SQLite the statements of
 /// a transaction are joined into one `;`-separated text with one argument list (`$N` numbered
-/// across them, [`Sql::push_statement`]) and run in one call. PostgreSQL's extended protocol
+/// across them, [`Sql::build`]) and run in one call; a batch that joins a group commit is handed
+/// to the group writer as its statements instead (`writer.rs`). PostgreSQL's extended protocol
 /// prepares one statement at a time, so there each statement is kept apart and sent at
 /// [`Batch::done`]. A write that must read first (a status precondition) flushes what came
 /// before it, so the statements still take effect in order.
 pub(crate) struct Batch {
     backend: Backend,
-    /// Statements not sent yet: one joined text on SQLite, one entry per statement on
-    /// PostgreSQL.
+    /// Statements not sent yet: one [`Sql`] on SQLite (joined into one text when sent), one
+    /// entry per statement on PostgreSQL.
     pending: Vec<Sql>,
     /// The first statement not sent yet is a guard: check what it returns.
     guard: Option<Guard>,
@@ -169,9 +170,8 @@ impl Batch {
         self.pending.iter().map(Sql::binds).sum()
     }
 
-    /// SQLite: everything pending as one text (for a group commit), with the guard it starts
-    /// with, if any.
-    fn into_text(mut self) -> (Sql, Option<Guard>) {
+    /// SQLite: everything pending (for a group commit), with the guard it starts with, if any.
+    fn into_sql(mut self) -> (Sql, Option<Guard>) {
         let mut text = Sql::default();
         for sql in std::mem::take(&mut self.pending) {
             text.extend(sql);
@@ -770,7 +770,7 @@ impl EngineStore for Store {
             for write in writes {
                 push_write(&mut batch, write);
             }
-            let (sql, guard) = batch.into_text();
+            let (sql, guard) = batch.into_sql();
             self.grouped(Job {
                 sql,
                 guards: usize::from(guard.is_some()),

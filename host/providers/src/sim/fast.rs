@@ -109,7 +109,7 @@ impl SimulatedCloud {
         let mut sql = Sql::default();
         let guards = plan.guards(&mut sql, &olds);
         for statement in plan.writes(now, self.settings.dns_propagation_ms) {
-            sql.append(&statement);
+            sql.extend(statement);
         }
         // The token's record: a concurrent call with the same token fails here (primary key).
         sql.push_statement(
