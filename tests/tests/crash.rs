@@ -3,7 +3,7 @@
 //! cloud happened twice, every receipt matches exactly one effect, and no journal entry is lost.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use capstan_e2e::{Server, home, key_for};
+use capstan_e2e::{Server, home_with, key_for};
 use reqwest::Client;
 use serde_json::{Value, json};
 use sqlx::Row;
@@ -14,7 +14,13 @@ const KILLS: usize = 8;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_at_random_moments_loses_nothing_and_duplicates_nothing() {
-    let home = home(&["guest-fixtures/fixture-steps.wasm"]);
+    // Every run spends 150 ms in its finalize stage (a latency-only fault on `dns.get-change`), so
+    // with four workers the 24 runs take over a second and every kill below lands on runs in
+    // flight, however fast the host is. The DNS changes of stages 1–10 keep the fast path.
+    let home = home_with(
+        &["guest-fixtures/fixture-steps.wasm"],
+        "workers = 4\nlease_ms = 3000\n[grants]\nfixture-steps = [\"dns\", \"convergence\"]\n[simulator]\ndns_propagation_ms = 0\n[[simulator.faults]]\nop = \"dns.get-change\"\nlatency_ms = 150\n",
+    );
     let key = key_for(home.path(), "ops", &["workflows:fixture-steps"]);
     let client = Client::new();
     let mut server = Server::start(home.path());
@@ -51,7 +57,7 @@ async fn sigkill_at_random_moments_loses_nothing_and_duplicates_nothing() {
         drop(server);
         server = Server::start(home.path());
     }
-    // Let the last incarnation finish everything (expired leases are taken over after 30 s).
+    // Let the last incarnation finish everything (expired leases are taken over after 3 s).
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
     loop {
         let mut done = 0;
@@ -126,6 +132,7 @@ async fn sigkill_at_random_moments_loses_nothing_and_duplicates_nothing() {
         .fetch_one(&db)
         .await
         .unwrap();
+    eprintln!("runs finished by replay: {replayed}");
     assert!(
         replayed > 0,
         "some runs were interrupted by a kill and finished by replay on a later incarnation"

@@ -54,7 +54,8 @@ async fn metrics_count_the_write_transactions_of_an_execution() {
     let before = write_transactions(&client, &server.base).await;
     hello_done(&client, &server.base, &key).await;
     let after = write_transactions(&client, &server.base).await;
-    // At least: the idempotency reservation, the trigger, a claim, the activation's final batch.
+    // At least: the trigger (with its idempotency key), a claim, the activation's start and its
+    // final batch.
     assert!(after >= before + 4, "{before} → {after}");
 }
 

@@ -184,3 +184,56 @@ fn migrate_creates_the_database_and_is_idempotent() {
         );
     }
 }
+
+/// A node whose log reader went away (the process that started it died, closing its stderr)
+/// still stops on SIGTERM and exits 0: a log line that cannot be written is dropped, and
+/// nothing a log line does can keep the node from stopping.
+#[test]
+fn sigterm_stops_a_node_whose_stderr_is_closed() {
+    use std::io::BufRead;
+    let home = home_with_workflows();
+    let mut child = capstan(home.path())
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--sandbox-listen",
+            "127.0.0.1:0",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let listening = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .any(|line| line.contains("\"listening\""));
+    assert!(listening, "capstan serve reported listening");
+    drop(lines);
+    let pid = child.id().to_string();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    // Stopping takes well under a second; a node that cannot stop never exits, so give up
+    // after a generous minute rather than hang the suite.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("capstan serve did not stop within a minute of SIGTERM");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(
+        status.success(),
+        "graceful shutdown exits 0, got {status:?}"
+    );
+}

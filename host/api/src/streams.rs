@@ -291,8 +291,9 @@ async fn open(
                 }
                 Ok(_) => {
                     tokio::select! {
-                        _ = c.wake.changed() => {}
-                        _ = c.closing.changed() => {}
+                        // A closed channel disables its branch; a gone closer means closing.
+                        Ok(()) = c.wake.changed() => {}
+                        _ = c.closing.wait_for(|s| *s) => return None,
                         () = tokio::time::sleep(POLL) => {}
                     }
                 }

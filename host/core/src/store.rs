@@ -243,13 +243,16 @@ pub enum Write {
     PutWait(WaitRecord),
     PutCommand(CommandRecord),
     Event(OutboxRecord),
-    /// Completes an idempotency reservation with the execution it created and the response.
-    CompleteIdempotency {
+    /// Records an idempotency key with the execution it created, in the trigger's own batch:
+    /// a second request with the key fails the batch on the key's uniqueness and replays this.
+    InsertIdempotency(IdempotencyRecord),
+    /// Removes a key record that no longer counts (kept past its retention, or a reservation of
+    /// an earlier version that never completed), if it is still the one created at `created_ms`.
+    DropIdempotency {
         principal_id: String,
         workflow: String,
         key: String,
-        execution_id: String,
-        response_json: Value,
+        created_ms: Millis,
     },
 }
 
@@ -272,20 +275,25 @@ pub struct ExecutionFilter {
     pub limit: i64,
 }
 
-/// The state of an idempotency reservation.
+/// A run's journal and waits and its execution's stages, in order.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ReplayState {
+    pub journal: Vec<JournalEntry>,
+    pub waits: Vec<WaitRecord>,
+    pub stages: Vec<StageRecord>,
+}
+
+/// An idempotency key (scoped to principal and workflow) and what it answered.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Reservation {
-    /// Newly reserved by this caller.
-    New,
-    /// Completed earlier with the same body: replay this response.
-    Replay {
-        execution_id: String,
-        response_json: Value,
-    },
-    /// Same key, different body.
-    Conflict,
-    /// Same key, still being reserved by another request.
-    Pending,
+pub struct IdempotencyRecord {
+    pub principal_id: String,
+    pub workflow: String,
+    pub key: String,
+    pub body_sha256: String,
+    /// `None` only for a reservation an earlier version wrote before creating its execution.
+    pub execution_id: Option<String>,
+    pub response_json: Option<Value>,
+    pub created_ms: Millis,
 }
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -328,25 +336,27 @@ pub trait EngineStore: Send + Sync + std::fmt::Debug {
     async fn journal(&self, run_id: &str) -> Result<Vec<JournalEntry>, StoreError>;
     async fn receipts(&self, execution_id: &str) -> Result<Vec<Receipt>, StoreError>;
     async fn waits(&self, run_id: &str) -> Result<Vec<WaitRecord>, StoreError>;
+    /// What replaying a run needs: its journal and waits, and its execution's stages (one
+    /// read where the backend allows).
+    async fn replay_state(
+        &self,
+        run_id: &str,
+        execution_id: &str,
+    ) -> Result<ReplayState, StoreError> {
+        Ok(ReplayState {
+            journal: self.journal(run_id).await?,
+            waits: self.waits(run_id).await?,
+            stages: self.stages(execution_id).await?,
+        })
+    }
     async fn commands(&self, execution_id: &str) -> Result<Vec<CommandRecord>, StoreError>;
     /// The execution's events in order.
     async fn events(&self, execution_id: &str) -> Result<Vec<OutboxRecord>, StoreError>;
-    /// Reserves `key` for (principal, workflow) unless it exists; reservations older than
-    /// `expired_before_ms` that never completed are taken over.
-    async fn reserve_idempotency(
+    /// The idempotency key's record, if any.
+    async fn idempotency(
         &self,
         principal_id: &str,
         workflow: &str,
         key: &str,
-        body_sha256: &str,
-        now_ms: Millis,
-        expired_before_ms: Millis,
-    ) -> Result<Reservation, StoreError>;
-    /// Drops a reservation that did not lead to an execution (the trigger failed).
-    async fn release_idempotency(
-        &self,
-        principal_id: &str,
-        workflow: &str,
-        key: &str,
-    ) -> Result<(), StoreError>;
+    ) -> Result<Option<IdempotencyRecord>, StoreError>;
 }

@@ -81,8 +81,11 @@ pub struct EngineConfig {
     pub provider_retry_by_capability: std::collections::BTreeMap<capstan_core::Capability, Backoff>,
     /// Polling of `await-converged` conditions.
     pub convergence: Backoff,
-    /// How long an idempotency reservation that never completed blocks its key.
+    /// How long an idempotency reservation that never completed blocks its key (reservations
+    /// are only found in databases an earlier version wrote: keys now come with their execution).
     pub reservation_timeout_ms: i64,
+    /// How long a trigger's idempotency key replays its execution (then the key is free again).
+    pub idempotency_retention_ms: i64,
 }
 
 impl EngineConfig {
@@ -114,6 +117,7 @@ impl Default for EngineConfig {
                 max_attempts: u32::MAX,
             },
             reservation_timeout_ms: 60_000,
+            idempotency_retention_ms: 24 * 3_600_000,
         }
     }
 }
@@ -446,37 +450,6 @@ impl Engine {
             .workflow(&request.workflow)
             .ok_or_else(|| EngineError::UnknownWorkflow(request.workflow.clone()))?;
         let now = self.now();
-        if let Some((key, body)) = &request.idempotency {
-            let expired = now - self.inner.config.reservation_timeout_ms;
-            match self
-                .inner
-                .store
-                .reserve_idempotency(
-                    &request.principal_id,
-                    &request.workflow,
-                    key,
-                    body,
-                    now,
-                    expired,
-                )
-                .await?
-            {
-                Reservation::New => {}
-                Reservation::Replay {
-                    execution_id,
-                    response_json,
-                } => {
-                    let execution = self.get(&execution_id).await?;
-                    return Ok(Triggered {
-                        execution,
-                        replayed: true,
-                        replay_response: Some(response_json),
-                    });
-                }
-                Reservation::Conflict => return Err(EngineError::IdempotencyConflict),
-                Reservation::Pending => return Err(EngineError::ReservationPending),
-            }
-        }
         let execution = ExecutionRecord {
             id: capstan_core::ids::new_id(),
             workflow: request.workflow.clone(),
@@ -519,31 +492,78 @@ impl Engine {
             Write::InsertRun(run),
             Write::Event(queued),
         ];
-        if let Some((key, _)) = &request.idempotency {
-            writes.push(Write::CompleteIdempotency {
-                principal_id: request.principal_id.clone(),
-                workflow: request.workflow.clone(),
-                key: key.clone(),
-                execution_id: execution.id.clone(),
-                response_json: json!({"executionId": execution.id}),
+        let Some((key, body)) = &request.idempotency else {
+            self.inner.store.apply(None, writes).await?;
+            self.inner.wake.notify_waiters();
+            return Ok(Triggered {
+                execution,
+                replayed: false,
+                replay_response: None,
             });
-        }
-        if let Err(e) = self.inner.store.apply(None, writes).await {
-            if let Some((key, _)) = &request.idempotency {
-                let _ = self
-                    .inner
-                    .store
-                    .release_idempotency(&request.principal_id, &request.workflow, key)
-                    .await;
+        };
+        // The key is recorded in the execution's own batch: a repeat of the request fails that
+        // batch on the key's uniqueness and finds what the first one recorded.
+        writes.push(Write::InsertIdempotency(IdempotencyRecord {
+            principal_id: request.principal_id.clone(),
+            workflow: request.workflow.clone(),
+            key: key.clone(),
+            body_sha256: body.clone(),
+            execution_id: Some(execution.id.clone()),
+            response_json: Some(json!({"executionId": execution.id})),
+            created_ms: now,
+        }));
+        let mut dropped = false;
+        loop {
+            let Err(error) = self.inner.store.apply(None, writes.clone()).await else {
+                self.inner.wake.notify_waiters();
+                return Ok(Triggered {
+                    execution,
+                    replayed: false,
+                    replay_response: None,
+                });
+            };
+            let found = self
+                .inner
+                .store
+                .idempotency(&request.principal_id, &request.workflow, key)
+                .await?;
+            // No key: the batch failed for another reason.
+            let Some(found) = found else {
+                return Err(error.into());
+            };
+            let config = &self.inner.config;
+            let stale = match &found.execution_id {
+                Some(_) => found.created_ms < now - config.idempotency_retention_ms,
+                None => found.created_ms < now - config.reservation_timeout_ms,
+            };
+            match (&found.execution_id, &found.response_json) {
+                _ if stale && !dropped => {
+                    // Past its retention (or an abandoned reservation): the key is free again.
+                    dropped = true;
+                    writes.insert(
+                        0,
+                        Write::DropIdempotency {
+                            principal_id: found.principal_id,
+                            workflow: found.workflow,
+                            key: found.key,
+                            created_ms: found.created_ms,
+                        },
+                    );
+                }
+                // Still the stale key after dropping it: the batch failed for another reason.
+                _ if stale => return Err(error.into()),
+                _ if found.body_sha256 != *body => return Err(EngineError::IdempotencyConflict),
+                (Some(execution_id), Some(response)) => {
+                    let execution = self.get(execution_id).await?;
+                    return Ok(Triggered {
+                        execution,
+                        replayed: true,
+                        replay_response: Some(response.clone()),
+                    });
+                }
+                _ => return Err(EngineError::ReservationPending),
             }
-            return Err(e.into());
         }
-        self.inner.wake.notify_waiters();
-        Ok(Triggered {
-            execution,
-            replayed: false,
-            replay_response: None,
-        })
     }
 
     /// Claims due runs and activates them, one after the other; returns how many ran.
@@ -640,7 +660,9 @@ impl Engine {
                 tokio::select! {
                     _ = tokio::time::sleep(engine.inner.config.poll) => {}
                     () = &mut woken => {}
-                    _ = shutdown.changed() => {}
+                    // Also when the sender is gone (a panicking owner): that means stop too,
+                    // and waiting on a closed channel would return at once, forever.
+                    _ = shutdown.wait_for(|s| *s) => break,
                     Some(_) = tasks.join_next() => {}
                 }
             }
@@ -752,10 +774,11 @@ impl Engine {
         let mut execution = execution;
         execution.status = ExecutionStatus::Running;
 
+        let replay = store.replay_state(&run.id, &execution.id).await?;
         let state = Arc::new(tokio::sync::Mutex::new(host::Activation {
-            journal: store.journal(&run.id).await?,
-            waits: store.waits(&run.id).await?,
-            stages: store.stages(&execution.id).await?,
+            journal: replay.journal,
+            waits: replay.waits,
+            stages: replay.stages,
             run: run.clone(),
             execution: execution.clone(),
             cursor: 0,

@@ -5,7 +5,7 @@
 use async_trait::async_trait;
 use capstan_core::CapabilityError;
 use capstan_core::execution::{ExecutionStatus, StageStatus};
-use capstan_core::store::{EngineStore, RunKind};
+use capstan_core::store::{EngineStore, ExecutionFilter, IdempotencyRecord, RunKind, Write};
 use capstan_engine::{Backoff, Engine, EngineError, Providers, TriggerRequest};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -570,6 +570,86 @@ async fn idempotent_triggers_create_one_execution() {
     assert_eq!(again.execution.id, first.execution.id);
     let conflict = w.engine.trigger(req("sha-b")).await.unwrap_err();
     assert!(matches!(conflict, EngineError::IdempotencyConflict));
+
+    // Concurrent repeats of one new key: one execution, every other request replays it.
+    let key = |k: &str| TriggerRequest {
+        idempotency: Some((k.into(), "sha-a".into())),
+        ..req("sha-a")
+    };
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let (engine, request) = (w.engine.clone(), key("key-2"));
+        tasks.spawn(async move { engine.trigger(request).await.unwrap() });
+    }
+    let racing = tasks.join_all().await;
+    assert_eq!(
+        racing.iter().filter(|t| !t.replayed).count(),
+        1,
+        "one creates"
+    );
+    assert!(
+        racing
+            .iter()
+            .all(|t| t.execution.id == racing[0].execution.id)
+    );
+    let executions = w
+        .store
+        .list_executions(&ExecutionFilter {
+            limit: 100,
+            ..ExecutionFilter::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        executions.len(),
+        2,
+        "key-1 and key-2 made one execution each"
+    );
+
+    // A key is kept 24 hours; then the same key (with any body) makes a new execution.
+    w.clock.advance(24 * 3_600_000 + 1_000);
+    let later = w.engine.trigger(req("sha-b")).await.unwrap();
+    assert!(!later.replayed);
+    assert_ne!(later.execution.id, first.execution.id);
+    assert!(w.engine.trigger(req("sha-b")).await.unwrap().replayed);
+
+    // A reservation an earlier version left without its execution blocks its key for a
+    // minute (409 reservation_replay_pending), then the key is taken over.
+    let now = capstan_core::Clock::now_millis(&w.clock) as i64;
+    w.store
+        .apply(
+            None,
+            vec![Write::InsertIdempotency(IdempotencyRecord {
+                principal_id: "ops".into(),
+                workflow: "hello".into(),
+                key: "legacy".into(),
+                body_sha256: "sha-a".into(),
+                execution_id: None,
+                response_json: None,
+                created_ms: now,
+            })],
+        )
+        .await
+        .unwrap();
+    let pending = w.engine.trigger(key("legacy")).await.unwrap_err();
+    assert!(
+        matches!(pending, EngineError::ReservationPending),
+        "{pending:?}"
+    );
+    w.clock.advance(61_000);
+    let taken = w.engine.trigger(key("legacy")).await.unwrap();
+    assert!(!taken.replayed);
+    let record = w
+        .store
+        .idempotency("ops", "hello", "legacy")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        record.execution_id.as_deref(),
+        Some(taken.execution.id.as_str())
+    );
+
     let unknown = w
         .engine
         .trigger(TriggerRequest {

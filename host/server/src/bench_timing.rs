@@ -91,37 +91,20 @@ impl<S: EngineStore> EngineStore for TimedStore<S> {
     async fn events(&self, execution_id: &str) -> Result<Vec<OutboxRecord>, StoreError> {
         timed!(self, self.inner.events(execution_id))
     }
-    async fn reserve_idempotency(
+    async fn replay_state(
         &self,
-        principal_id: &str,
-        workflow: &str,
-        key: &str,
-        body_sha256: &str,
-        now_ms: Millis,
-        expired_before_ms: Millis,
-    ) -> Result<Reservation, StoreError> {
-        timed!(
-            self,
-            self.inner.reserve_idempotency(
-                principal_id,
-                workflow,
-                key,
-                body_sha256,
-                now_ms,
-                expired_before_ms
-            )
-        )
+        run_id: &str,
+        execution_id: &str,
+    ) -> Result<ReplayState, StoreError> {
+        timed!(self, self.inner.replay_state(run_id, execution_id))
     }
-    async fn release_idempotency(
+    async fn idempotency(
         &self,
         principal_id: &str,
         workflow: &str,
         key: &str,
-    ) -> Result<(), StoreError> {
-        timed!(
-            self,
-            self.inner.release_idempotency(principal_id, workflow, key)
-        )
+    ) -> Result<Option<IdempotencyRecord>, StoreError> {
+        timed!(self, self.inner.idempotency(principal_id, workflow, key))
     }
 }
 

@@ -373,10 +373,11 @@ pub async fn serve(
     };
     tokio::spawn(async move {
         shutdown.await;
-        tracing::info!("shutting down: draining in-flight requests");
+        // Stop first, log after: nothing a log line does can keep the node from stopping.
         let _ = stop_tx.send(true);
         // Open event streams end so the listeners can drain.
         streams.close();
+        tracing::info!("shutting down: draining in-flight requests");
     });
     let (a, b, c) = tokio::join!(main, sandbox, redirect);
     for worker in workers {
@@ -465,24 +466,32 @@ fn spawn_booking_tasks(
     vec![sweeper, fulfilment, webhooks]
 }
 
-/// Resolves on SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// Resolves on SIGINT or SIGTERM. The handlers are installed when this is called, not when the
+/// future is first polled, so a signal that arrives as soon as the node reports `listening` is
+/// already a graceful stop rather than the default action (the process killed mid-write).
+pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let interrupt = signal(SignalKind::interrupt());
+        let terminate = signal(SignalKind::terminate());
+        async move {
+            match (interrupt, terminate) {
+                (Ok(mut interrupt), Ok(mut terminate)) => {
+                    tokio::select! {
+                        _ = interrupt.recv() => {}
+                        _ = terminate.recv() => {}
+                    }
+                }
+                // No handlers (cannot happen on a normal Unix): Ctrl-C alone.
+                _ => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
             }
-            Err(_) => std::future::pending::<()>().await,
         }
-    };
+    }
     #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = terminate => {},
+    async {
+        let _ = tokio::signal::ctrl_c().await;
     }
 }

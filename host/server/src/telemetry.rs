@@ -10,7 +10,11 @@ pub fn init(format: LogFormat) {
         .unwrap_or_else(|_| EnvFilter::new("info,wasmtime=warn,cranelift=warn"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        // A log line that cannot be written (stderr closed: the parent that read it died) is
+        // dropped. By default the subscriber would report it with `eprintln!`, which panics on
+        // a closed stderr, in whatever task was logging.
+        .log_internal_errors(false);
     let _ = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),

@@ -1,9 +1,9 @@
 //! [`EngineStore`] on SQLite. One writer at a time (SQLite's rule), `BEGIN IMMEDIATE` so a batch
 //! takes the write lock up front instead of failing half-way on a busy upgrade.
 
+use crate::sql::Check;
 use crate::{Backend, Sql, Store, count_write};
 use async_trait::async_trait;
-use capstan_core::execution::ExecutionStatus;
 use capstan_core::store::*;
 use serde_json::Value;
 use sqlx::any::AnyRow;
@@ -86,6 +86,33 @@ fn run_row(row: &AnyRow) -> Result<RunRecord, StoreError> {
     })
 }
 
+fn journal_row(row: &AnyRow) -> Result<JournalEntry, StoreError> {
+    Ok(JournalEntry {
+        run_id: row.get("run_id"),
+        seq: row.get("seq"),
+        op: row.get("op"),
+        request: parse_json(Some(row.get("request")))?.unwrap_or(Value::Null),
+        response: parse_json(row.get("response"))?,
+        status: parse_enum(row.get::<&str, _>("status"))?,
+        at_ms: row.get("at_ms"),
+    })
+}
+
+fn wait_row(row: &AnyRow) -> Result<WaitRecord, StoreError> {
+    Ok(WaitRecord {
+        run_id: row.get("run_id"),
+        seq: row.get("seq"),
+        kind: parse_enum(row.get::<&str, _>("kind"))?,
+        name: row.get("name"),
+        digest: row.get("digest"),
+        payload_json: parse_json(row.get("payload_json"))?,
+        wake_ms: row.get("wake_ms"),
+        deadline_ms: row.get("deadline_ms"),
+        attempts: row.get("attempts"),
+        resolved_json: parse_json(row.get("resolved_json"))?,
+    })
+}
+
 pub(crate) fn outbox_row(row: &AnyRow) -> Result<OutboxRecord, StoreError> {
     Ok(OutboxRecord {
         seq: row.get("seq"),
@@ -113,44 +140,34 @@ pub(crate) fn outbox_row(row: &AnyRow) -> Result<OutboxRecord, StoreError> {
 /// across them, [`Sql::build`]) and run in one call; a batch that joins a group commit is handed
 /// to the group writer as its statements instead (`writer.rs`). PostgreSQL's extended protocol
 /// prepares one statement at a time, so there each statement is kept apart and sent at
-/// [`Batch::done`]. A write that must read first (a status precondition) flushes what came
-/// before it, so the statements still take effect in order.
+/// [`Batch::done`]. A guard (a run's fence, a compare-and-set, a status precondition: see
+/// [`Check`]) is sent on its own after what came before it, and its verdict decides whether the
+/// transaction goes on; in a group commit the writer checks it in place.
 pub(crate) struct Batch {
     backend: Backend,
-    /// Statements not sent yet: one [`Sql`] on SQLite (joined into one text when sent), one
-    /// entry per statement on PostgreSQL.
+    /// Statements not sent yet, in segments sent one call each: on SQLite the statements
+    /// between guards are joined into one text, on PostgreSQL every statement is its own. A
+    /// guard is always a segment of its own, so what it returns can be checked.
     pending: Vec<Sql>,
-    /// The first statement not sent yet is a guard: check what it returns.
-    guard: Option<Guard>,
 }
 
 /// SQLite allows 32,766 host parameters per statement text; flush well before.
 const BATCH_BINDS: usize = 16_000;
-
-/// A first statement whose answer decides whether the transaction goes on.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum Guard {
-    /// A run's fence: one row (`cancel_requested`), or none when the lease was lost.
-    Fence,
-    /// A compare-and-set: one row, or none when the value moved ([`StoreError::Conflict`]).
-    Cas,
-}
 
 impl Batch {
     pub(crate) fn new(backend: Backend) -> Self {
         Self {
             backend,
             pending: Vec::new(),
-            guard: None,
         }
     }
 
     /// Renews the run's lease, or fails the batch with `LeaseLost` (another owner) or
-    /// `Canceled` (an immediate cancel was requested); must be the first statement.
+    /// `Canceled` (an immediate cancel was requested).
     fn fence(&mut self, fence: &Fence) {
-        self.guard = Some(Guard::Fence);
-        self.statement(
+        self.guard(
             "UPDATE runs SET lease_expires_ms = $1 WHERE id = $2 AND lease_owner = $3 RETURNING cancel_requested",
+            Check::Fence,
         )
         .bind(fence.lease_until_ms)
         .bind(fence.run_id.clone())
@@ -159,34 +176,47 @@ impl Batch {
 
     /// Starts the next statement (with its own `$1…$k`); bind its values on the result.
     pub(crate) fn statement(&mut self, text: &str) -> &mut Sql {
-        if self.backend == Backend::Postgres || self.pending.is_empty() {
+        let joins = self.backend == Backend::Sqlite
+            && self
+                .pending
+                .last()
+                .is_some_and(|s| s.last_check().is_none());
+        if !joins {
             self.pending.push(Sql::default());
         }
         let last = self.pending.len() - 1;
         self.pending[last].push_statement(text)
     }
 
+    /// Starts a guard: a statement that returns one row when the batch may go on (see
+    /// [`Check`]); the statements before it take effect first.
+    pub(crate) fn guard(&mut self, text: &str, check: Check) -> &mut Sql {
+        self.pending.push(Sql::default());
+        let last = self.pending.len() - 1;
+        self.pending[last].push_statement(text).check(check)
+    }
+
     fn binds(&self) -> usize {
         self.pending.iter().map(Sql::binds).sum()
     }
 
-    /// SQLite: everything pending (for a group commit), with the guard it starts with, if any.
-    fn into_sql(mut self) -> (Sql, Option<Guard>) {
+    /// SQLite: everything pending, for a group commit (the guards stay marked).
+    fn into_sql(mut self) -> Sql {
         let mut text = Sql::default();
         for sql in std::mem::take(&mut self.pending) {
             text.extend(sql);
         }
-        (text, self.guard.take())
+        text
     }
 
-    /// Starts a compare-and-set statement that returns one row when it applied; must be the
-    /// first statement. The batch fails with [`StoreError::Conflict`] when it returns none.
+    /// Starts a compare-and-set statement that returns one row when it applied. The batch
+    /// fails with [`StoreError::Conflict`] when it returns none.
     pub(crate) fn cas(&mut self, text: &str) -> &mut Sql {
-        self.guard = Some(Guard::Cas);
-        self.statement(text)
+        self.guard(text, Check::Holds("the value moved"))
     }
 
-    /// Ends a write: PostgreSQL (or a full batch) sends what is pending now.
+    /// Ends a write: PostgreSQL (or a full batch) sends what is pending now. (What follows a
+    /// guard is only ever sent after the guard's verdict: segments are sent in order.)
     pub(crate) async fn done(&mut self, tx: &mut Transaction<'_, Any>) -> Result<(), StoreError> {
         if self.backend == Backend::Postgres || self.binds() >= BATCH_BINDS {
             self.flush(tx).await?;
@@ -194,18 +224,22 @@ impl Batch {
         Ok(())
     }
 
-    /// Sends every statement not sent yet.
+    /// Sends every statement not sent yet, checking each guard.
     pub(crate) async fn flush(&mut self, tx: &mut Transaction<'_, Any>) -> Result<(), StoreError> {
         for sql in std::mem::take(&mut self.pending) {
-            let query = sql.build();
-            match self.guard.take() {
-                // Only the guard returns rows.
-                Some(guard) => {
-                    let rows = query.fetch_all(&mut **tx).await.map_err(unavailable)?;
-                    check_guard(guard, &rows)?;
+            match sql.first_check() {
+                // A guard is a segment of its own, and only guards return rows.
+                Some(check) => {
+                    let rows = sql
+                        .build()
+                        .fetch_all(&mut **tx)
+                        .await
+                        .map_err(unavailable)?;
+                    let first = rows.first().map(|r| r.try_get::<i64, _>(0).unwrap_or(0));
+                    check.verdict(first)?;
                 }
                 None => {
-                    query.execute(&mut **tx).await.map_err(unavailable)?;
+                    sql.build().execute(&mut **tx).await.map_err(unavailable)?;
                 }
             }
         }
@@ -213,19 +247,8 @@ impl Batch {
     }
 }
 
-/// What a guard's rows say: one row when it held (for a fence, `1` asks to cancel).
-fn check_guard(guard: Guard, rows: &[AnyRow]) -> Result<(), StoreError> {
-    match (guard, rows.first().map(|r| r.try_get::<i64, _>(0))) {
-        (Guard::Fence, None) => Err(StoreError::LeaseLost),
-        (Guard::Cas, None) => Err(StoreError::Conflict("the value moved".to_owned())),
-        (Guard::Fence, Some(Ok(1))) => Err(StoreError::Canceled),
-        (_, Some(Ok(_))) => Ok(()),
-        (_, Some(Err(e))) => Err(unavailable(e)),
-    }
-}
-
-/// Appends one write (a status precondition of [`Write::UpdateExecution`] is checked by
-/// [`apply_one`], not here).
+/// Appends one write (a status precondition of [`Write::UpdateExecution`] becomes a guard
+/// statement before its update).
 fn push_write(batch: &mut Batch, write: Write) {
     match write {
         Write::InsertExecution(e) => {
@@ -251,6 +274,24 @@ fn push_write(batch: &mut Batch, write: Write) {
                 .bind(e.traceparent);
         }
         Write::UpdateExecution(p) => {
+            if let Some(expect) = &p.expect {
+                // PostgreSQL: the row stays locked from the check to the commit.
+                let lock = if batch.backend == Backend::Postgres {
+                    " FOR UPDATE"
+                } else {
+                    ""
+                };
+                let statuses: Vec<&'static str> = expect.iter().map(|s| s.as_str()).collect();
+                batch
+                    .guard(
+                        "SELECT 1 FROM executions WHERE id = $1 AND status IN (",
+                        Check::Holds("the execution's status changed meanwhile"),
+                    )
+                    .bind(p.id.clone())
+                    .push_binds(statuses)
+                    .push(")")
+                    .push(lock);
+            }
             let q = batch.statement("UPDATE executions SET id = id");
             if let Some(s) = p.status {
                 q.push(", status = ").push_bind(s.as_str());
@@ -447,57 +488,36 @@ fn push_write(batch: &mut Batch, write: Write) {
                 .bind(e.occurred_ms)
                 .bind(e.traceparent);
         }
-        Write::CompleteIdempotency {
+        Write::InsertIdempotency(k) => {
+            batch
+                .statement(
+                    "INSERT INTO idempotency (principal_id, workflow, key, body_sha256, execution_id, response_json, created_ms)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                )
+                .bind(k.principal_id)
+                .bind(k.workflow)
+                .bind(k.key)
+                .bind(k.body_sha256)
+                .bind(k.execution_id)
+                .bind(k.response_json.as_ref().map(json_text))
+                .bind(k.created_ms);
+        }
+        Write::DropIdempotency {
             principal_id,
             workflow,
             key,
-            execution_id,
-            response_json,
+            created_ms,
         } => {
             batch
                 .statement(
-                    "UPDATE idempotency SET execution_id = $1, response_json = $2 WHERE principal_id = $3 AND workflow = $4 AND key = $5",
+                    "DELETE FROM idempotency WHERE principal_id = $1 AND workflow = $2 AND key = $3 AND created_ms = $4",
                 )
-                .bind(execution_id)
-                .bind(json_text(&response_json))
                 .bind(principal_id)
                 .bind(workflow)
-                .bind(key);
+                .bind(key)
+                .bind(created_ms);
         }
     }
-}
-
-/// Appends one write, first checking its status precondition if it has one (what came before
-/// it is sent first, so the read sees it).
-async fn apply_one(
-    tx: &mut Transaction<'_, Any>,
-    batch: &mut Batch,
-    write: Write,
-) -> Result<(), StoreError> {
-    if let Write::UpdateExecution(p) = &write
-        && let Some(expect) = &p.expect
-    {
-        batch.flush(tx).await?;
-        let status: Option<String> =
-            sqlx::query_scalar("SELECT status FROM executions WHERE id = $1")
-                .bind(&p.id)
-                .fetch_optional(&mut **tx)
-                .await
-                .map_err(unavailable)?;
-        let current = status
-            .as_deref()
-            .map(parse_enum::<ExecutionStatus>)
-            .transpose()?;
-        if !current.is_some_and(|c| expect.contains(&c)) {
-            return Err(StoreError::Conflict(format!(
-                "execution {} is {}",
-                p.id,
-                current.map_or("missing", |c| c.as_str())
-            )));
-        }
-    }
-    push_write(batch, write);
-    batch.done(tx).await
 }
 
 /// PostgreSQL: serialises the transactions that insert outbox events, from their first event to
@@ -524,23 +544,16 @@ async fn outbox_lock(tx: &mut Transaction<'_, Any>) -> Result<(), StoreError> {
 /// One caller's statements waiting for the next group commit (SQLite).
 #[derive(Debug)]
 pub(crate) struct GroupJob {
+    /// Its guards are marked on their statements.
     sql: Sql,
-    /// The first `guards` statements return one row each when they hold.
-    guards: usize,
-    /// The one guard is a run's fence, whose row's value asks to cancel.
-    fenced: bool,
     /// The statements insert outbox events (wake the streams after the commit).
     events: bool,
-    done: tokio::sync::oneshot::Sender<Result<(), StoreError>>,
+    done: tokio::sync::oneshot::Sender<Result<Vec<Returned>, StoreError>>,
 }
 
-/// A batch joins a group unless it must read inside its transaction (a status precondition) or
-/// is large enough to be worth a transaction of its own.
+/// A batch joins a group unless it is large enough to be worth a transaction of its own.
 fn groupable(writes: &[Write]) -> bool {
     writes.len() <= 64
-        && !writes
-            .iter()
-            .any(|w| matches!(w, Write::UpdateExecution(p) if p.expect.is_some()))
 }
 
 /// Outbox events last (see [`Store::apply_alone`]).
@@ -578,7 +591,8 @@ impl Store {
                 outbox_lock(&mut tx).await?;
                 locked = true;
             }
-            apply_one(&mut tx, &mut batch, write).await?;
+            push_write(&mut batch, write);
+            batch.done(&mut tx).await?;
         }
         batch.flush(&mut tx).await?;
         tx.commit().await.map_err(unavailable)?;
@@ -588,24 +602,33 @@ impl Store {
         Ok(())
     }
 
-    /// Group commit (SQLite). The caller queues its batch; whoever takes the group lock next
-    /// hands everything queued by then to the group writer (`crate::writer`), which commits it
-    /// in one transaction from prepared statements, each batch in a savepoint of its own, and
-    /// answers every caller. While one group commits, the next one gathers, so under load one
-    /// transaction carries many callers' batches, and with one caller nothing waits for anyone.
-    async fn grouped(&self, job: Job) -> Result<(), StoreError> {
+    /// Commits `batch` in the next group commit (SQLite) or in a transaction of its own.
+    pub(crate) async fn commit_batch(&self, mut batch: Batch) -> Result<(), StoreError> {
+        if self.backend() == Backend::Sqlite {
+            return self.grouped(batch.into_sql(), false).await.map(drop);
+        }
+        let mut tx = self.begin_write().await.map_err(unavailable)?;
+        batch.flush(&mut tx).await?;
+        tx.commit().await.map_err(unavailable)
+    }
+
+    /// Group commit (SQLite). The caller queues its statements; whoever takes the group lock
+    /// next hands everything queued by then to the group writer (`crate::writer`), which commits
+    /// it in one transaction from prepared statements and answers every caller (with the first
+    /// column of the rows its statements returned, guards aside). While one group commits, the
+    /// next one gathers, so under load one transaction carries many callers' statements, and
+    /// with one caller nothing waits for anyone.
+    pub(crate) async fn grouped(
+        &self,
+        sql: Sql,
+        events: bool,
+    ) -> Result<Vec<Returned>, StoreError> {
         let (done, mut answer) = tokio::sync::oneshot::channel();
         self.inner
             .group
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(GroupJob {
-                sql: job.sql,
-                guards: job.guards,
-                fenced: job.fenced,
-                events: job.events,
-                done,
-            });
+            .push(GroupJob { sql, events, done });
         tokio::select! {
             biased;
             result = &mut answer => return result.unwrap_or_else(|_| Err(interrupted())),
@@ -633,14 +656,7 @@ impl Store {
         }
         let (parts, waiters): (Vec<_>, Vec<_>) = jobs
             .into_iter()
-            .map(|job| {
-                let part = crate::writer::Part {
-                    statements: job.sql.into_statements(),
-                    guards: job.guards,
-                    fenced: job.fenced,
-                };
-                (part, (job.events, job.done))
-            })
+            .map(|job| (job.sql.into_statements(), (job.events, job.done)))
             .unzip();
         let count = parts.len();
         let fail = |e: StoreError| (0..count).map(|_| Err(e.clone())).collect::<Vec<_>>();
@@ -687,13 +703,8 @@ impl Store {
                     .to_owned(),
             ));
         }
-        self.grouped(Job {
-            sql,
-            guards,
-            fenced: false,
-            events: false,
-        })
-        .await
+        let sql = sql.checked(guards, Check::Holds("a guard did not hold"));
+        self.grouped(sql, false).await.map(drop)
     }
 }
 
@@ -745,13 +756,8 @@ impl Store {
     }
 }
 
-/// What a caller hands to a group commit.
-struct Job {
-    sql: Sql,
-    guards: usize,
-    fenced: bool,
-    events: bool,
-}
+/// The first column of a row a group's statement returned.
+pub(crate) type Returned = rusqlite::types::Value;
 
 fn interrupted() -> StoreError {
     StoreError::Unavailable("the group commit carrying this batch was interrupted".to_owned())
@@ -770,14 +776,7 @@ impl EngineStore for Store {
             for write in writes {
                 push_write(&mut batch, write);
             }
-            let (sql, guard) = batch.into_sql();
-            self.grouped(Job {
-                sql,
-                guards: usize::from(guard.is_some()),
-                fenced: guard.is_some(),
-                events,
-            })
-            .await
+            self.grouped(batch.into_sql(), events).await.map(drop)
         } else {
             self.apply_alone(fence, writes).await
         }
@@ -847,7 +846,8 @@ impl EngineStore for Store {
     ) -> Result<Vec<RunRecord>, StoreError> {
         // PostgreSQL: rows another node is claiming right now are skipped, not waited for; the
         // outer UPDATE re-checks nothing, so the inner SELECT's row locks are what make a claim
-        // exclusive. SQLite: one writer, the statement is atomic as it is.
+        // exclusive. SQLite: one writer, the statement is atomic as it is; it returns only the
+        // ids (it rides a group commit, whose answer is a first column), then the runs are read.
         let sql = match self.backend() {
             Backend::Sqlite => {
                 "UPDATE runs SET lease_owner = $1, lease_expires_ms = $2, activations = activations + 1
@@ -855,7 +855,7 @@ impl EngineStore for Store {
                     SELECT id FROM runs WHERE state = 'runnable' AND wake_ms <= $3
                       AND (lease_owner IS NULL OR lease_expires_ms < $4)
                     ORDER BY wake_ms LIMIT $5)
-                 RETURNING *"
+                 RETURNING id"
             }
             Backend::Postgres => {
                 "UPDATE runs SET lease_owner = $1, lease_expires_ms = $2, activations = activations + 1
@@ -866,6 +866,38 @@ impl EngineStore for Store {
                  RETURNING *"
             }
         };
+        if self.backend() == Backend::Sqlite {
+            // A claim joins the next group commit; the claimed runs are then read on a read
+            // connection (they are committed by the time the group answers).
+            let mut claim = Sql::default();
+            claim
+                .push_statement(sql)
+                .bind(owner.to_owned())
+                .bind(now_ms + lease_ms)
+                .bind(now_ms)
+                .bind(now_ms)
+                .bind(limit);
+            let ids: Vec<String> = self
+                .grouped(claim, false)
+                .await?
+                .into_iter()
+                .filter_map(|v| match v {
+                    Returned::Text(id) => Some(id),
+                    _ => None,
+                })
+                .collect();
+            if ids.is_empty() {
+                return Ok(Vec::new());
+            }
+            let mut read = Sql::new("SELECT * FROM runs WHERE id IN (");
+            read.push_binds(ids).push(") ORDER BY wake_ms");
+            let rows = read
+                .build()
+                .fetch_all(&mut *self.read().await.map_err(unavailable)?)
+                .await
+                .map_err(unavailable)?;
+            return rows.iter().map(run_row).collect();
+        }
         crate::count_write();
         let rows = sqlx::query(sql)
             .bind(owner)
@@ -893,19 +925,7 @@ impl EngineStore for Store {
             .fetch_all(&mut *self.read().await.map_err(unavailable)?)
             .await
             .map_err(unavailable)?;
-        rows.iter()
-            .map(|row| {
-                Ok(JournalEntry {
-                    run_id: row.get("run_id"),
-                    seq: row.get("seq"),
-                    op: row.get("op"),
-                    request: parse_json(Some(row.get("request")))?.unwrap_or(Value::Null),
-                    response: parse_json(row.get("response"))?,
-                    status: parse_enum(row.get::<&str, _>("status"))?,
-                    at_ms: row.get("at_ms"),
-                })
-            })
-            .collect()
+        rows.iter().map(journal_row).collect()
     }
 
     async fn receipts(&self, execution_id: &str) -> Result<Vec<Receipt>, StoreError> {
@@ -939,22 +959,67 @@ impl EngineStore for Store {
             .fetch_all(&mut *self.read().await.map_err(unavailable)?)
             .await
             .map_err(unavailable)?;
-        rows.iter()
-            .map(|row| {
-                Ok(WaitRecord {
-                    run_id: row.get("run_id"),
-                    seq: row.get("seq"),
-                    kind: parse_enum(row.get::<&str, _>("kind"))?,
-                    name: row.get("name"),
-                    digest: row.get("digest"),
-                    payload_json: parse_json(row.get("payload_json"))?,
-                    wake_ms: row.get("wake_ms"),
-                    deadline_ms: row.get("deadline_ms"),
-                    attempts: row.get("attempts"),
-                    resolved_json: parse_json(row.get("resolved_json"))?,
-                })
-            })
-            .collect()
+        rows.iter().map(wait_row).collect()
+    }
+
+    async fn replay_state(
+        &self,
+        run_id: &str,
+        execution_id: &str,
+    ) -> Result<ReplayState, StoreError> {
+        const JOURNAL: &str = "SELECT * FROM journal WHERE run_id = $1 ORDER BY seq";
+        const WAITS: &str = "SELECT * FROM waits WHERE run_id = $1 ORDER BY seq";
+        const STAGES: &str = "SELECT * FROM stages WHERE execution_id = $2 ORDER BY position";
+        let mut conn = self.read().await.map_err(unavailable)?;
+        let mut state = ReplayState::default();
+        if self.backend() == Backend::Sqlite {
+            // One text, one hand-off; a row is told by a column only its table has.
+            let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "{JOURNAL};\n{WAITS};\n{STAGES}"
+            )))
+            .bind(run_id)
+            .bind(execution_id)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(unavailable)?;
+            for row in &rows {
+                let has = |name: &str| row.columns().iter().any(|c| c.name() == name);
+                if has("stage_name") {
+                    state.stages.push(stage_row(row)?);
+                } else if has("attempts") {
+                    state.waits.push(wait_row(row)?);
+                } else {
+                    state.journal.push(journal_row(row)?);
+                }
+            }
+        } else {
+            for row in sqlx::query(JOURNAL)
+                .bind(run_id)
+                .fetch_all(&mut *conn)
+                .await
+                .map_err(unavailable)?
+            {
+                state.journal.push(journal_row(&row)?);
+            }
+            for row in sqlx::query(WAITS)
+                .bind(run_id)
+                .fetch_all(&mut *conn)
+                .await
+                .map_err(unavailable)?
+            {
+                state.waits.push(wait_row(&row)?);
+            }
+            let stages = STAGES.replace("$2", "$1");
+            for row in sqlx::query(sqlx::AssertSqlSafe(stages))
+                .bind(execution_id)
+                .fetch_all(&mut *conn)
+                .await
+                .map_err(unavailable)?
+            {
+                state.stages.push(stage_row(&row)?);
+            }
+        }
+        Ok(state)
     }
 
     async fn commands(&self, execution_id: &str) -> Result<Vec<CommandRecord>, StoreError> {
@@ -988,109 +1053,33 @@ impl EngineStore for Store {
         rows.iter().map(outbox_row).collect()
     }
 
-    async fn reserve_idempotency(
+    async fn idempotency(
         &self,
         principal_id: &str,
         workflow: &str,
         key: &str,
-        body_sha256: &str,
-        now_ms: Millis,
-        expired_before_ms: Millis,
-    ) -> Result<Reservation, StoreError> {
-        // Insert-if-absent first, then compare-and-set on an expired reservation: correct with
-        // several nodes racing on one key (PostgreSQL, READ COMMITTED), where "read, then insert
-        // or overwrite" would let two of them both believe they reserved it. Each statement is
-        // atomic on its own, so no explicit transaction: the usual case (a new key) is one
-        // statement on the writer instead of BEGIN, INSERT, COMMIT.
-        crate::count_write();
-        let inserted = sqlx::query(
-            "INSERT INTO idempotency (principal_id, workflow, key, body_sha256, execution_id, response_json, created_ms)
-             VALUES ($1, $2, $3, $4, NULL, NULL, $5)
-             ON CONFLICT (principal_id, workflow, key) DO NOTHING",
-        )
-        .bind(principal_id)
-        .bind(workflow)
-        .bind(key)
-        .bind(body_sha256)
-        .bind(now_ms)
-        .execute(&self.writer)
-        .await
-        .map_err(unavailable)?
-        .rows_affected();
-        if inserted == 1 {
-            return Ok(Reservation::New);
-        }
-        let existing: Option<(String, Option<String>, Option<String>, i64)> = sqlx::query_as(
+    ) -> Result<Option<IdempotencyRecord>, StoreError> {
+        let row = sqlx::query(
             "SELECT body_sha256, execution_id, response_json, created_ms FROM idempotency
              WHERE principal_id = $1 AND workflow = $2 AND key = $3",
         )
         .bind(principal_id)
         .bind(workflow)
         .bind(key)
-        .fetch_optional(&self.writer)
+        .fetch_optional(&mut *self.read().await.map_err(unavailable)?)
         .await
         .map_err(unavailable)?;
-        let outcome = match existing {
-            Some((body, Some(execution_id), Some(response), _)) => {
-                if body == body_sha256 {
-                    let response_json = parse_json(Some(response))?.unwrap_or(Value::Null);
-                    Reservation::Replay {
-                        execution_id,
-                        response_json,
-                    }
-                } else {
-                    Reservation::Conflict
-                }
-            }
-            Some((body, _, _, created)) if created >= expired_before_ms => {
-                if body == body_sha256 {
-                    Reservation::Pending
-                } else {
-                    Reservation::Conflict
-                }
-            }
-            // An abandoned reservation (its request never finished): take it over, unless
-            // another request just did.
-            Some((_, _, _, created)) => {
-                let taken = sqlx::query(
-                    "UPDATE idempotency SET body_sha256 = $1, created_ms = $2, execution_id = NULL, response_json = NULL
-                     WHERE principal_id = $3 AND workflow = $4 AND key = $5 AND created_ms = $6 AND execution_id IS NULL",
-                )
-                .bind(body_sha256)
-                .bind(now_ms)
-                .bind(principal_id)
-                .bind(workflow)
-                .bind(key)
-                .bind(created)
-                .execute(&self.writer)
-                .await
-                .map_err(unavailable)?
-                .rows_affected();
-                if taken == 1 {
-                    Reservation::New
-                } else {
-                    Reservation::Pending
-                }
-            }
-            // Released between our insert and our read: the caller retries.
-            None => Reservation::Pending,
-        };
-        Ok(outcome)
-    }
-
-    async fn release_idempotency(
-        &self,
-        principal_id: &str,
-        workflow: &str,
-        key: &str,
-    ) -> Result<(), StoreError> {
-        sqlx::query("DELETE FROM idempotency WHERE principal_id = $1 AND workflow = $2 AND key = $3 AND execution_id IS NULL")
-            .bind(principal_id)
-            .bind(workflow)
-            .bind(key)
-            .execute(&self.writer)
-            .await
-            .map_err(unavailable)?;
-        Ok(())
+        row.map(|row| {
+            Ok(IdempotencyRecord {
+                principal_id: principal_id.to_owned(),
+                workflow: workflow.to_owned(),
+                key: key.to_owned(),
+                body_sha256: row.get("body_sha256"),
+                execution_id: row.get("execution_id"),
+                response_json: parse_json(row.get("response_json"))?,
+                created_ms: row.get("created_ms"),
+            })
+        })
+        .transpose()
     }
 }

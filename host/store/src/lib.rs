@@ -330,7 +330,8 @@ impl Store {
                                         break;
                                     }
                                 },
-                                _ = stop.changed() => return,
+                                // Also when the sender is gone: that means stop too.
+                                _ = stop.wait_for(|s| *s) => return,
                             }
                         }
                     }
@@ -339,7 +340,7 @@ impl Store {
             }
             tokio::select! {
                 () = tokio::time::sleep(Duration::from_secs(1)) => {}
-                _ = stop.changed() => {}
+                _ = stop.wait_for(|s| *s) => return,
             }
         }
     }
@@ -640,6 +641,142 @@ mod tests {
         let ids = zones(&store).await;
         assert!(ids.contains(&"gnew".to_owned()));
         assert!(!ids.contains(&"gdup".to_owned()), "{ids:?}");
+    }
+
+    /// A status precondition is checked where it stands in its batch, in a group commit and in
+    /// a transaction of its own (a batch too large to join a group), on either backend; a
+    /// claim returns the runs it leased.
+    #[tokio::test]
+    async fn status_preconditions_hold_in_groups_and_alone_and_claims_return_their_runs() {
+        use capstan_core::execution::{ExecutionStatus, StageStatus};
+        use capstan_core::store::*;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&crate::testing::fresh_database_url(dir.path()).await)
+            .await
+            .unwrap();
+        let execution = ExecutionRecord {
+            id: "e1".into(),
+            workflow: "w".into(),
+            principal_id: "p".into(),
+            status: ExecutionStatus::Queued,
+            status_reason: None,
+            current_stage: None,
+            created_ms: 1,
+            finished_ms: None,
+            cancellation_requested_ms: None,
+            input_json: serde_json::json!({}),
+            output_json: None,
+            outcome_json: None,
+            run_id: "r1".into(),
+            traceparent: None,
+        };
+        let run = RunRecord {
+            id: "r1".into(),
+            execution_id: "e1".into(),
+            workflow: "w".into(),
+            digest: "d".into(),
+            kind: RunKind::Workflow,
+            state: RunState::Runnable,
+            wake_ms: 1,
+            lease_owner: None,
+            lease_expires_ms: None,
+            activations: 0,
+            cancel_requested: false,
+            created_ms: 1,
+        };
+        store
+            .apply(
+                None,
+                vec![Write::InsertExecution(execution), Write::InsertRun(run)],
+            )
+            .await
+            .unwrap();
+        let to = |expect: ExecutionStatus, status: ExecutionStatus| {
+            Write::UpdateExecution(ExecutionPatch {
+                id: "e1".into(),
+                expect: Some(vec![expect]),
+                status: Some(status),
+                ..ExecutionPatch::default()
+            })
+        };
+        let stage = |id: &str, position: i64| {
+            Write::PutStage(StageRecord {
+                id: id.into(),
+                execution_id: "e1".into(),
+                position,
+                stage_name: id.into(),
+                status: StageStatus::Running,
+                started_ms: 1,
+                finished_ms: None,
+                output_json: None,
+                error_json: None,
+            })
+        };
+        // Together: the one whose precondition holds commits, the other changes nothing.
+        let (wrong, right) = tokio::join!(
+            store.apply(
+                None,
+                vec![
+                    stage("s-wrong", 0),
+                    to(ExecutionStatus::Running, ExecutionStatus::Succeeded)
+                ]
+            ),
+            store.apply(
+                None,
+                vec![
+                    to(ExecutionStatus::Queued, ExecutionStatus::Running),
+                    stage("s-right", 0)
+                ]
+            ),
+        );
+        assert!(matches!(wrong, Err(StoreError::Conflict(_))), "{wrong:?}");
+        right.unwrap();
+        // The precondition sees the writes before it in its own batch.
+        store
+            .apply(
+                None,
+                vec![
+                    to(ExecutionStatus::Running, ExecutionStatus::Waiting),
+                    to(ExecutionStatus::Waiting, ExecutionStatus::Running),
+                ],
+            )
+            .await
+            .unwrap();
+        // Too large for a group: a transaction of its own, same verdict.
+        let mut large: Vec<Write> = (1..70).map(|i| stage(&format!("s-large-{i}"), i)).collect();
+        large.push(to(ExecutionStatus::Queued, ExecutionStatus::Failed));
+        let refused = store.apply(None, large).await;
+        assert!(
+            matches!(refused, Err(StoreError::Conflict(_))),
+            "{refused:?}"
+        );
+        let stages: Vec<String> = store
+            .stages("e1")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|s| s.id)
+            .collect();
+        assert_eq!(stages, ["s-right"]);
+        assert_eq!(
+            store.execution("e1").await.unwrap().unwrap().status,
+            ExecutionStatus::Running
+        );
+
+        let claimed = store.claim_runs("node-a", 10, 1_000, 8).await.unwrap();
+        assert_eq!(claimed.len(), 1);
+        assert_eq!(claimed[0].id, "r1");
+        assert_eq!(claimed[0].lease_owner.as_deref(), Some("node-a"));
+        assert_eq!(claimed[0].lease_expires_ms, Some(1_010));
+        assert_eq!(claimed[0].activations, 1);
+        assert!(
+            store
+                .claim_runs("node-b", 20, 1_000, 8)
+                .await
+                .unwrap()
+                .is_empty(),
+            "leased"
+        );
     }
 
     #[tokio::test]

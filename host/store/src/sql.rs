@@ -7,6 +7,7 @@
 //! prepared, `crate::writer`); [`Sql::build`] joins them into one text with the placeholders
 //! renumbered across it, which sqlx's SQLite driver runs in one call.
 
+use capstan_core::store::StoreError;
 use sqlx::any::AnyArguments;
 use sqlx::{Any, Arguments, Encode, Type};
 use sqlx_core::any::AnyValueKind;
@@ -23,6 +24,32 @@ pub struct Sql {
 pub(crate) struct Statement {
     pub(crate) text: String,
     args: AnyArguments,
+    /// A guard: what the statement returns decides whether its transaction goes on.
+    pub(crate) check: Option<Check>,
+}
+
+/// What a guard statement must return for its transaction to go on.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Check {
+    /// A run's fence: one row (the run's `cancel_requested`), or none when the lease was lost
+    /// ([`StoreError::LeaseLost`]); a value of 1 asks for an immediate cancel
+    /// ([`StoreError::Canceled`]).
+    Fence,
+    /// A condition: one row while it holds, else [`StoreError::Conflict`] with this reason.
+    Holds(&'static str),
+}
+
+impl Check {
+    /// The verdict on a guard's first row (its first column as an integer, 0 when it is not
+    /// one), or `None` when it returned no row.
+    pub(crate) fn verdict(self, first: Option<i64>) -> Result<(), StoreError> {
+        match (self, first) {
+            (Check::Fence, None) => Err(StoreError::LeaseLost),
+            (Check::Fence, Some(1)) => Err(StoreError::Canceled),
+            (Check::Holds(reason), None) => Err(StoreError::Conflict(reason.to_owned())),
+            (_, Some(_)) => Ok(()),
+        }
+    }
 }
 
 impl Statement {
@@ -40,6 +67,7 @@ impl Clone for Statement {
         Self {
             text: self.text.clone(),
             args,
+            check: self.check,
         }
     }
 }
@@ -65,7 +93,7 @@ impl Sql {
         Self {
             statements: vec![Statement {
                 text: text.to_owned(),
-                args: AnyArguments::default(),
+                ..Statement::default()
             }],
         }
     }
@@ -103,9 +131,33 @@ impl Sql {
     pub fn push_statement(&mut self, text: &str) -> &mut Self {
         self.statements.push(Statement {
             text: text.to_owned(),
-            args: AnyArguments::default(),
+            ..Statement::default()
         });
         self
+    }
+
+    /// Makes the current statement a guard.
+    pub(crate) fn check(&mut self, check: Check) -> &mut Self {
+        self.last().check = Some(check);
+        self
+    }
+
+    /// Makes the first `n` statements guards.
+    pub(crate) fn checked(mut self, n: usize, check: Check) -> Self {
+        for statement in self.statements.iter_mut().take(n) {
+            statement.check = Some(check);
+        }
+        self
+    }
+
+    /// The guard the first statement is, if it is one.
+    pub(crate) fn first_check(&self) -> Option<Check> {
+        self.statements.first().and_then(|s| s.check)
+    }
+
+    /// The guard the last statement is, if it is one.
+    pub(crate) fn last_check(&self) -> Option<Check> {
+        self.statements.last().and_then(|s| s.check)
     }
 
     /// Binds the next value of the current statement.

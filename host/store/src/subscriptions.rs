@@ -261,13 +261,10 @@ impl Store {
         routes: &[Route],
         now: Millis,
     ) -> Result<bool, StoreError> {
-        // One statement text on SQLite (one hand-off to its connection thread), statement by
-        // statement on PostgreSQL.
-        let mut tx = self.begin_write().await.map_err(unavailable)?;
+        // SQLite: in the next group commit; PostgreSQL: a transaction of its own.
         let mut batch = Batch::new(self.backend());
         batch
             .statement("INSERT INTO relay_cursor (name, seq) VALUES ('webhooks', 0) ON CONFLICT (name) DO NOTHING");
-        batch.done(&mut tx).await?;
         // Compare-and-set the cursor first: of several relays (nodes) that routed the same
         // events, exactly one moves it; the others roll back (on PostgreSQL the row lock makes
         // them wait for the winner's commit and then find the cursor moved).
@@ -275,10 +272,6 @@ impl Store {
             .cas("UPDATE relay_cursor SET seq = $1 WHERE name = 'webhooks' AND seq = $2 RETURNING seq")
             .bind(to)
             .bind(expected);
-        match batch.done(&mut tx).await {
-            Err(StoreError::Conflict(_)) => return Ok(false),
-            other => other?,
-        }
         for r in routes {
             batch
                 .statement(
@@ -291,14 +284,12 @@ impl Store {
                 .bind(r.event.seq)
                 .bind(now)
                 .bind(now);
-            batch.done(&mut tx).await?;
         }
         for seq in routed {
             batch
                 .statement("UPDATE outbox SET routed_ms = COALESCE(routed_ms, $1) WHERE seq = $2")
                 .bind(now)
                 .bind(*seq);
-            batch.done(&mut tx).await?;
         }
         // Every event the relay passed is published to this node's streams (they read the outbox).
         batch
@@ -308,12 +299,10 @@ impl Store {
             .bind(now)
             .bind(expected)
             .bind(to);
-        match batch.flush(&mut tx).await {
-            Err(StoreError::Conflict(_)) => return Ok(false),
-            other => other?,
+        match self.commit_batch(batch).await {
+            Err(StoreError::Conflict(_)) => Ok(false),
+            other => other.map(|()| true),
         }
-        tx.commit().await.map_err(unavailable)?;
-        Ok(true)
     }
 
     /// Claims due attempts for this node until `lease_until`, at most one per subscription: the

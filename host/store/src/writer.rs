@@ -17,6 +17,7 @@
 //! never race for the file's write lock (other processes, like the CLI, wait in the busy timeout
 //! as before).
 
+use crate::engine::Returned;
 use crate::sql::Statement;
 use capstan_core::store::StoreError;
 use rusqlite::types::{ToSqlOutput, ValueRef};
@@ -28,20 +29,16 @@ use std::sync::mpsc;
 /// the relay write (partial updates have a text per combination of columns) fits many times.
 const PREPARED: usize = 512;
 
-/// One caller's part of a group.
-pub(crate) struct Part {
-    pub(crate) statements: Vec<Statement>,
-    /// The first `guards` statements must each return a row.
-    pub(crate) guards: usize,
-    /// The one guard is a run's fence: no row means the lease was lost, a value of 1 that an
-    /// immediate cancel was asked.
-    pub(crate) fenced: bool,
-}
+/// One caller's part of a group: its statements, guards marked ([`Statement::check`]).
+pub(crate) type Part = Vec<Statement>;
 
-/// A group to commit; `answer` gets one result per part, in order.
+/// A part's answer: the first column of every row its statements returned, guards aside.
+pub(crate) type Answer = Result<Vec<Returned>, StoreError>;
+
+/// A group to commit; `answer` gets one answer per part, in order.
 pub(crate) struct Request {
     pub(crate) parts: Vec<Part>,
-    pub(crate) answer: tokio::sync::oneshot::Sender<Vec<Result<(), StoreError>>>,
+    pub(crate) answer: tokio::sync::oneshot::Sender<Vec<Answer>>,
 }
 
 /// The handle to the writer thread; the thread ends when the handle is dropped.
@@ -117,8 +114,8 @@ fn control(conn: &Connection, text: &str) -> Result<(), StoreError> {
 /// group runs again without it, so the others commit as if it had not been there. (Failures are
 /// rare, so this costs less than a savepoint per part, whose sub-journal copies every page a
 /// part first touches.) When the transaction itself fails, every part still waiting fails.
-fn commit(conn: &Connection, parts: &[Part]) -> Vec<Result<(), StoreError>> {
-    let mut answers: Vec<Option<Result<(), StoreError>>> = parts.iter().map(|_| None).collect();
+fn commit(conn: &Connection, parts: &[Part]) -> Vec<Answer> {
+    let mut answers: Vec<Option<Answer>> = parts.iter().map(|_| None).collect();
     'group: loop {
         let waiting: Vec<usize> = (0..parts.len()).filter(|&i| answers[i].is_none()).collect();
         if waiting.is_empty() {
@@ -127,13 +124,17 @@ fn commit(conn: &Connection, parts: &[Part]) -> Vec<Result<(), StoreError>> {
         if let Err(e) = control(conn, "BEGIN IMMEDIATE") {
             return fail_waiting(answers, &e);
         }
+        let mut returned = Vec::with_capacity(waiting.len());
         for &i in &waiting {
-            if let Err(e) = run_part(conn, &parts[i]) {
-                if !conn.is_autocommit() && control(conn, "ROLLBACK").is_err() {
-                    return fail_waiting(answers, &e);
+            match run_part(conn, &parts[i]) {
+                Ok(rows) => returned.push(rows),
+                Err(e) => {
+                    if !conn.is_autocommit() && control(conn, "ROLLBACK").is_err() {
+                        return fail_waiting(answers, &e);
+                    }
+                    answers[i] = Some(Err(e));
+                    continue 'group;
                 }
-                answers[i] = Some(Err(e));
-                continue 'group;
             }
         }
         if let Err(e) = control(conn, "COMMIT") {
@@ -142,18 +143,18 @@ fn commit(conn: &Connection, parts: &[Part]) -> Vec<Result<(), StoreError>> {
             }
             return fail_waiting(answers, &e);
         }
-        for i in waiting {
-            answers[i] = Some(Ok(()));
+        for (i, rows) in waiting.into_iter().zip(returned) {
+            answers[i] = Some(Ok(rows));
         }
     }
-    answers.into_iter().map(|a| a.unwrap_or(Ok(()))).collect()
+    answers
+        .into_iter()
+        .map(|a| a.unwrap_or_else(|| Ok(Vec::new())))
+        .collect()
 }
 
 /// Every part not answered yet fails with `e`.
-fn fail_waiting(
-    answers: Vec<Option<Result<(), StoreError>>>,
-    e: &StoreError,
-) -> Vec<Result<(), StoreError>> {
+fn fail_waiting(answers: Vec<Option<Answer>>, e: &StoreError) -> Vec<Answer> {
     answers
         .into_iter()
         .map(|a| a.unwrap_or_else(|| Err(e.clone())))
@@ -161,28 +162,24 @@ fn fail_waiting(
 }
 
 /// One caller's statements; the first error (or failed guard) ends it.
-fn run_part(conn: &Connection, part: &Part) -> Result<(), StoreError> {
-    for (i, statement) in part.statements.iter().enumerate() {
-        let guard = i < part.guards;
-        let first = run(conn, statement, guard).map_err(failed)?;
-        if guard {
-            match (first, part.fenced) {
-                (None, true) => return Err(StoreError::LeaseLost),
-                (Some(1), true) => return Err(StoreError::Canceled),
-                (None, false) => {
-                    return Err(StoreError::Conflict("a guard did not hold".to_owned()));
-                }
-                (Some(_), _) => {}
-            }
+fn run_part(conn: &Connection, part: &Part) -> Answer {
+    let mut returned = Vec::new();
+    for statement in part {
+        let rows = run(conn, statement).map_err(failed)?;
+        match statement.check {
+            Some(check) => check.verdict(rows.first().map(|v| match v {
+                Returned::Integer(i) => *i,
+                _ => 0,
+            }))?,
+            None => returned.extend(rows),
         }
     }
-    Ok(())
+    Ok(returned)
 }
 
-/// Binds and runs one statement (prepared once per connection). For a guard, returns the first
-/// column of its first row (`Some(0)` for a row whose value is not an integer), `None` when it
-/// returned no row.
-fn run(conn: &Connection, statement: &Statement, guard: bool) -> rusqlite::Result<Option<i64>> {
+/// Binds and runs one statement (prepared once per connection); the first column of each row
+/// it returns.
+fn run(conn: &Connection, statement: &Statement) -> rusqlite::Result<Vec<Returned>> {
     let mut prepared = conn.prepare_cached(&statement.text)?;
     let values = statement.values();
     for index in 1..=prepared.parameter_count() {
@@ -198,15 +195,11 @@ fn run(conn: &Connection, statement: &Statement, guard: bool) -> rusqlite::Resul
         prepared.raw_bind_parameter(index, value_of(value)?)?;
     }
     let mut rows = prepared.raw_query();
-    let mut first = None;
-    let mut seen = false;
+    let mut returned = Vec::new();
     while let Some(row) = rows.next()? {
-        if guard && !seen {
-            first = Some(row.get::<_, i64>(0).unwrap_or(0));
-        }
-        seen = true;
+        returned.push(row.get::<_, Returned>(0)?);
     }
-    Ok(first)
+    Ok(returned)
 }
 
 /// An sqlx argument as SQLite's value (the types sqlx's SQLite driver binds them as).

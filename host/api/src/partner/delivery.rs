@@ -60,7 +60,8 @@ pub async fn run(
         };
         if sent == 0 {
             tokio::select! {
-                _ = stop.changed() => {}
+                // Also when the sender is gone: that means stop too.
+                _ = stop.wait_for(|s| *s) => return,
                 () = tokio::time::sleep(Duration::from_millis(200)) => {}
             }
         }

@@ -42,8 +42,9 @@ pub async fn run(state: ApiState, mut stop: tokio::sync::watch::Receiver<bool>) 
         };
         if sent == 0 {
             tokio::select! {
-                _ = wake.changed() => {}
-                _ = stop.changed() => {}
+                // A closed channel disables its branch instead of returning at once, forever.
+                Ok(()) = wake.changed() => {}
+                _ = stop.wait_for(|s| *s) => return,
                 () = tokio::time::sleep(Duration::from_millis(250)) => {}
             }
         }

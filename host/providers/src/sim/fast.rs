@@ -6,7 +6,7 @@
 //! and polling it — read on a read connection, decide, and commit what they decided with the
 //! engine's group commit under guards that what they read still holds
 //! ([`capstan_store::Store::commit_guarded`]). When a guard fails (another call changed the same
-//! record set meanwhile) or anything else is unusual (a fault is configured, a repeated token,
+//! record set meanwhile) or anything else is unusual (a fault rule fits the call, a repeated token,
 //! an error to report), the call takes the ordinary path: one transaction that reads and writes.
 
 use super::dns::{ChangePlan, parse_changes};
@@ -24,7 +24,10 @@ impl SimulatedCloud {
         request: &Value,
         token: &str,
     ) -> Option<Result<Value, CapabilityError>> {
-        if self.store.backend() != Backend::Sqlite || !self.settings.faults.is_empty() {
+        // A call that a fault rule fits takes the ordinary path, which counts and applies faults.
+        if self.store.backend() != Backend::Sqlite
+            || self.settings.faults.iter().any(|f| f.fits(op, request))
+        {
             return None;
         }
         match op {
