@@ -174,8 +174,9 @@ impl Batch {
         .bind(fence.owner.clone());
     }
 
-    /// Starts the next statement (with its own `$1…$k`); bind its values on the result.
-    pub(crate) fn statement(&mut self, text: &str) -> &mut Sql {
+    /// The segment the next ordinary statement joins (SQLite: the last one unless it ends in a
+    /// guard; PostgreSQL: a new one each, as its extended protocol takes one statement at a time).
+    fn open_segment(&mut self) -> &mut Sql {
         let joins = self.backend == Backend::Sqlite
             && self
                 .pending
@@ -185,7 +186,17 @@ impl Batch {
             self.pending.push(Sql::default());
         }
         let last = self.pending.len() - 1;
-        self.pending[last].push_statement(text)
+        &mut self.pending[last]
+    }
+
+    /// Starts the next statement (with its own `$1…$k`); bind its values on the result.
+    pub(crate) fn statement(&mut self, text: &str) -> &mut Sql {
+        self.open_segment().push_statement(text)
+    }
+
+    /// Appends a statement built apart (with its own `$1…$k`).
+    fn push_sql(&mut self, sql: Sql) {
+        self.open_segment().extend(sql);
     }
 
     /// Starts a guard: a statement that returns one row when the batch may go on (see
@@ -247,6 +258,40 @@ impl Batch {
     }
 }
 
+/// `UPDATE <table> SET` with only the columns a patch changes. Never `SET id = id` as a
+/// placeholder: SQLite takes that for a change of the primary key and checks every foreign key
+/// that references it, which for `executions` meant a scan of `runs` per update (BENCHMARKS.md).
+struct SetList {
+    sql: Sql,
+    columns: usize,
+}
+
+impl SetList {
+    fn new(update: &str) -> Self {
+        Self {
+            sql: Sql::new(update),
+            columns: 0,
+        }
+    }
+
+    /// Starts the next `column = …` (its text and binds follow on the returned statement).
+    fn column(&mut self, text: &str) -> &mut Sql {
+        if self.columns > 0 {
+            self.sql.push(", ");
+        }
+        self.columns += 1;
+        self.sql.push(text)
+    }
+
+    /// `WHERE id = <id>`, appended to the batch; a patch that changes nothing writes nothing.
+    fn finish(mut self, batch: &mut Batch, id: String) {
+        if self.columns > 0 {
+            self.sql.push(" WHERE id = ").push_bind(id);
+            batch.push_sql(self.sql);
+        }
+    }
+}
+
 /// Appends one write (a status precondition of [`Write::UpdateExecution`] becomes a guard
 /// statement before its update).
 fn push_write(batch: &mut Batch, write: Write) {
@@ -292,40 +337,40 @@ fn push_write(batch: &mut Batch, write: Write) {
                     .push(")")
                     .push(lock);
             }
-            let q = batch.statement("UPDATE executions SET id = id");
+            let mut set = SetList::new("UPDATE executions SET ");
             if let Some(s) = p.status {
-                q.push(", status = ").push_bind(s.as_str());
+                set.column("status = ").push_bind(s.as_str());
             }
             if let Some(r) = p.status_reason {
-                q.push(", status_reason = ").push_bind(r);
+                set.column("status_reason = ").push_bind(r);
             }
             if let Some(c) = p.current_stage {
-                q.push(", current_stage = ").push_bind(c);
+                set.column("current_stage = ").push_bind(c);
             }
             if let Some(f) = p.finished_ms {
-                q.push(", finished_ms = ").push_bind(f);
+                set.column("finished_ms = ").push_bind(f);
             }
             match p.cancellation_requested_ms {
                 Some(Some(c)) => {
-                    q.push(", cancellation_requested_ms = COALESCE(cancellation_requested_ms, ")
+                    set.column("cancellation_requested_ms = COALESCE(cancellation_requested_ms, ")
                         .push_bind(c)
                         .push(")");
                 }
                 Some(None) => {
-                    q.push(", cancellation_requested_ms = NULL");
+                    set.column("cancellation_requested_ms = NULL");
                 }
                 None => {}
             }
             if let Some(o) = &p.output_json {
-                q.push(", output_json = ").push_bind(json_text(o));
+                set.column("output_json = ").push_bind(json_text(o));
             }
             if let Some(o) = &p.outcome_json {
-                q.push(", outcome_json = ").push_bind(json_text(o));
+                set.column("outcome_json = ").push_bind(json_text(o));
             }
             if let Some(r) = p.run_id {
-                q.push(", run_id = ").push_bind(r);
+                set.column("run_id = ").push_bind(r);
             }
-            q.push(" WHERE id = ").push_bind(p.id);
+            set.finish(batch, p.id);
         }
         Write::PutStage(s) => {
             batch
@@ -376,20 +421,20 @@ fn push_write(batch: &mut Batch, write: Write) {
                 .bind(r.created_ms);
         }
         Write::UpdateRun(p) => {
-            let q = batch.statement("UPDATE runs SET id = id");
+            let mut set = SetList::new("UPDATE runs SET ");
             if let Some(s) = p.state {
-                q.push(", state = ").push_bind(enum_text(&s));
+                set.column("state = ").push_bind(enum_text(&s));
             }
             if let Some(w) = p.wake_ms {
-                q.push(", wake_ms = ").push_bind(w);
+                set.column("wake_ms = ").push_bind(w);
             }
             if p.release_lease {
-                q.push(", lease_owner = NULL, lease_expires_ms = NULL");
+                set.column("lease_owner = NULL, lease_expires_ms = NULL");
             }
             if let Some(c) = p.cancel_requested {
-                q.push(", cancel_requested = ").push_bind(i64::from(c));
+                set.column("cancel_requested = ").push_bind(i64::from(c));
             }
-            q.push(" WHERE id = ").push_bind(p.id);
+            set.finish(batch, p.id);
         }
         Write::PutJournal(j) => {
             batch

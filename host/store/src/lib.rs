@@ -762,6 +762,35 @@ mod tests {
             store.execution("e1").await.unwrap().unwrap().status,
             ExecutionStatus::Running
         );
+        // A patch that only states a precondition is a guard alone, and a patch that changes
+        // nothing writes nothing (both used to be `SET id = id`, see `SetList`).
+        let only_checks = |expect: ExecutionStatus| {
+            Write::UpdateExecution(ExecutionPatch {
+                id: "e1".into(),
+                expect: Some(vec![expect]),
+                ..ExecutionPatch::default()
+            })
+        };
+        let refused = store
+            .apply(None, vec![only_checks(ExecutionStatus::Queued)])
+            .await;
+        assert!(
+            matches!(refused, Err(StoreError::Conflict(_))),
+            "{refused:?}"
+        );
+        store
+            .apply(
+                None,
+                vec![
+                    only_checks(ExecutionStatus::Running),
+                    Write::UpdateRun(RunPatch {
+                        id: "r1".into(),
+                        ..RunPatch::default()
+                    }),
+                ],
+            )
+            .await
+            .unwrap();
 
         let claimed = store.claim_runs("node-a", 10, 1_000, 8).await.unwrap();
         assert_eq!(claimed.len(), 1);

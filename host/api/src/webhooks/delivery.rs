@@ -23,6 +23,15 @@ use sha2::Sha256;
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
+/// The shortest time from one pass to the next when events wake the relay: under load, one pass
+/// routes what many commits wrote (one read of the outbox and one write for all of it) instead
+/// of one pass per commit, each a group commit of its own and six reads (BENCHMARKS.md, session
+/// 9). Routing waits at most this long; SSE streams read the outbox themselves, without it.
+const RELAY_LINGER: Duration = Duration::from_millis(10);
+
+/// Outbox events one relay transaction routes at most.
+const RELAY_BATCH: i64 = 200;
+
 /// Runs relay and dispatch until `stop` turns true.
 pub async fn run(state: ApiState, mut stop: tokio::sync::watch::Receiver<bool>) {
     let mut wake = state.store.subscribe_events();
@@ -30,6 +39,7 @@ pub async fn run(state: ApiState, mut stop: tokio::sync::watch::Receiver<bool>) 
         if *stop.borrow() {
             return;
         }
+        let pass = tokio::time::Instant::now();
         if let Err(error) = relay(&state).await {
             tracing::warn!(%error, "webhook relay failed; retrying");
         }
@@ -41,11 +51,17 @@ pub async fn run(state: ApiState, mut stop: tokio::sync::watch::Receiver<bool>) 
             }
         };
         if sent == 0 {
-            tokio::select! {
+            let woken = tokio::select! {
                 // A closed channel disables its branch instead of returning at once, forever.
-                Ok(()) = wake.changed() => {}
+                Ok(()) = wake.changed() => true,
                 _ = stop.wait_for(|s| *s) => return,
-                () = tokio::time::sleep(Duration::from_millis(250)) => {}
+                () = tokio::time::sleep(Duration::from_millis(250)) => false,
+            };
+            if woken {
+                tokio::select! {
+                    () = tokio::time::sleep_until(pass + RELAY_LINGER) => {}
+                    _ = stop.wait_for(|s| *s) => return,
+                }
             }
         }
     }
@@ -53,10 +69,12 @@ pub async fn run(state: ApiState, mut stop: tokio::sync::watch::Receiver<bool>) 
 
 async fn relay(state: &ApiState) -> anyhow::Result<()> {
     loop {
-        let (cursor, events) = state.store.unrouted_events(200).await?;
+        let (cursor, events) = state.store.unrouted_events(RELAY_BATCH).await?;
         let Some(last) = events.last().map(|e| e.seq) else {
             return Ok(());
         };
+        // A short read was everything there was; what commits meanwhile wakes the next pass.
+        let more = events.len() == RELAY_BATCH as usize;
         let subscriptions = state.store.active_subscriptions().await?;
         // Each owner's permissions once per batch, not once per (event, subscription).
         let mut permissions: HashMap<&str, BTreeSet<String>> = HashMap::new();
@@ -97,6 +115,9 @@ async fn relay(state: &ApiState) -> anyhow::Result<()> {
         {
             // Another relay advanced the cursor first: read again from where it is.
             continue;
+        }
+        if !more {
+            return Ok(());
         }
     }
 }
