@@ -1128,3 +1128,51 @@ impl EngineStore for Store {
         .transpose()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn texts(write: Write) -> Vec<String> {
+        let mut batch = Batch::new(Backend::Sqlite);
+        push_write(&mut batch, write);
+        batch
+            .into_sql()
+            .into_statements()
+            .into_iter()
+            .map(|s| s.text)
+            .collect()
+    }
+
+    /// A partial update names only what it changes: `SET id = id` made SQLite check the foreign
+    /// keys that reference the row (a scan of `runs` per execution update).
+    #[test]
+    fn partial_updates_set_only_their_columns() {
+        let stage = texts(Write::UpdateExecution(ExecutionPatch {
+            id: "e1".into(),
+            current_stage: Some(Some("plan".into())),
+            ..ExecutionPatch::default()
+        }));
+        assert_eq!(
+            stage,
+            ["UPDATE executions SET current_stage = $1 WHERE id = $2"]
+        );
+        let run = texts(Write::UpdateRun(RunPatch {
+            id: "r1".into(),
+            state: Some(RunState::Done),
+            release_lease: true,
+            ..RunPatch::default()
+        }));
+        assert_eq!(
+            run,
+            [
+                "UPDATE runs SET state = $1, lease_owner = NULL, lease_expires_ms = NULL WHERE id = $2"
+            ]
+        );
+        let nothing = texts(Write::UpdateRun(RunPatch {
+            id: "r1".into(),
+            ..RunPatch::default()
+        }));
+        assert!(nothing.is_empty(), "{nothing:?}");
+    }
+}
