@@ -808,6 +808,76 @@ mod tests {
         );
     }
 
+    /// A subscription starts after the outbox's last event at its creation: of the events the
+    /// relay has not passed yet, it is routed only those committed after it.
+    #[tokio::test]
+    async fn a_subscription_receives_only_events_committed_after_it() {
+        use crate::subscriptions::SubscriptionRecord;
+        use capstan_core::store::*;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&crate::testing::fresh_database_url(dir.path()).await)
+            .await
+            .unwrap();
+        let event = |id: &str| {
+            Write::Event(OutboxRecord {
+                seq: 0,
+                event_id: id.into(),
+                execution_id: "e1".into(),
+                event_type: "ExecutionSucceeded".into(),
+                event_version: "1".into(),
+                principal_id: "p".into(),
+                workflow: "w".into(),
+                payload_json: serde_json::json!({}),
+                occurred_ms: 1,
+                traceparent: None,
+                routed_ms: None,
+                stream_published_ms: None,
+                dispatched_ms: None,
+            })
+        };
+        store
+            .apply(None, vec![event("before-1"), event("before-2")])
+            .await
+            .unwrap();
+        store
+            .insert_subscription(&SubscriptionRecord {
+                id: "s1".into(),
+                owner_principal_id: "p".into(),
+                url: "https://hooks.example.com/".into(),
+                events: vec!["ExecutionSucceeded.v1".into()],
+                active: true,
+                health: "healthy".into(),
+                kms_key_id: "k".into(),
+                secret_sealed: "x".into(),
+                previous_kms_key_id: None,
+                previous_secret_sealed: None,
+                previous_until_ms: None,
+                created_ms: 2,
+                deleted_ms: None,
+                after_seq: -1,
+            })
+            .await
+            .unwrap();
+        store.apply(None, vec![event("after")]).await.unwrap();
+        let subscription = store.active_subscriptions().await.unwrap().remove(0);
+        let (cursor, events) = store.unrouted_events(10).await.unwrap();
+        assert_eq!(cursor, 0, "the relay has passed nothing yet");
+        assert_eq!(events.len(), 3);
+        let routed: Vec<&str> = events
+            .iter()
+            .filter(|e| subscription.wants(e))
+            .map(|e| e.event_id.as_str())
+            .collect();
+        assert_eq!(routed, ["after"]);
+        // Its event versions only.
+        let mut other = events[2].clone();
+        other.event_version = "2".into();
+        assert!(!subscription.wants(&other));
+        other.event_version = "1".into();
+        other.event_type = "ExecutionSucceededX".into();
+        assert!(!subscription.wants(&other));
+    }
+
     #[tokio::test]
     async fn refuses_an_unknown_url_scheme() {
         let err = Store::open("mysql://localhost/x").await.unwrap_err();

@@ -21,6 +21,11 @@ pub struct SubscriptionRecord {
     pub previous_until_ms: Option<Millis>,
     pub created_ms: Millis,
     pub deleted_ms: Option<Millis>,
+    /// The relay routes it the outbox events after this `seq`: [`Store::insert_subscription`]
+    /// sets it to the outbox's last `seq` at creation (the value given is not used), so a new
+    /// subscription receives the events committed after it, never earlier ones the relay had not
+    /// passed yet.
+    pub after_seq: i64,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -38,6 +43,19 @@ pub struct DeliveryRecord {
     pub last_error: Option<String>,
 }
 
+impl SubscriptionRecord {
+    /// Whether the relay routes `event` here: one of the event versions it names
+    /// (`<type>.v<version>`), committed after it was created.
+    pub fn wants(&self, event: &OutboxRecord) -> bool {
+        event.seq > self.after_seq
+            && self.events.iter().any(|name| {
+                name.strip_prefix(event.event_type.as_str())
+                    .and_then(|rest| rest.strip_prefix(".v"))
+                    == Some(event.event_version.as_str())
+            })
+    }
+}
+
 fn subscription_row(r: &AnyRow) -> SubscriptionRecord {
     SubscriptionRecord {
         id: r.get("id"),
@@ -53,6 +71,7 @@ fn subscription_row(r: &AnyRow) -> SubscriptionRecord {
         previous_until_ms: r.get("previous_until_ms"),
         created_ms: r.get("created_ms"),
         deleted_ms: r.get("deleted_ms"),
+        after_seq: r.get("after_seq"),
     }
 }
 
@@ -83,7 +102,8 @@ impl Store {
     pub async fn insert_subscription(&self, s: &SubscriptionRecord) -> Result<(), StoreError> {
         sqlx::query(
             "INSERT INTO subscriptions (id, owner_principal_id, url, events, active, health, kms_key_id,
-             secret_sealed, created_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+             secret_sealed, created_ms, after_seq)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, (SELECT COALESCE(MAX(seq), 0) FROM outbox))",
         )
         .bind(&s.id)
         .bind(&s.owner_principal_id)

@@ -89,10 +89,9 @@ async fn relay(state: &ApiState) -> anyhow::Result<()> {
         let mut routes = Vec::new();
         let mut routed = Vec::new();
         for event in &events {
-            let name = format!("{}.v{}", event.event_type, event.event_version);
             let needed = format!("workflows:{}", event.workflow);
             let mut any = false;
-            for s in subscriptions.iter().filter(|s| s.events.contains(&name)) {
+            for s in subscriptions.iter().filter(|s| s.wants(event)) {
                 if permissions
                     .get(s.owner_principal_id.as_str())
                     .is_some_and(|p| p.contains(&needed))

@@ -296,6 +296,7 @@ async fn create(
         previous_until_ms: None,
         created_ms: state.now(),
         deleted_ms: None,
+        after_seq: 0,
     };
     state
         .store
