@@ -1038,31 +1038,24 @@ impl EngineStore for Store {
                 }
             }
         } else {
-            for row in sqlx::query(JOURNAL)
+            let journal = sqlx::query(JOURNAL)
                 .bind(run_id)
                 .fetch_all(&mut *conn)
                 .await
-                .map_err(unavailable)?
-            {
-                state.journal.push(journal_row(&row)?);
-            }
-            for row in sqlx::query(WAITS)
+                .map_err(unavailable)?;
+            let waits = sqlx::query(WAITS)
                 .bind(run_id)
                 .fetch_all(&mut *conn)
                 .await
-                .map_err(unavailable)?
-            {
-                state.waits.push(wait_row(&row)?);
-            }
-            let stages = STAGES.replace("$2", "$1");
-            for row in sqlx::query(sqlx::AssertSqlSafe(stages))
+                .map_err(unavailable)?;
+            let stages = sqlx::query(sqlx::AssertSqlSafe(STAGES.replace("$2", "$1")))
                 .bind(execution_id)
                 .fetch_all(&mut *conn)
                 .await
-                .map_err(unavailable)?
-            {
-                state.stages.push(stage_row(&row)?);
-            }
+                .map_err(unavailable)?;
+            state.journal = journal.iter().map(journal_row).collect::<Result<_, _>>()?;
+            state.waits = waits.iter().map(wait_row).collect::<Result<_, _>>()?;
+            state.stages = stages.iter().map(stage_row).collect::<Result<_, _>>()?;
         }
         Ok(state)
     }
