@@ -22,7 +22,7 @@ pub mod webhooks;
 use crate::catalog::{Catalog, CatalogError, LOCAL_FORMAT, local};
 use crate::request::{CreateBooking, UpdateBooking};
 use capstan_core::Clock;
-use capstan_store::Store;
+use capstan_store::{Sql, Store};
 use chrono::Duration;
 use serde_json::{Value, json};
 use sqlx::Row;
@@ -499,14 +499,11 @@ impl Bookings {
         // A slot that is already full is refused from a read connection, without queueing on
         // the single writer: the read is a committed state during this request, so the answer
         // is the one a transaction would have given at that moment.
-        let usage: Option<(i64, i64)> = sqlx::query_as(
-            "SELECT capacity, taken FROM slot_usage WHERE environment = $1 AND slot_id = $2",
-        )
-        .bind(env.as_str())
-        .bind(&checked.slot.id)
-        .fetch_optional(&mut *self.store.read().await?)
-        .await?;
-        if let Some((_, taken)) = usage {
+        let read = Sql::new("SELECT taken FROM slot_usage WHERE environment = $1 AND slot_id = $2")
+            .arg(env.as_str())
+            .arg(checked.slot.id.clone());
+        if let Some(row) = self.store.fetch_optional(read).await? {
+            let taken: i64 = row.try_get(0)?;
             // Capacity as `take_seats` would set it: the catalog's, never below what is taken.
             let remaining = i64::from(checked.slot.capacity).max(taken) - taken;
             if i64::from(checked.pax) > remaining {
@@ -622,13 +619,9 @@ impl Bookings {
     }
 
     async fn get_row(&self, id: i64) -> Result<Option<BookingRow>, BookingError> {
-        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "{SELECT_BOOKING} WHERE id = $1"
-        )))
-        .bind(id)
-        // A read connection sees every commit before it (callers read after their commit).
-        .fetch_optional(&mut *self.store.read().await?)
-        .await?;
+        // A read sees every commit before it (callers read after their commit).
+        let read = Sql::new(&format!("{SELECT_BOOKING} WHERE id = $1")).arg(id);
+        let row = self.store.fetch_optional(read).await?;
         Ok(row.map(|r| BookingRow::from_row(&r)))
     }
 

@@ -90,10 +90,9 @@ impl Store {
     }
 
     pub async fn api_keys_by_prefix(&self, prefix: &str) -> Result<Vec<ApiKeyRecord>, sqlx::Error> {
-        let rows = sqlx::query("SELECT * FROM api_keys WHERE prefix = $1")
-            .bind(prefix)
-            .fetch_all(&mut *self.read().await?)
-            .await?;
+        let read =
+            crate::Sql::new("SELECT * FROM api_keys WHERE prefix = $1").arg(prefix.to_owned());
+        let rows = self.fetch_all(read).await?;
         Ok(rows.iter().map(key_row).collect())
     }
 
@@ -103,14 +102,13 @@ impl Store {
         &self,
         prefix: &str,
     ) -> Result<Vec<(ApiKeyRecord, Vec<String>)>, sqlx::Error> {
-        let rows = sqlx::query(
+        let read = crate::Sql::new(
             "SELECT k.*, g.permission AS granted FROM api_keys k
              LEFT JOIN principal_grants g ON g.principal_id = k.principal_id
              WHERE k.prefix = $1 ORDER BY k.id, g.permission",
         )
-        .bind(prefix)
-        .fetch_all(&mut *self.read().await?)
-        .await?;
+        .arg(prefix.to_owned());
+        let rows = self.fetch_all(read).await?;
         let mut keys: Vec<(ApiKeyRecord, Vec<String>)> = Vec::new();
         for row in &rows {
             let key = key_row(row);
@@ -124,10 +122,8 @@ impl Store {
     }
 
     pub async fn api_key(&self, id: &str) -> Result<Option<ApiKeyRecord>, sqlx::Error> {
-        let row = sqlx::query("SELECT * FROM api_keys WHERE id = $1")
-            .bind(id)
-            .fetch_optional(&mut *self.read().await?)
-            .await?;
+        let read = crate::Sql::new("SELECT * FROM api_keys WHERE id = $1").arg(id.to_owned());
+        let row = self.fetch_optional(read).await?;
         Ok(row.as_ref().map(key_row))
     }
 

@@ -754,39 +754,17 @@ impl Store {
 }
 
 impl Store {
-    /// An execution and its stages (by position) in one read: one text on SQLite, two queries
-    /// on one connection on PostgreSQL.
+    /// An execution and its stages (by position) in one read ([`Store::fetch_all`]).
     pub async fn execution_with_stages(
         &self,
         id: &str,
     ) -> Result<Option<(ExecutionRecord, Vec<StageRecord>)>, StoreError> {
-        const EXECUTION: &str = "SELECT * FROM executions WHERE id = $1";
-        const STAGES: &str = "SELECT * FROM stages WHERE execution_id = $1 ORDER BY position";
-        let mut conn = self.read().await.map_err(unavailable)?;
-        let rows = if self.backend() == Backend::Sqlite {
-            // `$1` is bound once and used by both statements.
-            sqlx::query(sqlx::AssertSqlSafe(format!("{EXECUTION};\n{STAGES}")))
-                .bind(id)
-                .fetch_all(&mut *conn)
-                .await
-                .map_err(unavailable)?
-        } else {
-            let mut rows = sqlx::query(EXECUTION)
-                .bind(id)
-                .fetch_all(&mut *conn)
-                .await
-                .map_err(unavailable)?;
-            if !rows.is_empty() {
-                rows.extend(
-                    sqlx::query(STAGES)
-                        .bind(id)
-                        .fetch_all(&mut *conn)
-                        .await
-                        .map_err(unavailable)?,
-                );
-            }
-            rows
-        };
+        let mut read = Sql::default();
+        read.push_statement("SELECT * FROM executions WHERE id = $1")
+            .bind(id.to_owned());
+        read.push_statement("SELECT * FROM stages WHERE execution_id = $1 ORDER BY position")
+            .bind(id.to_owned());
+        let rows = self.fetch_all(read).await.map_err(unavailable)?;
         let mut execution = None;
         let mut stages = Vec::new();
         for row in &rows {
@@ -828,9 +806,8 @@ impl EngineStore for Store {
     }
 
     async fn execution(&self, id: &str) -> Result<Option<ExecutionRecord>, StoreError> {
-        let row = sqlx::query("SELECT * FROM executions WHERE id = $1")
-            .bind(id)
-            .fetch_optional(&mut *self.read().await.map_err(unavailable)?)
+        let row = self
+            .fetch_optional(Sql::new("SELECT * FROM executions WHERE id = $1").arg(id.to_owned()))
             .await
             .map_err(unavailable)?;
         row.as_ref().map(execution_row).transpose()
@@ -865,18 +842,19 @@ impl EngineStore for Store {
     }
 
     async fn stages(&self, execution_id: &str) -> Result<Vec<StageRecord>, StoreError> {
-        let rows = sqlx::query("SELECT * FROM stages WHERE execution_id = $1 ORDER BY position")
-            .bind(execution_id)
-            .fetch_all(&mut *self.read().await.map_err(unavailable)?)
+        let rows = self
+            .fetch_all(
+                Sql::new("SELECT * FROM stages WHERE execution_id = $1 ORDER BY position")
+                    .arg(execution_id.to_owned()),
+            )
             .await
             .map_err(unavailable)?;
         rows.iter().map(stage_row).collect()
     }
 
     async fn run(&self, id: &str) -> Result<Option<RunRecord>, StoreError> {
-        let row = sqlx::query("SELECT * FROM runs WHERE id = $1")
-            .bind(id)
-            .fetch_optional(&mut *self.read().await.map_err(unavailable)?)
+        let row = self
+            .fetch_optional(Sql::new("SELECT * FROM runs WHERE id = $1").arg(id.to_owned()))
             .await
             .map_err(unavailable)?;
         row.as_ref().map(run_row).transpose()
@@ -936,11 +914,7 @@ impl EngineStore for Store {
             }
             let mut read = Sql::new("SELECT * FROM runs WHERE id IN (");
             read.push_binds(ids).push(") ORDER BY wake_ms");
-            let rows = read
-                .build()
-                .fetch_all(&mut *self.read().await.map_err(unavailable)?)
-                .await
-                .map_err(unavailable)?;
+            let rows = self.fetch_all(read).await.map_err(unavailable)?;
             return rows.iter().map(run_row).collect();
         }
         crate::count_write();
@@ -965,22 +939,22 @@ impl EngineStore for Store {
     }
 
     async fn journal(&self, run_id: &str) -> Result<Vec<JournalEntry>, StoreError> {
-        let rows = sqlx::query("SELECT * FROM journal WHERE run_id = $1 ORDER BY seq")
-            .bind(run_id)
-            .fetch_all(&mut *self.read().await.map_err(unavailable)?)
+        let rows = self
+            .fetch_all(
+                Sql::new("SELECT * FROM journal WHERE run_id = $1 ORDER BY seq")
+                    .arg(run_id.to_owned()),
+            )
             .await
             .map_err(unavailable)?;
         rows.iter().map(journal_row).collect()
     }
 
     async fn receipts(&self, execution_id: &str) -> Result<Vec<Receipt>, StoreError> {
-        let rows = sqlx::query(
+        let read = Sql::new(
             "SELECT * FROM receipts WHERE execution_id = $1 ORDER BY created_ms, run_id, seq",
         )
-        .bind(execution_id)
-        .fetch_all(&mut *self.read().await.map_err(unavailable)?)
-        .await
-        .map_err(unavailable)?;
+        .arg(execution_id.to_owned());
+        let rows = self.fetch_all(read).await.map_err(unavailable)?;
         rows.iter()
             .map(|row| {
                 Ok(Receipt {
@@ -999,9 +973,11 @@ impl EngineStore for Store {
     }
 
     async fn waits(&self, run_id: &str) -> Result<Vec<WaitRecord>, StoreError> {
-        let rows = sqlx::query("SELECT * FROM waits WHERE run_id = $1 ORDER BY seq")
-            .bind(run_id)
-            .fetch_all(&mut *self.read().await.map_err(unavailable)?)
+        let rows = self
+            .fetch_all(
+                Sql::new("SELECT * FROM waits WHERE run_id = $1 ORDER BY seq")
+                    .arg(run_id.to_owned()),
+            )
             .await
             .map_err(unavailable)?;
         rows.iter().map(wait_row).collect()
@@ -1012,61 +988,36 @@ impl EngineStore for Store {
         run_id: &str,
         execution_id: &str,
     ) -> Result<ReplayState, StoreError> {
-        const JOURNAL: &str = "SELECT * FROM journal WHERE run_id = $1 ORDER BY seq";
-        const WAITS: &str = "SELECT * FROM waits WHERE run_id = $1 ORDER BY seq";
-        const STAGES: &str = "SELECT * FROM stages WHERE execution_id = $2 ORDER BY position";
-        let mut conn = self.read().await.map_err(unavailable)?;
+        let mut read = Sql::default();
+        read.push_statement("SELECT * FROM journal WHERE run_id = $1 ORDER BY seq")
+            .bind(run_id.to_owned());
+        read.push_statement("SELECT * FROM waits WHERE run_id = $1 ORDER BY seq")
+            .bind(run_id.to_owned());
+        read.push_statement("SELECT * FROM stages WHERE execution_id = $1 ORDER BY position")
+            .bind(execution_id.to_owned());
         let mut state = ReplayState::default();
-        if self.backend() == Backend::Sqlite {
-            // One text, one hand-off; a row is told by a column only its table has.
-            let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-                "{JOURNAL};\n{WAITS};\n{STAGES}"
-            )))
-            .bind(run_id)
-            .bind(execution_id)
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(unavailable)?;
-            for row in &rows {
-                let has = |name: &str| row.columns().iter().any(|c| c.name() == name);
-                if has("stage_name") {
-                    state.stages.push(stage_row(row)?);
-                } else if has("attempts") {
-                    state.waits.push(wait_row(row)?);
-                } else {
-                    state.journal.push(journal_row(row)?);
-                }
+        // One read; a row is told by a column only its table has.
+        for row in &self.fetch_all(read).await.map_err(unavailable)? {
+            let has = |name: &str| row.columns().iter().any(|c| c.name() == name);
+            if has("stage_name") {
+                state.stages.push(stage_row(row)?);
+            } else if has("attempts") {
+                state.waits.push(wait_row(row)?);
+            } else {
+                state.journal.push(journal_row(row)?);
             }
-        } else {
-            let journal = sqlx::query(JOURNAL)
-                .bind(run_id)
-                .fetch_all(&mut *conn)
-                .await
-                .map_err(unavailable)?;
-            let waits = sqlx::query(WAITS)
-                .bind(run_id)
-                .fetch_all(&mut *conn)
-                .await
-                .map_err(unavailable)?;
-            let stages = sqlx::query(sqlx::AssertSqlSafe(STAGES.replace("$2", "$1")))
-                .bind(execution_id)
-                .fetch_all(&mut *conn)
-                .await
-                .map_err(unavailable)?;
-            state.journal = journal.iter().map(journal_row).collect::<Result<_, _>>()?;
-            state.waits = waits.iter().map(wait_row).collect::<Result<_, _>>()?;
-            state.stages = stages.iter().map(stage_row).collect::<Result<_, _>>()?;
         }
         Ok(state)
     }
 
     async fn commands(&self, execution_id: &str) -> Result<Vec<CommandRecord>, StoreError> {
-        let rows =
-            sqlx::query("SELECT * FROM commands WHERE execution_id = $1 ORDER BY created_ms, id")
-                .bind(execution_id)
-                .fetch_all(&mut *self.read().await.map_err(unavailable)?)
-                .await
-                .map_err(unavailable)?;
+        let rows = self
+            .fetch_all(
+                Sql::new("SELECT * FROM commands WHERE execution_id = $1 ORDER BY created_ms, id")
+                    .arg(execution_id.to_owned()),
+            )
+            .await
+            .map_err(unavailable)?;
         rows.iter()
             .map(|row| {
                 Ok(CommandRecord {
@@ -1083,9 +1034,11 @@ impl EngineStore for Store {
     }
 
     async fn events(&self, execution_id: &str) -> Result<Vec<OutboxRecord>, StoreError> {
-        let rows = sqlx::query("SELECT * FROM outbox WHERE execution_id = $1 ORDER BY seq")
-            .bind(execution_id)
-            .fetch_all(&mut *self.read().await.map_err(unavailable)?)
+        let rows = self
+            .fetch_all(
+                Sql::new("SELECT * FROM outbox WHERE execution_id = $1 ORDER BY seq")
+                    .arg(execution_id.to_owned()),
+            )
             .await
             .map_err(unavailable)?;
         rows.iter().map(outbox_row).collect()
@@ -1097,16 +1050,14 @@ impl EngineStore for Store {
         workflow: &str,
         key: &str,
     ) -> Result<Option<IdempotencyRecord>, StoreError> {
-        let row = sqlx::query(
+        let read = Sql::new(
             "SELECT body_sha256, execution_id, response_json, created_ms FROM idempotency
              WHERE principal_id = $1 AND workflow = $2 AND key = $3",
         )
-        .bind(principal_id)
-        .bind(workflow)
-        .bind(key)
-        .fetch_optional(&mut *self.read().await.map_err(unavailable)?)
-        .await
-        .map_err(unavailable)?;
+        .arg(principal_id.to_owned())
+        .arg(workflow.to_owned())
+        .arg(key.to_owned());
+        let row = self.fetch_optional(read).await.map_err(unavailable)?;
         row.map(|row| {
             Ok(IdempotencyRecord {
                 principal_id: principal_id.to_owned(),

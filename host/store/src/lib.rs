@@ -16,6 +16,7 @@
 pub mod auth;
 mod engine;
 pub mod event_versions;
+mod reader;
 pub mod sql;
 pub mod streams;
 pub mod subscriptions;
@@ -141,6 +142,8 @@ struct Inner {
     readers: std::sync::Mutex<Vec<sqlx::AnyConnection>>,
     /// Bounds the SQLite read connections open at once (0 on PostgreSQL).
     reader_permits: std::sync::Arc<tokio::sync::Semaphore>,
+    /// SQLite connections for point reads on the calling thread ([`Store::fetch_all`]).
+    local_readers: std::sync::OnceLock<reader::Readers>,
 }
 
 impl Default for Inner {
@@ -153,6 +156,7 @@ impl Default for Inner {
             group_writer: Default::default(),
             readers: Default::default(),
             reader_permits: std::sync::Arc::new(tokio::sync::Semaphore::new(0)),
+            local_readers: Default::default(),
         }
     }
 }
@@ -414,6 +418,45 @@ impl Store {
         })
     }
 
+    /// Runs a read bounded by a key (an execution and its stages, a run's journal, a key and
+    /// its grants) and returns its rows; a [`Sql`] of several statements returns all their
+    /// rows, in order, read from one snapshot on SQLite.
+    ///
+    /// SQLite: on the calling thread, on a connection of its own (`reader.rs`): no hand-off to
+    /// a connection thread, the rows come back together. The read blocks the thread while it
+    /// runs, so scans and filtered lists use [`Store::read`] instead. PostgreSQL: the
+    /// statements in turn on one pooled connection.
+    pub async fn fetch_all(&self, sql: Sql) -> Result<Vec<AnyRow>, sqlx::Error> {
+        if self.backend == Backend::Sqlite {
+            return self
+                .inner
+                .local_readers
+                .get_or_init(|| reader::Readers::new(self.sqlite_path()))
+                .fetch(sql.statements());
+        }
+        let mut conn = self.pool.acquire().await?;
+        let mut rows = Vec::new();
+        for statement in sql.into_statements() {
+            rows.extend(statement.into_query().fetch_all(&mut *conn).await?);
+        }
+        Ok(rows)
+    }
+
+    /// [`Store::fetch_all`] for a read of one row at most: its first row.
+    pub async fn fetch_optional(&self, sql: Sql) -> Result<Option<AnyRow>, sqlx::Error> {
+        Ok(self.fetch_all(sql).await?.into_iter().next())
+    }
+
+    /// The SQLite database file's path (or `:memory:`), from the URL.
+    fn sqlite_path(&self) -> String {
+        let rest = self
+            .url
+            .strip_prefix("sqlite://")
+            .or_else(|| self.url.strip_prefix("sqlite:"))
+            .unwrap_or(&self.url);
+        rest.split('?').next().unwrap_or(rest).to_owned()
+    }
+
     /// The read pool.
     pub fn pool(&self) -> &AnyPool {
         &self.pool
@@ -426,13 +469,7 @@ impl Store {
         self.inner
             .group_writer
             .get_or_init(|| {
-                let rest = self
-                    .url
-                    .strip_prefix("sqlite://")
-                    .or_else(|| self.url.strip_prefix("sqlite:"))
-                    .unwrap_or(&self.url);
-                let path = rest.split('?').next().unwrap_or(rest).to_owned();
-                writer::GroupWriter::start(path)
+                writer::GroupWriter::start(self.sqlite_path())
                     .map_err(|e| format!("cannot start the SQLite group writer: {e}"))
             })
             .as_ref()
@@ -876,6 +913,80 @@ mod tests {
         other.event_version = "1".into();
         other.event_type = "ExecutionSucceededX".into();
         assert!(!subscription.wants(&other));
+    }
+
+    /// `fetch_all` (SQLite: on the calling thread, `reader.rs`) gives the rows sqlx's read path
+    /// gives, value kinds included; sees every commit before it; runs several statements as one
+    /// read; and cannot write.
+    #[tokio::test]
+    async fn point_reads_match_sqlx_rows_see_every_commit_and_write_nothing() {
+        use sqlx::{Column as _, Row as _};
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&crate::testing::fresh_database_url(dir.path()).await)
+            .await
+            .unwrap();
+        let select = "SELECT id, name, CAST(7 AS BIGINT) AS n, CAST(2.5 AS DOUBLE PRECISION) AS r,
+                CAST(NULL AS TEXT) AS absent FROM sim_zones WHERE id = $1";
+        let read = |id: &str| Sql::new(select).arg(id.to_owned());
+        assert!(store.fetch_optional(read("z1")).await.unwrap().is_none());
+        // Read, commit through the group writer, read again: the same connection, reused, must
+        // not keep the earlier snapshot.
+        for i in 0..3 {
+            let zone = insert_zone(&format!("z{i}"));
+            if store.backend() == Backend::Sqlite {
+                store.commit_guarded(zone, 0).await.unwrap();
+            } else {
+                zone.build().execute(store.writer()).await.unwrap();
+            }
+            let row = store
+                .fetch_optional(read(&format!("z{i}")))
+                .await
+                .unwrap()
+                .expect("committed before the read");
+            let id: String = row.try_get("id").unwrap();
+            assert_eq!(id, format!("z{i}"));
+        }
+        let ours = store.fetch_optional(read("z1")).await.unwrap().unwrap();
+        let sqlx_row = read("z1")
+            .build()
+            .fetch_one(&mut *store.read().await.unwrap())
+            .await
+            .unwrap();
+        let names = |row: &AnyRow| -> Vec<String> {
+            row.columns().iter().map(|c| c.name().to_owned()).collect()
+        };
+        assert_eq!(names(&ours), names(&sqlx_row));
+        for row in [&ours, &sqlx_row] {
+            assert_eq!(row.try_get::<String, _>("name").unwrap(), "z1.example");
+            assert_eq!(row.try_get::<i64, _>("n").unwrap(), 7);
+            assert_eq!(row.try_get::<f64, _>("r").unwrap(), 2.5);
+            assert_eq!(row.try_get::<Option<String>, _>("absent").unwrap(), None);
+            assert_eq!(row.try_get::<Option<i64>, _>(2).unwrap(), Some(7));
+            assert!(row.try_get::<String, _>("missing").is_err());
+        }
+        // Several statements: all their rows, in order.
+        let mut both = Sql::default();
+        both.push_statement("SELECT id FROM sim_zones WHERE id = $1")
+            .bind("z2".to_owned());
+        both.push_statement("SELECT name AS zone FROM sim_zones WHERE id IN ($1, $2) ORDER BY id")
+            .bind("z0".to_owned())
+            .bind("z1".to_owned());
+        let rows = store.fetch_all(both).await.unwrap();
+        let firsts: Vec<String> = rows.iter().map(|r| r.try_get(0).unwrap()).collect();
+        assert_eq!(firsts, ["z2", "z0.example", "z1.example"]);
+        assert_eq!(rows[1].columns()[0].name(), "zone");
+        // A bad statement is an error, and the connection still serves the next read.
+        assert!(store.fetch_all(Sql::new("SELECT * FROM nowhere")).await.is_err());
+        if store.backend() == Backend::Sqlite {
+            let write = Sql::new("DELETE FROM sim_zones");
+            assert!(store.fetch_all(write).await.is_err(), "a read cannot write");
+        }
+        assert_eq!(zones(&store).await.len(), 0, "no g* zones");
+        let all = store
+            .fetch_all(Sql::new("SELECT id FROM sim_zones ORDER BY id"))
+            .await
+            .unwrap();
+        assert_eq!(all.len(), 3, "nothing deleted");
     }
 
     #[tokio::test]

@@ -58,6 +58,13 @@ impl Statement {
     }
 }
 
+impl Statement {
+    /// The statement alone, as an sqlx query.
+    pub(crate) fn into_query(self) -> sqlx::query::Query<'static, Any, AnyArguments> {
+        sqlx::query_with(sqlx::AssertSqlSafe(self.text), self.args)
+    }
+}
+
 impl Clone for Statement {
     fn clone(&self) -> Self {
         let mut args = AnyArguments::default();
@@ -193,8 +200,16 @@ impl Sql {
         self.statements.iter().all(|s| s.text.is_empty())
     }
 
+    /// Binds the next value of the current statement, by value (`Sql::new(…).arg(id)`).
+    pub fn arg<T>(mut self, value: T) -> Self
+    where
+        T: Encode<'static, Any> + Type<Any> + Send + 'static,
+    {
+        self.bind(value);
+        self
+    }
+
     /// The statements, each with its own placeholders and values.
-    #[cfg(test)]
     pub(crate) fn statements(&self) -> &[Statement] {
         &self.statements
     }

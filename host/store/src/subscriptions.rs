@@ -1,7 +1,7 @@
 //! Webhook subscriptions, delivery attempts and the relay's cursor over the outbox.
 
-use crate::Store;
 use crate::engine::{Batch, outbox_row, unavailable};
+use crate::{Sql, Store};
 use capstan_core::store::{Millis, OutboxRecord, StoreError};
 use sqlx::Row;
 use sqlx::any::AnyRow;
@@ -121,11 +121,8 @@ impl Store {
     }
 
     pub async fn subscription(&self, id: &str) -> Result<Option<SubscriptionRecord>, StoreError> {
-        let row = sqlx::query("SELECT * FROM subscriptions WHERE id = $1")
-            .bind(id)
-            .fetch_optional(&mut *self.read().await.map_err(unavailable)?)
-            .await
-            .map_err(unavailable)?;
+        let read = Sql::new("SELECT * FROM subscriptions WHERE id = $1").arg(id.to_owned());
+        let row = self.fetch_optional(read).await.map_err(unavailable)?;
         Ok(row.as_ref().map(subscription_row))
     }
 
@@ -149,11 +146,8 @@ impl Store {
 
     /// Active subscriptions (the relay routes events to them).
     pub async fn active_subscriptions(&self) -> Result<Vec<SubscriptionRecord>, StoreError> {
-        let rows =
-            sqlx::query("SELECT * FROM subscriptions WHERE active = 1 AND deleted_ms IS NULL")
-                .fetch_all(&mut *self.read().await.map_err(unavailable)?)
-                .await
-                .map_err(unavailable)?;
+        let read = Sql::new("SELECT * FROM subscriptions WHERE active = 1 AND deleted_ms IS NULL");
+        let rows = self.fetch_all(read).await.map_err(unavailable)?;
         Ok(rows.iter().map(subscription_row).collect())
     }
 
@@ -253,18 +247,15 @@ impl Store {
         &self,
         limit: i64,
     ) -> Result<(i64, Vec<OutboxRecord>), StoreError> {
-        let cursor: Option<i64> =
-            sqlx::query_scalar("SELECT seq FROM relay_cursor WHERE name = 'webhooks'")
-                .fetch_optional(&mut *self.read().await.map_err(unavailable)?)
-                .await
-                .map_err(unavailable)?;
-        let cursor = cursor.unwrap_or(0);
-        let rows = sqlx::query("SELECT * FROM outbox WHERE seq > $1 ORDER BY seq LIMIT $2")
-            .bind(cursor)
-            .bind(limit)
-            .fetch_all(&mut *self.read().await.map_err(unavailable)?)
-            .await
-            .map_err(unavailable)?;
+        let read = Sql::new("SELECT seq FROM relay_cursor WHERE name = 'webhooks'");
+        let cursor = match self.fetch_optional(read).await.map_err(unavailable)? {
+            Some(row) => row.try_get::<i64, _>(0).map_err(unavailable)?,
+            None => 0,
+        };
+        let read = Sql::new("SELECT * FROM outbox WHERE seq > $1 ORDER BY seq LIMIT $2")
+            .arg(cursor)
+            .arg(limit);
+        let rows = self.fetch_all(read).await.map_err(unavailable)?;
         Ok((
             cursor,
             rows.iter().map(outbox_row).collect::<Result<_, _>>()?,
@@ -336,14 +327,12 @@ impl Store {
         limit: i64,
     ) -> Result<Vec<DeliveryRecord>, StoreError> {
         // Most wake-ups find nothing due: ask a reader first and keep the writer free.
-        let any_due: Option<i64> = sqlx::query_scalar(
+        let read = Sql::new(
             "SELECT 1 FROM deliveries WHERE status = 'pending' AND next_attempt_ms <= $1
                AND (lease_expires_ms IS NULL OR lease_expires_ms < $1) LIMIT 1",
         )
-        .bind(now)
-        .fetch_optional(&mut *self.read().await.map_err(unavailable)?)
-        .await
-        .map_err(unavailable)?;
+        .arg(now);
+        let any_due = self.fetch_optional(read).await.map_err(unavailable)?;
         if any_due.is_none() {
             return Ok(Vec::new());
         }
@@ -498,11 +487,8 @@ impl Store {
     }
 
     pub async fn outbox_event(&self, event_id: &str) -> Result<Option<OutboxRecord>, StoreError> {
-        let row = sqlx::query("SELECT * FROM outbox WHERE event_id = $1")
-            .bind(event_id)
-            .fetch_optional(&mut *self.read().await.map_err(unavailable)?)
-            .await
-            .map_err(unavailable)?;
+        let read = Sql::new("SELECT * FROM outbox WHERE event_id = $1").arg(event_id.to_owned());
+        let row = self.fetch_optional(read).await.map_err(unavailable)?;
         row.as_ref().map(outbox_row).transpose()
     }
 }

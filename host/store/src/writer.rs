@@ -181,6 +181,20 @@ fn run_part(conn: &Connection, part: &Part) -> Answer {
 /// it returns.
 fn run(conn: &Connection, statement: &Statement) -> rusqlite::Result<Vec<Returned>> {
     let mut prepared = conn.prepare_cached(&statement.text)?;
+    bind(&mut prepared, statement)?;
+    let mut rows = prepared.raw_query();
+    let mut returned = Vec::new();
+    while let Some(row) = rows.next()? {
+        returned.push(row.get::<_, Returned>(0)?);
+    }
+    Ok(returned)
+}
+
+/// Binds the statement's values to its prepared form (also used by `reader.rs`).
+pub(crate) fn bind(
+    prepared: &mut rusqlite::Statement<'_>,
+    statement: &Statement,
+) -> rusqlite::Result<()> {
     let values = statement.values();
     for index in 1..=prepared.parameter_count() {
         // `$N` takes the statement's N-th value (as sqlx binds them); `?` the next one.
@@ -194,12 +208,7 @@ fn run(conn: &Connection, statement: &Statement) -> rusqlite::Result<Vec<Returne
             .ok_or(rusqlite::Error::InvalidParameterCount(at, values.len()))?;
         prepared.raw_bind_parameter(index, value_of(value)?)?;
     }
-    let mut rows = prepared.raw_query();
-    let mut returned = Vec::new();
-    while let Some(row) = rows.next()? {
-        returned.push(row.get::<_, Returned>(0)?);
-    }
-    Ok(returned)
+    Ok(())
 }
 
 /// An sqlx argument as SQLite's value (the types sqlx's SQLite driver binds them as).

@@ -40,13 +40,11 @@ impl SimulatedCloud {
     }
 
     async fn get_change(&self, request: &Value) -> Option<Result<Value, CapabilityError>> {
-        let insync: Option<i64> = match self.store.read().await {
-            Ok(mut conn) => sqlx::query_scalar("SELECT insync_ms FROM sim_changes WHERE id = $1")
-                .bind(s(request, "change_id"))
-                .fetch_optional(&mut *conn)
-                .await
-                .ok()?,
-            Err(_) => return None,
+        let read = Sql::new("SELECT insync_ms FROM sim_changes WHERE id = $1")
+            .arg(s(request, "change_id").to_owned());
+        let insync: Option<i64> = match self.store.fetch_optional(read).await.ok()? {
+            Some(row) => Some(row.try_get(0).ok()?),
+            None => None,
         };
         // An unknown id is an error: the ordinary path words it.
         let at = insync?;
@@ -81,10 +79,7 @@ impl SimulatedCloud {
             .bind(c.name.clone())
             .bind(c.ty.clone());
         }
-        let rows = read
-            .build()
-            .fetch_all(&mut *self.store.read().await?)
-            .await?;
+        let rows = self.store.fetch_all(read).await?;
         let mut zone_name = None;
         let mut olds: Vec<Option<String>> = vec![None; changes.len()];
         for row in &rows {

@@ -1,0 +1,178 @@
+//! SQLite point reads on the calling thread ([`crate::Store::fetch_all`]).
+//!
+//! sqlx runs every SQLite connection on a thread of its own: a query is a hand-off to that
+//! thread, and every row comes back as a message of its own, each a futex wake on both sides.
+//! For the small reads on the hot paths (an execution and its stages, a run's journal, a key
+//! and its grants, the simulator's record sets) the hand-offs cost more than the query: the
+//! profile in BENCHMARKS.md (session 10) had sqlx's read threads spending more time waking and
+//! waiting than in `sqlite3_step`. Here the caller runs the query itself on a connection it
+//! takes from an idle list, as a function call: a read bounded by a key takes microseconds
+//! (WAL readers never wait for the writer), which is less than a thread hop costs.
+//!
+//! Only reads bounded by a key belong here (they block the calling task's thread while they
+//! run); scans and filtered lists stay on sqlx's read connections ([`crate::Store::read`]).
+//!
+//! Rows come back as sqlx's `AnyRow`, with the same value kinds sqlx's SQLite driver gives
+//! (integers as `BigInt`, reals as `Double`, text, blobs, nulls), so the row decoders are the
+//! same on both paths and on both backends.
+
+use crate::sql::Statement;
+use rusqlite::types::ValueRef;
+use rusqlite::{Connection, OpenFlags};
+use sqlx::any::AnyRow;
+use sqlx_core::any::{AnyColumn, AnyTypeInfo, AnyTypeInfoKind, AnyValue, AnyValueKind};
+use sqlx_core::ext::ustr::UStr;
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// Idle connections kept at most; more are opened when more threads read at once, and closed
+/// when they come back to a full list.
+const IDLE: usize = 16;
+
+/// Prepared statements kept per connection (the hot reads are a few dozen texts).
+const PREPARED: usize = 128;
+
+/// Read connections to one SQLite file.
+pub(crate) struct Readers {
+    path: String,
+    idle: Mutex<Vec<Connection>>,
+}
+
+impl std::fmt::Debug for Readers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Readers").field("path", &self.path).finish()
+    }
+}
+
+/// A failed read, as sqlx reports a lost connection (the callers answer 503 for it).
+fn failed(e: impl std::fmt::Display) -> sqlx::Error {
+    sqlx::Error::Io(std::io::Error::other(format!("SQLite read: {e}")))
+}
+
+impl Readers {
+    pub(crate) fn new(path: String) -> Self {
+        Self {
+            path,
+            idle: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn open(&self) -> Result<Connection, sqlx::Error> {
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
+            | OpenFlags::SQLITE_OPEN_URI;
+        let conn = Connection::open_with_flags(&self.path, flags).map_err(failed)?;
+        // Read only by promise: `query_only` refuses any write through this connection.
+        conn.execute_batch("PRAGMA busy_timeout = 5000; PRAGMA query_only = 1")
+            .map_err(failed)?;
+        conn.set_prepared_statement_cache_capacity(PREPARED);
+        Ok(conn)
+    }
+
+    /// Runs the statements in order (several in one read transaction, so they see one
+    /// snapshot) and returns all their rows.
+    pub(crate) fn fetch(&self, statements: &[Statement]) -> Result<Vec<AnyRow>, sqlx::Error> {
+        let idle = self
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        let conn = match idle {
+            Some(conn) => conn,
+            None => self.open()?,
+        };
+        let rows = if statements.len() > 1 {
+            conn.execute_batch("BEGIN").map_err(failed)?;
+            let rows = fetch_each(&conn, statements);
+            // A read transaction has nothing to lose; ending it is what matters (an open one
+            // would pin the WAL and hide later commits from this connection).
+            let ended = conn.execute_batch("COMMIT");
+            if ended.is_err() && !conn.is_autocommit() {
+                // Not returned to the list: dropping it closes it.
+                return rows.and(Err(failed("cannot end a read transaction")));
+            }
+            rows
+        } else {
+            fetch_each(&conn, statements)
+        };
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        if idle.len() < IDLE {
+            idle.push(conn);
+        }
+        rows
+    }
+}
+
+fn fetch_each(conn: &Connection, statements: &[Statement]) -> Result<Vec<AnyRow>, sqlx::Error> {
+    let mut rows = Vec::new();
+    for statement in statements {
+        fetch_one_statement(conn, statement, &mut rows).map_err(failed)?;
+    }
+    Ok(rows)
+}
+
+fn fetch_one_statement(
+    conn: &Connection,
+    statement: &Statement,
+    out: &mut Vec<AnyRow>,
+) -> rusqlite::Result<()> {
+    let mut prepared = conn.prepare_cached(&statement.text)?;
+    crate::writer::bind(&mut prepared, statement)?;
+    let count = prepared.column_count();
+    let mut names = sqlx_core::HashMap::with_capacity(count);
+    let mut columns = Vec::with_capacity(count);
+    for ordinal in 0..count {
+        let name = UStr::new(prepared.column_name(ordinal)?);
+        names.insert(name.clone(), ordinal);
+        columns.push(AnyColumn {
+            ordinal,
+            name,
+            type_info: AnyTypeInfo {
+                kind: AnyTypeInfoKind::Null,
+            },
+        });
+    }
+    let names = Arc::new(names);
+    // Dropping `rows` resets the statement, which ends its implicit read transaction.
+    let mut rows = prepared.raw_query();
+    while let Some(row) = rows.next()? {
+        let mut values = Vec::with_capacity(count);
+        for ordinal in 0..count {
+            values.push(AnyValue {
+                kind: value_kind(row.get_ref(ordinal)?),
+            });
+        }
+        let mut columns = columns.clone();
+        for (column, value) in columns.iter_mut().zip(&values) {
+            column.type_info = AnyTypeInfo {
+                kind: type_of(&value.kind),
+            };
+        }
+        out.push(AnyRow {
+            column_names: names.clone(),
+            columns,
+            values,
+        });
+    }
+    Ok(())
+}
+
+/// The value kind sqlx's SQLite driver gives a value of this storage class.
+fn value_kind(value: ValueRef<'_>) -> AnyValueKind {
+    match value {
+        ValueRef::Null => AnyValueKind::Null(AnyTypeInfoKind::Null),
+        ValueRef::Integer(i) => AnyValueKind::BigInt(i),
+        ValueRef::Real(f) => AnyValueKind::Double(f),
+        ValueRef::Text(t) => AnyValueKind::Text(Arc::new(String::from_utf8_lossy(t).into_owned())),
+        ValueRef::Blob(b) => AnyValueKind::Blob(Arc::new(b.to_vec())),
+    }
+}
+
+fn type_of(kind: &AnyValueKind) -> AnyTypeInfoKind {
+    match kind {
+        AnyValueKind::BigInt(_) => AnyTypeInfoKind::BigInt,
+        AnyValueKind::Double(_) => AnyTypeInfoKind::Double,
+        AnyValueKind::Text(_) => AnyTypeInfoKind::Text,
+        AnyValueKind::Blob(_) => AnyTypeInfoKind::Blob,
+        _ => AnyTypeInfoKind::Null,
+    }
+}
