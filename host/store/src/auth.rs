@@ -349,8 +349,7 @@ impl Store {
         if let Some(u) = f.until_ms {
             q.push(" AND at_ms < ").push_bind(u);
         }
-        q.push(" ORDER BY at_ms DESC, id DESC LIMIT ")
-            .push_bind(f.limit);
+        q.push(" ORDER BY at_ms DESC, id DESC").push_limit(f.limit);
         let rows = q.build().fetch_all(&mut *self.read().await?).await?;
         Ok(rows
             .iter()

@@ -832,7 +832,7 @@ impl EngineStore for Store {
         if let Some(principal) = &filter.principal_id {
             q.push(" AND principal_id = ").push_bind(principal.clone());
         }
-        q.push(" ORDER BY id DESC LIMIT ").push_bind(filter.limit);
+        q.push(" ORDER BY id DESC").push_limit(filter.limit);
         let rows = q
             .build()
             .fetch_all(&mut *self.read().await.map_err(unavailable)?)

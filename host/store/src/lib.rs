@@ -976,7 +976,12 @@ mod tests {
         assert_eq!(firsts, ["z2", "z0.example", "z1.example"]);
         assert_eq!(rows[1].columns()[0].name(), "zone");
         // A bad statement is an error, and the connection still serves the next read.
-        assert!(store.fetch_all(Sql::new("SELECT * FROM nowhere")).await.is_err());
+        assert!(
+            store
+                .fetch_all(Sql::new("SELECT * FROM nowhere"))
+                .await
+                .is_err()
+        );
         if store.backend() == Backend::Sqlite {
             let write = Sql::new("DELETE FROM sim_zones");
             assert!(store.fetch_all(write).await.is_err(), "a read cannot write");

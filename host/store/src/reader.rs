@@ -64,6 +64,7 @@ impl Readers {
         // Read only by promise: `query_only` refuses any write through this connection.
         conn.execute_batch("PRAGMA busy_timeout = 5000; PRAGMA query_only = 1")
             .map_err(failed)?;
+        plan_once(&conn).map_err(failed)?;
         conn.set_prepared_statement_cache_capacity(PREPARED);
         Ok(conn)
     }
@@ -100,6 +101,22 @@ impl Readers {
         }
         rows
     }
+}
+
+/// Plans each prepared statement once, whatever its values (SQLite's "query planner stability
+/// guarantee").
+///
+/// Without it, a statement whose plan could depend on a bound value — `LIMIT $5`, a range on an
+/// indexed column with the bundled library's STAT4 — is marked expired by every bind and parsed
+/// and planned again on its next step: the run claim was re-prepared on every call (~100 µs of
+/// the group writer's time each, BENCHMARKS.md session 10). Our statements are written for one
+/// plan, so nothing is lost.
+pub(crate) fn plan_once(conn: &Connection) -> rusqlite::Result<()> {
+    conn.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
+        true,
+    )
+    .map(drop)
 }
 
 fn fetch_each(conn: &Connection, statements: &[Statement]) -> Result<Vec<AnyRow>, sqlx::Error> {

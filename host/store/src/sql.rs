@@ -219,6 +219,17 @@ impl Sql {
         self.statements
     }
 
+    /// Appends ` LIMIT n` with `n` written into the text, not bound.
+    ///
+    /// SQLite re-prepares a statement whose `LIMIT` is a bound value every time it is bound (the
+    /// planner may use the value), which sqlx's connections cannot turn off (our own can:
+    /// `reader::plan_once`). Limits are integers the server chose, so the text is safe, and the
+    /// few distinct limits each stay prepared.
+    pub fn push_limit(&mut self, n: i64) -> &mut Self {
+        let _ = write!(self.last().text, " LIMIT {n}");
+        self
+    }
+
     /// Appends `$N, $N+1, …` bound to `values` (for `IN (…)`).
     pub fn push_binds<T>(&mut self, values: impl IntoIterator<Item = T>) -> &mut Self
     where

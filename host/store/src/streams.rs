@@ -52,7 +52,7 @@ impl Store {
         if let Some(p) = &filter.principal_id {
             q.push(" AND principal_id = ").push_bind(p.clone());
         }
-        q.push(" ORDER BY seq LIMIT ").push_bind(limit);
+        q.push(" ORDER BY seq").push_limit(limit);
         let rows = q
             .build()
             .fetch_all(&mut *self.read().await.map_err(unavailable)?)

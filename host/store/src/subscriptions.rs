@@ -347,14 +347,13 @@ impl Store {
                  AND (d.lease_expires_ms IS NULL OR d.lease_expires_ms < $3)
                  AND d.event_seq = (SELECT MIN(p.event_seq) FROM deliveries p
                                     WHERE p.subscription_id = d.subscription_id AND p.status = 'pending')
-               ORDER BY d.next_attempt_ms LIMIT $4{skip_locked})
+               ORDER BY d.next_attempt_ms LIMIT {limit}{skip_locked})
              RETURNING *"
         );
         let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(self.node_id())
             .bind(lease_until)
             .bind(now)
-            .bind(limit)
             .fetch_all(&self.writer)
             .await
             .map_err(unavailable)?;

@@ -93,6 +93,8 @@ fn open(path: &str) -> Result<Connection, String> {
         "PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 5000; PRAGMA foreign_keys = ON",
     )
     .map_err(|e| format!("the SQLite group writer cannot configure {path}: {e}"))?;
+    crate::reader::plan_once(&conn)
+        .map_err(|e| format!("the SQLite group writer cannot configure {path}: {e}"))?;
     conn.set_prepared_statement_cache_capacity(PREPARED);
     Ok(conn)
 }
