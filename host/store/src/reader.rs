@@ -193,3 +193,38 @@ fn type_of(kind: &AnyValueKind) -> AnyTypeInfoKind {
         _ => AnyTypeInfoKind::Null,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rusqlite::StatementStatus;
+
+    /// Times a statement with a bound `LIMIT` was prepared again over `runs` binds and steps.
+    fn reprepares(conn: &Connection, runs: i64) -> i32 {
+        let mut statement = conn
+            .prepare("SELECT x FROM t WHERE x > ?1 ORDER BY x LIMIT ?2")
+            .unwrap();
+        for n in 1..=runs {
+            statement.raw_bind_parameter(1, 0).unwrap();
+            statement.raw_bind_parameter(2, n).unwrap();
+            let mut rows = statement.raw_query();
+            while rows.next().unwrap().is_some() {}
+        }
+        statement.get_status(StatementStatus::RePrepare)
+    }
+
+    #[test]
+    fn a_statement_planned_once_is_not_prepared_again_for_new_values() {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(
+            "CREATE TABLE t (x INTEGER PRIMARY KEY); INSERT INTO t VALUES (1), (2), (3);",
+        )
+        .unwrap();
+        assert!(
+            reprepares(&conn, 5) >= 4,
+            "the bundled SQLite re-prepares on every bind without the guarantee"
+        );
+        plan_once(&conn).unwrap();
+        assert_eq!(reprepares(&conn, 5), 0);
+    }
+}
