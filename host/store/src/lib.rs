@@ -994,6 +994,47 @@ mod tests {
         assert_eq!(all.len(), 3, "nothing deleted");
     }
 
+    /// The group writer does not checkpoint (`wal_autocheckpoint = 0`); its checkpointer thread
+    /// copies the WAL into the database file in the background.
+    #[tokio::test]
+    async fn the_checkpointer_copies_the_group_writers_wal_into_the_database_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.db");
+        let store = Store::open(&format!("sqlite://{}", path.display()))
+            .await
+            .unwrap();
+        for i in 0..300 {
+            let mut zone = Sql::default();
+            zone.push_statement("INSERT INTO sim_zones (id, name) VALUES ($1, $2)")
+                .bind(format!("c{i:03}"))
+                .bind(format!("{i}{}.example", "x".repeat(400)));
+            store.commit_guarded(zone, 0).await.unwrap();
+        }
+        let size_now = || async {
+            let pages: i64 = sqlx::query_scalar("PRAGMA page_count")
+                .fetch_one(store.pool())
+                .await
+                .unwrap();
+            (pages * 4096, std::fs::metadata(&path).unwrap().len() as i64)
+        };
+        let (database, _) = size_now().await;
+        assert!(database > 30 * 4096, "{database} bytes written");
+        // Only a checkpoint brings the file up to the database's size; wait for the thread.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let (database, file) = size_now().await;
+            if file == database {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no checkpoint: the file has {file} of {database} bytes"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(zones(&store).await.len(), 0);
+    }
+
     #[tokio::test]
     async fn refuses_an_unknown_url_scheme() {
         let err = Store::open("mysql://localhost/x").await.unwrap_err();

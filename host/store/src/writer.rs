@@ -41,9 +41,13 @@ pub(crate) struct Request {
     pub(crate) answer: tokio::sync::oneshot::Sender<Vec<Answer>>,
 }
 
-/// The handle to the writer thread; the thread ends when the handle is dropped.
+/// How often the checkpointer copies the WAL's committed pages into the database file.
+const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The handle to the writer thread (and its checkpointer); both end when it is dropped.
 pub(crate) struct GroupWriter {
     requests: mpsc::Sender<Request>,
+    _checkpoints: mpsc::Sender<()>,
 }
 
 impl std::fmt::Debug for GroupWriter {
@@ -56,6 +60,11 @@ impl GroupWriter {
     /// Starts the thread; it opens its connection to the database file at `path` itself (an
     /// open that fails is answered to every request).
     pub(crate) fn start(path: String) -> std::io::Result<Self> {
+        let (checkpoints, stop) = mpsc::channel::<()>();
+        let checkpointer_path = path.clone();
+        std::thread::Builder::new()
+            .name("capstan-sqlite-checkpoint".to_owned())
+            .spawn(move || checkpoint_until_stopped(&checkpointer_path, &stop))?;
         let (requests, receive) = mpsc::channel::<Request>();
         std::thread::Builder::new()
             .name("capstan-sqlite-writer".to_owned())
@@ -73,12 +82,40 @@ impl GroupWriter {
                     let _ = request.answer.send(answers);
                 }
             })?;
-        Ok(Self { requests })
+        Ok(Self {
+            requests,
+            _checkpoints: checkpoints,
+        })
     }
 
     /// Hands a group to the thread; gives it back if the thread is gone.
     pub(crate) fn send(&self, request: Request) -> Result<(), Request> {
         self.requests.send(request).map_err(|e| e.0)
+    }
+}
+
+/// Checkpoints the WAL every [`CHECKPOINT_EVERY`] on a connection of its own until `stop`'s
+/// sender is dropped.
+///
+/// SQLite checkpoints automatically in the commit that grows the WAL past 1,000 pages, so the
+/// group writer used to copy pages and `fsync` the database file in the middle of its commits
+/// (~12 % of its time in the profile, BENCHMARKS.md session 10) while every caller waited. Its
+/// connection turns that off (`wal_autocheckpoint = 0`) and this thread checkpoints instead,
+/// `PASSIVE`ly: it copies what no reader still needs and never blocks the writer or a reader.
+/// (sqlx's connections keep the automatic checkpoint, so the WAL stays bounded if this thread
+/// cannot open the file.)
+fn checkpoint_until_stopped(path: &str, stop: &mpsc::Receiver<()>) {
+    let conn = match open(path) {
+        Ok(conn) => conn,
+        Err(error) => {
+            tracing::warn!(%error, "no WAL checkpointer: SQLite's automatic checkpoints remain");
+            return;
+        }
+    };
+    while let Err(mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(CHECKPOINT_EVERY) {
+        if let Err(error) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+            tracing::debug!(%error, "WAL checkpoint failed; retrying");
+        }
     }
 }
 
@@ -94,6 +131,9 @@ fn open(path: &str) -> Result<Connection, String> {
     )
     .map_err(|e| format!("the SQLite group writer cannot configure {path}: {e}"))?;
     crate::reader::plan_once(&conn)
+        .map_err(|e| format!("the SQLite group writer cannot configure {path}: {e}"))?;
+    // Checkpoints are the checkpointer thread's (`checkpoint_until_stopped`).
+    conn.execute_batch("PRAGMA wal_autocheckpoint = 0")
         .map_err(|e| format!("the SQLite group writer cannot configure {path}: {e}"))?;
     conn.set_prepared_statement_cache_capacity(PREPARED);
     Ok(conn)
