@@ -82,11 +82,11 @@ impl Readers {
             None => self.open()?,
         };
         let rows = if statements.len() > 1 {
-            conn.execute_batch("BEGIN").map_err(failed)?;
+            control(&conn, "BEGIN").map_err(failed)?;
             let rows = fetch_each(&conn, statements);
             // A read transaction has nothing to lose; ending it is what matters (an open one
             // would pin the WAL and hide later commits from this connection).
-            let ended = conn.execute_batch("COMMIT");
+            let ended = control(&conn, "COMMIT");
             if ended.is_err() && !conn.is_autocommit() {
                 // Not returned to the list: dropping it closes it.
                 return rows.and(Err(failed("cannot end a read transaction")));
@@ -117,6 +117,11 @@ pub(crate) fn plan_once(conn: &Connection) -> rusqlite::Result<()> {
         true,
     )
     .map(drop)
+}
+
+/// Runs a transaction-control statement, prepared once per connection.
+fn control(conn: &Connection, text: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(text)?.raw_execute().map(drop)
 }
 
 fn fetch_each(conn: &Connection, statements: &[Statement]) -> Result<Vec<AnyRow>, sqlx::Error> {
