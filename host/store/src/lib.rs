@@ -994,8 +994,8 @@ mod tests {
         assert_eq!(all.len(), 3, "nothing deleted");
     }
 
-    /// The group writer does not checkpoint (`wal_autocheckpoint = 0`); its checkpointer thread
-    /// copies the WAL into the database file in the background.
+    /// The group writer checkpoints only past a high backstop (10,000 pages); its checkpointer
+    /// thread copies the WAL into the database file in the background.
     #[tokio::test]
     async fn the_checkpointer_copies_the_group_writers_wal_into_the_database_file() {
         let dir = tempfile::tempdir().unwrap();

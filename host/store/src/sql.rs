@@ -56,9 +56,7 @@ impl Statement {
     pub(crate) fn values(&self) -> &[AnyValueKind] {
         &self.args.values.0
     }
-}
 
-impl Statement {
     /// The statement alone, as an sqlx query.
     pub(crate) fn into_query(self) -> sqlx::query::Query<'static, Any, AnyArguments> {
         sqlx::query_with(sqlx::AssertSqlSafe(self.text), self.args)

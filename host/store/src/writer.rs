@@ -44,6 +44,11 @@ pub(crate) struct Request {
 /// How often the checkpointer copies the WAL's committed pages into the database file.
 const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// WAL pages after which the group writer checkpoints in its own commit, as SQLite does by
+/// default at 1,000: only when the checkpointer thread has not kept up (or could not start), so
+/// the WAL stays bounded (~40 MiB) whatever happens to that thread.
+const BACKSTOP_PAGES: u32 = 10_000;
+
 /// The handle to the writer thread (and its checkpointer); both end when it is dropped.
 pub(crate) struct GroupWriter {
     requests: mpsc::Sender<Request>,
@@ -100,10 +105,9 @@ impl GroupWriter {
 /// SQLite checkpoints automatically in the commit that grows the WAL past 1,000 pages, so the
 /// group writer used to copy pages and `fsync` the database file in the middle of its commits
 /// (~12 % of its time in the profile, BENCHMARKS.md session 10) while every caller waited. Its
-/// connection turns that off (`wal_autocheckpoint = 0`) and this thread checkpoints instead,
-/// `PASSIVE`ly: it copies what no reader still needs and never blocks the writer or a reader.
-/// (sqlx's connections keep the automatic checkpoint, so the WAL stays bounded if this thread
-/// cannot open the file.)
+/// connection moves that threshold out of the way ([`BACKSTOP_PAGES`]) and this thread
+/// checkpoints instead, `PASSIVE`ly: it copies what no reader still needs and never blocks the
+/// writer or a reader.
 fn checkpoint_until_stopped(path: &str, stop: &mpsc::Receiver<()>) {
     let conn = match open(path) {
         Ok(conn) => conn,
@@ -133,7 +137,7 @@ fn open(path: &str) -> Result<Connection, String> {
     crate::reader::plan_once(&conn)
         .map_err(|e| format!("the SQLite group writer cannot configure {path}: {e}"))?;
     // Checkpoints are the checkpointer thread's (`checkpoint_until_stopped`).
-    conn.execute_batch("PRAGMA wal_autocheckpoint = 0")
+    conn.execute_batch(&format!("PRAGMA wal_autocheckpoint = {BACKSTOP_PAGES}"))
         .map_err(|e| format!("the SQLite group writer cannot configure {path}: {e}"))?;
     conn.set_prepared_statement_cache_capacity(PREPARED);
     Ok(conn)
