@@ -181,7 +181,7 @@ impl FromRequestParts<ApiState> for Caller {
         // The key and its principal's grants in one read.
         let candidates = state
             .store
-            .api_keys_with_grants(keys::prefix(token))
+            .api_keys_with_grants(keys::prefix(token), now)
             .await
             .map_err(ApiError::unavailable)?;
         let (key, grants) = match candidates.into_iter().find(|(k, _)| {

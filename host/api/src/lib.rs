@@ -40,9 +40,29 @@ pub struct ApiConfig {
     pub rate_limit: ratelimit::RateLimit,
 }
 
-/// Everything a handler may reach.
+/// Everything a handler may reach, behind one `Arc`: axum clones the state for every request
+/// (each handler and extractor takes its own), and a clone should be one reference count, not
+/// one per service inside.
 #[derive(Debug, Clone)]
-pub struct ApiState {
+pub struct ApiState(Arc<ApiServices>);
+
+impl ApiState {
+    pub fn new(services: ApiServices) -> Self {
+        Self(Arc::new(services))
+    }
+}
+
+impl std::ops::Deref for ApiState {
+    type Target = ApiServices;
+
+    fn deref(&self) -> &ApiServices {
+        &self.0
+    }
+}
+
+/// The services of [`ApiState`].
+#[derive(Debug)]
+pub struct ApiServices {
     pub engine: Engine,
     pub store: Store,
     pub clock: Arc<dyn Clock>,
@@ -59,7 +79,7 @@ pub struct ApiState {
     pub webhooks: Arc<webhooks::WebhookConfig>,
 }
 
-impl ApiState {
+impl ApiServices {
     pub fn now(&self) -> i64 {
         self.clock.now_millis() as i64
     }

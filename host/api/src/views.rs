@@ -23,12 +23,28 @@ pub fn rfc3339(ms: i64) -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    let (hour, minute, second) = (rem / 3600, rem % 3600 / 60, rem % 60);
+    if !(0..=9999).contains(&year) {
+        return format!(
+            "{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}.{millis:03}Z"
+        );
+    }
+    // Every response carries a few dozen of these: digits into a fixed buffer, not `format!`.
+    let mut out = *b"0000-00-00T00:00:00.000Z";
+    let mut put = |at: usize, width: usize, mut value: i64| {
+        for i in (at..at + width).rev() {
+            out[i] = b'0' + (value % 10) as u8;
+            value /= 10;
+        }
+    };
+    put(0, 4, year);
+    put(5, 2, month);
+    put(8, 2, day);
+    put(11, 2, hour);
+    put(14, 2, minute);
+    put(17, 2, second);
+    put(20, 3, millis);
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn opt_time(ms: Option<i64>) -> Option<String> {
@@ -619,5 +635,12 @@ mod tests {
             "2026-01-01T00:00:00.123Z"
         );
         assert_eq!(super::rfc3339(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        assert_eq!(super::rfc3339(86_399_999), "1970-01-01T23:59:59.999Z");
+        assert_eq!(super::rfc3339(-1), "1969-12-31T23:59:59.999Z");
+        // Outside four-digit years: still every field, the year as wide as it needs.
+        assert_eq!(
+            super::rfc3339(253_402_300_800_000),
+            "10000-01-01T00:00:00.000Z"
+        );
     }
 }

@@ -29,8 +29,16 @@ pub use sandbox::{HostCalls, Interrupt, LimitExceeded, RunState};
 pub use steps::{LoadedStep, StepFailure, StepLoadReport};
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use wasmtime::component::Linker;
-use wasmtime::{Config, Engine};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
+
+/// Pool room per component instance: a component is several core modules (the guest, the WASI
+/// adapter, shims), each with its own instance and maybe a memory and a table. Generous, since
+/// running out of one of them fails an instantiation even when a slot is free.
+const CORE_INSTANCES_PER_COMPONENT: u32 = 32;
+const MEMORIES_PER_COMPONENT: u32 = 4;
+const TABLES_PER_COMPONENT: u32 = 8;
 
 /// Sandbox limits and caching, per [`Runtime`].
 #[derive(Debug, Clone)]
@@ -43,6 +51,10 @@ pub struct RuntimeConfig {
     pub max_wasm_stack_bytes: usize,
     /// Where compiled artifacts are cached; `None` compiles on every load.
     pub cache_dir: Option<PathBuf>,
+    /// Activations that run at once at most, each in a slot of wasmtime's pooling allocator
+    /// (memory, tables and stack reserved once and reused); further activations wait for a slot.
+    /// 0 allocates every instance on demand (an `mmap`/`munmap` pair and page faults each).
+    pub instance_pool: u32,
 }
 
 impl Default for RuntimeConfig {
@@ -52,6 +64,7 @@ impl Default for RuntimeConfig {
             fuel_per_activation: 2_000_000_000,
             max_wasm_stack_bytes: 1 << 20,
             cache_dir: None,
+            instance_pool: 128,
         }
     }
 }
@@ -77,6 +90,28 @@ pub struct Runtime {
     step_linker: Linker<RunState>,
     config: RuntimeConfig,
     cache: cache::ComponentCache,
+    slots: Slots,
+}
+
+/// The pool's slots: one per activation alive at once ([`RuntimeConfig::instance_pool`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Slots(Option<Arc<tokio::sync::Semaphore>>);
+
+/// A slot held for the life of one store (nothing without a pool).
+pub(crate) type Slot = Option<tokio::sync::OwnedSemaphorePermit>;
+
+impl Slots {
+    fn new(pool: u32) -> Self {
+        Self((pool > 0).then(|| Arc::new(tokio::sync::Semaphore::new(pool as usize))))
+    }
+
+    /// Waits for a free slot. The semaphore is never closed, so this only waits.
+    pub(crate) async fn take(&self) -> Slot {
+        match &self.0 {
+            Some(semaphore) => semaphore.clone().acquire_owned().await.ok(),
+            None => None,
+        }
+    }
 }
 
 impl std::fmt::Debug for Runtime {
@@ -95,6 +130,20 @@ impl Runtime {
             .max_wasm_stack(config.max_wasm_stack_bytes)
             .async_stack_size(config.max_wasm_stack_bytes + (1 << 20))
             .cranelift_opt_level(wasmtime::OptLevel::Speed);
+        let n = config.instance_pool;
+        if n > 0 {
+            // Nothing is kept resident between activations (wasmtime's default): resetting a
+            // slot with `madvise` and faulting in the few pages an activation touches measured
+            // cheaper than a `memset` of the first MiB (BENCHMARKS.md, session 12).
+            let mut pool = PoolingAllocationConfig::new();
+            pool.total_component_instances(n)
+                .total_core_instances(n.saturating_mul(CORE_INSTANCES_PER_COMPONENT))
+                .total_memories(n.saturating_mul(MEMORIES_PER_COMPONENT))
+                .total_tables(n.saturating_mul(TABLES_PER_COMPONENT))
+                .total_stacks(n)
+                .max_memory_size(config.memory_limit_bytes);
+            wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        }
         let engine = Engine::new(&wasm)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
@@ -104,12 +153,14 @@ impl Runtime {
         )?;
         let step_linker = steps::linker(&engine)?;
         let cache = cache::ComponentCache::new(&engine, config.cache_dir.clone())?;
+        let slots = Slots::new(config.instance_pool);
         Ok(Self {
             engine,
             linker,
             step_linker,
             config,
             cache,
+            slots,
         })
     }
 

@@ -4,7 +4,7 @@
 
 use crate::bindings::{self, WorkflowPre};
 use crate::sandbox::{HostCalls, Interrupt, LimitExceeded, RunState};
-use crate::{Activation, CompileStats, Runtime, RuntimeConfig, cache};
+use crate::{Activation, CompileStats, Runtime, RuntimeConfig, Slot, Slots, cache};
 use async_trait::async_trait;
 use capstan_core::{
     CancelMode, Capability, CapabilityError, CapabilityGrants, ErrorKind, RecoveryOperation,
@@ -122,7 +122,8 @@ impl LoadedWorkflow {
         seed: u64,
         input: &str,
     ) -> Activation {
-        let mut store = new_store(&runtime.engine, &runtime.config, host, seed);
+        let (_slot, mut store) =
+            new_store(&runtime.engine, &runtime.config, &runtime.slots, host, seed).await;
         let workflow = match self.pre.instantiate_async(&mut store).await {
             Ok(workflow) => workflow,
             Err(trap) => return classify(trap, &mut store, &runtime.config),
@@ -139,19 +140,23 @@ impl LoadedWorkflow {
     }
 }
 
-/// A store for one activation (of a workflow or a step) with the sandbox limits of `config`.
-pub(crate) fn new_store(
+/// A store for one activation (of a workflow or a step) with the sandbox limits of `config`, in
+/// a slot of the instance pool (waited for when all are taken). Keep the slot until the store is
+/// dropped.
+pub(crate) async fn new_store(
     engine: &Engine,
     config: &RuntimeConfig,
+    slots: &Slots,
     host: Box<dyn HostCalls>,
     seed: u64,
-) -> Store<RunState> {
+) -> (Slot, Store<RunState>) {
+    let slot = slots.take().await;
     let mut store = Store::new(engine, RunState::new(host, seed, config.memory_limit_bytes));
     store.limiter(|state| &mut state.memory);
     // Both only fail when fuel is not enabled, and `Runtime::new` always enables it.
     let _ = store.set_fuel(config.fuel_per_activation);
     let _ = store.fuel_async_yield_interval(Some(10_000_000));
-    store
+    (slot, store)
 }
 
 pub(crate) fn guest_error(error: bindings::types::Error) -> CapabilityError {
@@ -176,6 +181,14 @@ pub(crate) fn classify(
     }
     if let Some(limit) = trap.downcast_ref::<LimitExceeded>() {
         return Activation::Limit(*limit);
+    }
+    // The pool ran out of some part (a component with more modules than the pool allows
+    // for): the host's shortage, not the guest's fault, so the run is retried, not failed.
+    if trap
+        .downcast_ref::<wasmtime::PoolConcurrencyLimitError>()
+        .is_some()
+    {
+        return Activation::Interrupted(Interrupt::Host(format!("{trap:#}")));
     }
     match trap.downcast_ref::<wasmtime::Trap>() {
         Some(wasmtime::Trap::OutOfFuel) => Activation::Limit(LimitExceeded::Cpu {
@@ -252,7 +265,14 @@ impl Runtime {
         let pre =
             WorkflowPre::new(instance_pre).map_err(|e| LoadError::Invalid(format!("{e:#}")))?;
 
-        let mut store = new_store(&self.engine, &self.config, Box::new(NoHostCalls), 0);
+        let (_slot, mut store) = new_store(
+            &self.engine,
+            &self.config,
+            &self.slots,
+            Box::new(NoHostCalls),
+            0,
+        )
+        .await;
         let described = match pre.instantiate_async(&mut store).await {
             Ok(instance) => {
                 instance

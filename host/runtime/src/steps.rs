@@ -63,7 +63,7 @@ use crate::loader::{
     LoadError, LoadFailure, NoHostCalls, VIRTUALIZED_WASI, classify, guest_error, new_store,
 };
 use crate::sandbox::{HostCalls, Interrupt, LimitExceeded, RunState};
-use crate::{Activation, CompileStats, Runtime, RuntimeConfig, cache};
+use crate::{Activation, CompileStats, Runtime, RuntimeConfig, Slots, cache};
 use capstan_core::CapabilityError;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -186,6 +186,7 @@ pub struct LoadedStep {
     pub imports: Vec<String>,
     pub stats: CompileStats,
     config: RuntimeConfig,
+    slots: Slots,
     pre: FulfilmentStepPre<RunState>,
 }
 
@@ -215,7 +216,8 @@ impl LoadedStep {
         let input = input.to_string();
         let seed = seed_of(&input);
         let engine = self.pre.engine();
-        let mut store = new_store(engine, &self.config, Box::new(calls), seed);
+        let (_slot, mut store) =
+            new_store(engine, &self.config, &self.slots, Box::new(calls), seed).await;
         let step = match self.pre.instantiate_async(&mut store).await {
             Ok(step) => step,
             Err(trap) => return Err(failure(classify(trap, &mut store, &self.config))),
@@ -308,7 +310,14 @@ impl Runtime {
         let pre = FulfilmentStepPre::new(instance_pre)
             .map_err(|e| LoadError::Invalid(format!("{e:#}")))?;
 
-        let mut store = new_store(&self.engine, &self.config, Box::new(NoHostCalls), 0);
+        let (_slot, mut store) = new_store(
+            &self.engine,
+            &self.config,
+            &self.slots,
+            Box::new(NoHostCalls),
+            0,
+        )
+        .await;
         let described = match pre.instantiate_async(&mut store).await {
             Ok(instance) => {
                 instance
@@ -350,6 +359,7 @@ impl Runtime {
             imports,
             stats,
             config: self.config.clone(),
+            slots: self.slots.clone(),
             pre,
         })
     }

@@ -36,6 +36,7 @@ fn runtime() -> &'static Runtime {
             fuel_per_activation: 200_000_000,
             max_wasm_stack_bytes: 256 << 10,
             cache_dir: Some(repo().join("target/component-cache-tests")),
+            instance_pool: 16,
         })
         .unwrap()
     })
@@ -479,4 +480,61 @@ async fn compiled_artifacts_are_cached_on_disk_so_a_restart_does_not_recompile()
         matches!(activation, Activation::Completed(Ok(_))),
         "{activation:?}"
     );
+}
+
+/// Counts the host calls under way at once; each waits a little, so activations overlap.
+#[derive(Clone, Default)]
+struct OverlapHost {
+    now: Arc<Mutex<(usize, usize)>>,
+}
+
+#[async_trait]
+impl HostCalls for OverlapHost {
+    async fn call(&mut self, op: &'static str, _request: Value) -> Result<Value, Interrupt> {
+        {
+            let mut now = self.now.lock().unwrap();
+            now.0 += 1;
+            now.1 = now.1.max(now.0);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        self.now.lock().unwrap().0 -= 1;
+        Ok(match op {
+            "time.now" => json!(1_000),
+            _ => Value::Null,
+        })
+    }
+}
+
+#[tokio::test]
+async fn activations_beyond_the_instance_pool_wait_for_a_slot_instead_of_failing() {
+    let pooled = Runtime::new(RuntimeConfig {
+        memory_limit_bytes: 32 << 20,
+        fuel_per_activation: 200_000_000,
+        max_wasm_stack_bytes: 256 << 10,
+        cache_dir: Some(repo().join("target/component-cache-tests")),
+        instance_pool: 2,
+    })
+    .unwrap();
+    let workflow = pooled
+        .load_file(&component("workflows/hello.wasm"), &CapabilityGrants::new())
+        .await
+        .unwrap();
+    let host = OverlapHost::default();
+    let activations = (0..6).map(|i| {
+        workflow.activate(
+            &pooled,
+            Box::new(host.clone()),
+            i,
+            r#"{"name":"Ada","pauseSeconds":0}"#,
+        )
+    });
+    for activation in futures_util::future::join_all(activations).await {
+        assert!(
+            matches!(activation, Activation::Completed(Ok(_))),
+            "every activation completes: {activation:?}"
+        );
+    }
+    let (under_way, most) = *host.now.lock().unwrap();
+    assert_eq!(under_way, 0);
+    assert_eq!(most, 2, "two slots: two activations at a time, never more");
 }

@@ -36,6 +36,7 @@ fn runtime() -> &'static Runtime {
             fuel_per_activation: 200_000_000,
             max_wasm_stack_bytes: 256 << 10,
             cache_dir: Some(repo().join("target/component-cache-tests")),
+            instance_pool: 16,
         })
         .unwrap()
     })

@@ -30,6 +30,9 @@ pub struct RuntimeSettings {
     pub max_stack_kib: u32,
     /// Cache compiled components under `<data_dir>/components`.
     pub cache_components: bool,
+    /// Activations (workflow runs and booking steps) alive at once at most, each in a slot of
+    /// the pooling allocator; more wait for a slot. 0: allocate each instance on demand.
+    pub instance_pool: u32,
 }
 
 impl Default for RuntimeSettings {
@@ -39,6 +42,7 @@ impl Default for RuntimeSettings {
             fuel_per_activation: 2_000_000_000,
             max_stack_kib: 1024,
             cache_components: true,
+            instance_pool: 128,
         }
     }
 }

@@ -45,6 +45,7 @@ pub fn runtime_config(settings: &Settings) -> RuntimeConfig {
             .runtime
             .cache_components
             .then(|| settings.data_dir.join("components")),
+        instance_pool: settings.runtime.instance_pool,
     }
 }
 

@@ -11,7 +11,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use capstan_api::keys::Peppers;
 use capstan_api::partner::PartnerState;
-use capstan_api::{ApiConfig, ApiState};
+use capstan_api::{ApiConfig, ApiServices, ApiState};
 use capstan_booking::fulfilment::StepRunner;
 use capstan_booking::{BookingConfig, Bookings, Environment};
 use capstan_core::{Clock, SystemClock};
@@ -65,6 +65,14 @@ impl App {
         let keyring = secret_keys()?;
         let store = Store::open(&settings.database).await?;
         let registry = Arc::new(Registry::load(settings).await?);
+        let pool = settings.runtime.instance_pool as usize;
+        if pool > 0 && pool < settings.workers {
+            tracing::warn!(
+                instance_pool = pool,
+                workers = settings.workers,
+                "runtime.instance_pool is smaller than workers: activations beyond the pool wait for a slot"
+            );
+        }
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let cloud = SimulatedCloud::new(&store, clock.clone(), settings.simulator.clone()).await?;
         let engine = Engine::new(
@@ -104,7 +112,7 @@ impl App {
             key_lifetime_days: settings.api_key_lifetime_days,
             rate_limit: settings.rate_limit,
         };
-        let api = ApiState {
+        let api = ApiState::new(ApiServices {
             engine,
             store: store.clone(),
             clock,
@@ -136,7 +144,7 @@ impl App {
                 schedule_ms: settings.webhooks.retry_schedule_ms.clone(),
                 timeout_ms: settings.webhooks.timeout_ms,
             }),
-        };
+        });
         let partner = |environment| PartnerState {
             bookings: bookings.clone(),
             environment,

@@ -45,6 +45,26 @@ pub struct AuditFilter {
 /// How often a node records a key's `lastUsedAt` at most.
 pub const TOUCH_EVERY_MS: i64 = 60_000;
 
+/// How long a node answers a key lookup from memory ([`Store::api_keys_with_grants`]): a key
+/// revoked, or a grant changed, by another process (the CLI, another node) is seen within this
+/// time; changes made through this process are seen at once.
+pub const KEY_CACHE_MS: i64 = 1_000;
+
+/// Prefixes kept in the key cache at most (it is emptied when full).
+const KEY_CACHE_ENTRIES: usize = 10_000;
+
+/// The keys of one prefix, each with its principal's grants.
+pub type KeysWithGrants = Vec<(ApiKeyRecord, Vec<String>)>;
+
+/// Keys with their principals' grants, by prefix, as read at some time.
+#[derive(Debug, Default)]
+pub(crate) struct KeyCache {
+    entries: std::collections::HashMap<String, (i64, KeysWithGrants)>,
+    /// Bumped by every key or grant change through this process, so a read that began before a
+    /// change does not store what it read.
+    generation: u64,
+}
+
 /// Audit records written by one `INSERT` at most (11 values each, under every backend's limit).
 const AUDIT_BATCH: usize = 256;
 
@@ -86,6 +106,7 @@ impl Store {
             .bind(k.revoked_ms)
             .execute(&self.writer)
             .await?;
+        self.forget_keys();
         Ok(())
     }
 
@@ -98,10 +119,53 @@ impl Store {
 
     /// The keys with this prefix, each with its principal's grants: what authenticating a
     /// request needs, in one query.
+    ///
+    /// Answered from memory when this node read the same prefix less than [`KEY_CACHE_MS`]
+    /// before `now_ms` and changed no key or grant since: the read is a request's second
+    /// database round trip, and a client sends many requests with one key.
     pub async fn api_keys_with_grants(
         &self,
         prefix: &str,
-    ) -> Result<Vec<(ApiKeyRecord, Vec<String>)>, sqlx::Error> {
+        now_ms: i64,
+    ) -> Result<KeysWithGrants, sqlx::Error> {
+        let generation = {
+            let cache = self.key_cache();
+            if let Some((at, keys)) = cache.entries.get(prefix)
+                && now_ms >= *at
+                && now_ms - at < KEY_CACHE_MS
+            {
+                return Ok(keys.clone());
+            }
+            cache.generation
+        };
+        let keys = self.read_keys_with_grants(prefix).await?;
+        let mut cache = self.key_cache();
+        if cache.generation == generation {
+            if cache.entries.len() >= KEY_CACHE_ENTRIES {
+                cache.entries.clear();
+            }
+            cache
+                .entries
+                .insert(prefix.to_owned(), (now_ms, keys.clone()));
+        }
+        Ok(keys)
+    }
+
+    fn key_cache(&self) -> std::sync::MutexGuard<'_, KeyCache> {
+        self.inner
+            .keys
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Forgets every cached key: a key or grant changed through this process.
+    fn forget_keys(&self) {
+        let mut cache = self.key_cache();
+        cache.entries.clear();
+        cache.generation += 1;
+    }
+
+    async fn read_keys_with_grants(&self, prefix: &str) -> Result<KeysWithGrants, sqlx::Error> {
         let read = crate::Sql::new(
             "SELECT k.*, g.permission AS granted FROM api_keys k
              LEFT JOIN principal_grants g ON g.principal_id = k.principal_id
@@ -109,7 +173,7 @@ impl Store {
         )
         .arg(prefix.to_owned());
         let rows = self.fetch_all(read).await?;
-        let mut keys: Vec<(ApiKeyRecord, Vec<String>)> = Vec::new();
+        let mut keys: KeysWithGrants = Vec::new();
         for row in &rows {
             let key = key_row(row);
             let granted: Option<String> = row.try_get("granted")?;
@@ -180,18 +244,21 @@ impl Store {
                 .bind(now_ms)
                 .bind(id)
                 .execute(&self.writer)
-                .await?;
-        Ok(done.rows_affected() > 0)
+                .await;
+        self.forget_keys();
+        Ok(done?.rows_affected() > 0)
     }
 
     pub async fn grant(&self, principal_id: &str, permission: &str) -> Result<(), sqlx::Error> {
-        sqlx::query(
+        let done = sqlx::query(
             "INSERT INTO principal_grants (principal_id, permission) VALUES ($1, $2) ON CONFLICT DO NOTHING",
         )
         .bind(principal_id)
         .bind(permission)
         .execute(&self.writer)
-        .await?;
+        .await;
+        self.forget_keys();
+        done?;
         Ok(())
     }
 
@@ -205,8 +272,9 @@ impl Store {
                 .bind(principal_id)
                 .bind(permission)
                 .execute(&self.writer)
-                .await?;
-        Ok(done.rows_affected() > 0)
+                .await;
+        self.forget_keys();
+        Ok(done?.rows_affected() > 0)
     }
 
     pub async fn grants_of(&self, principal_id: &str) -> Result<Vec<String>, sqlx::Error> {

@@ -132,6 +132,8 @@ struct Inner {
     audit: std::sync::Mutex<auth::AuditQueue>,
     /// When this node last wrote each API key's `lastUsedAt`.
     touched: std::sync::Mutex<std::collections::HashMap<String, i64>>,
+    /// Recently read keys with their principals' grants ([`Store::api_keys_with_grants`]).
+    keys: std::sync::Mutex<auth::KeyCache>,
     /// Engine batches waiting for the next group commit (SQLite, `EngineStore::apply`).
     group: std::sync::Mutex<Vec<engine::GroupJob>>,
     /// Held by whoever commits a group.
@@ -151,6 +153,7 @@ impl Default for Inner {
         Self {
             audit: Default::default(),
             touched: Default::default(),
+            keys: Default::default(),
             group: Default::default(),
             group_lock: Default::default(),
             group_writer: Default::default(),
@@ -918,6 +921,78 @@ mod tests {
     /// `fetch_all` (SQLite: on the calling thread, `reader.rs`) gives the rows sqlx's read path
     /// gives, value kinds included; sees every commit before it; runs several statements as one
     /// read; and cannot write.
+    #[tokio::test]
+    async fn key_lookups_see_this_process_changes_at_once_and_others_within_the_cache_time() {
+        use crate::auth::{ApiKeyRecord, KEY_CACHE_MS};
+        let dir = tempfile::tempdir().unwrap();
+        let url = crate::testing::fresh_database_url(dir.path()).await;
+        let store = Store::open(&url).await.unwrap();
+        // Another process on the same database: the CLI, or another node.
+        let other = Store::open(&url).await.unwrap();
+        let key = ApiKeyRecord {
+            id: "key-1".to_owned(),
+            principal_id: "ops".to_owned(),
+            prefix: "cap_cache001".to_owned(),
+            hash: "h".to_owned(),
+            pepper_version: 1,
+            created_ms: 0,
+            expires_ms: i64::MAX,
+            last_used_ms: None,
+            revoked_ms: None,
+        };
+        let lookup = |store: &Store, now: i64| {
+            let store = store.clone();
+            async move {
+                let keys = store
+                    .api_keys_with_grants("cap_cache001", now)
+                    .await
+                    .unwrap();
+                keys.into_iter()
+                    .map(|(k, grants)| (k.revoked_ms, grants))
+                    .collect::<Vec<_>>()
+            }
+        };
+        let t = 1_000_000;
+        assert!(lookup(&store, t).await.is_empty());
+        // Minted and granted here: seen at once, though "nothing" was read a moment ago.
+        store.insert_api_key(&key).await.unwrap();
+        store.grant("ops", "workflows:a").await.unwrap();
+        assert_eq!(
+            lookup(&store, t).await,
+            vec![(None, vec!["workflows:a".to_owned()])]
+        );
+        // Changed by the other process: this one answers from memory until the cache time is up…
+        other.grant("ops", "workflows:b").await.unwrap();
+        other.revoke_api_key("key-1", t).await.unwrap();
+        assert_eq!(
+            lookup(&store, t + KEY_CACHE_MS - 1).await,
+            vec![(None, vec!["workflows:a".to_owned()])]
+        );
+        // …and reads the database again after it, or when its clock went backwards.
+        let fresh = vec![(
+            Some(t),
+            vec!["workflows:a".to_owned(), "workflows:b".to_owned()],
+        )];
+        assert_eq!(lookup(&store, t - 1).await, fresh);
+        assert_eq!(lookup(&store, t + KEY_CACHE_MS).await, fresh);
+        // Changes through this process are seen at once, whatever the clock says.
+        let now = t + KEY_CACHE_MS;
+        store.revoke_grant("ops", "workflows:a").await.unwrap();
+        assert_eq!(
+            lookup(&store, now).await,
+            vec![(Some(t), vec!["workflows:b".to_owned()])]
+        );
+        store.revoke_api_key("key-1", now + 5).await.unwrap();
+        store.grant("ops", "workflows:c").await.unwrap();
+        assert_eq!(
+            lookup(&store, now).await,
+            vec![(
+                Some(t),
+                vec!["workflows:b".to_owned(), "workflows:c".to_owned()]
+            )]
+        );
+    }
+
     #[tokio::test]
     async fn point_reads_match_sqlx_rows_see_every_commit_and_write_nothing() {
         use sqlx::{Column as _, Row as _};
