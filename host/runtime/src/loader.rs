@@ -214,6 +214,18 @@ impl HostCalls for NoHostCalls {
 }
 
 impl Runtime {
+    /// A store without host calls, for asking a freshly loaded component to describe itself.
+    pub(crate) async fn describe_store(&self) -> (Slot, Store<RunState>) {
+        new_store(
+            &self.engine,
+            &self.config,
+            &self.slots,
+            Box::new(NoHostCalls),
+            0,
+        )
+        .await
+    }
+
     /// Loads one component file.
     pub async fn load_file(
         &self,
@@ -265,14 +277,7 @@ impl Runtime {
         let pre =
             WorkflowPre::new(instance_pre).map_err(|e| LoadError::Invalid(format!("{e:#}")))?;
 
-        let (_slot, mut store) = new_store(
-            &self.engine,
-            &self.config,
-            &self.slots,
-            Box::new(NoHostCalls),
-            0,
-        )
-        .await;
+        let (_slot, mut store) = self.describe_store().await;
         let described = match pre.instantiate_async(&mut store).await {
             Ok(instance) => {
                 instance

@@ -59,9 +59,7 @@
 //! operation and the answer in the message).
 
 use crate::bindings::forward;
-use crate::loader::{
-    LoadError, LoadFailure, NoHostCalls, VIRTUALIZED_WASI, classify, guest_error, new_store,
-};
+use crate::loader::{LoadError, LoadFailure, VIRTUALIZED_WASI, classify, guest_error, new_store};
 use crate::sandbox::{HostCalls, Interrupt, LimitExceeded, RunState};
 use crate::{Activation, CompileStats, Runtime, RuntimeConfig, Slots, cache};
 use capstan_core::CapabilityError;
@@ -310,14 +308,7 @@ impl Runtime {
         let pre = FulfilmentStepPre::new(instance_pre)
             .map_err(|e| LoadError::Invalid(format!("{e:#}")))?;
 
-        let (_slot, mut store) = new_store(
-            &self.engine,
-            &self.config,
-            &self.slots,
-            Box::new(NoHostCalls),
-            0,
-        )
-        .await;
+        let (_slot, mut store) = self.describe_store().await;
         let described = match pre.instantiate_async(&mut store).await {
             Ok(instance) => {
                 instance
