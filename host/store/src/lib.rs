@@ -918,9 +918,6 @@ mod tests {
         assert!(!subscription.wants(&other));
     }
 
-    /// `fetch_all` (SQLite: on the calling thread, `reader.rs`) gives the rows sqlx's read path
-    /// gives, value kinds included; sees every commit before it; runs several statements as one
-    /// read; and cannot write.
     #[tokio::test]
     async fn key_lookups_see_this_process_changes_at_once_and_others_within_the_cache_time() {
         use crate::auth::{ApiKeyRecord, KEY_CACHE_MS};
@@ -993,6 +990,9 @@ mod tests {
         );
     }
 
+    /// `fetch_all` (SQLite: on the calling thread, `reader.rs`) gives the rows sqlx's read path
+    /// gives, value kinds included; sees every commit before it; runs several statements as one
+    /// read; and cannot write.
     #[tokio::test]
     async fn point_reads_match_sqlx_rows_see_every_commit_and_write_nothing() {
         use sqlx::{Column as _, Row as _};
