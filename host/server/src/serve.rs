@@ -206,8 +206,11 @@ async fn load_catalog(bookings: &Bookings, settings: &Settings) -> anyhow::Resul
 pub fn sandbox_router(app: App) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .with_state(app.clone())
+        .merge(
+            Router::new()
+                .route("/readyz", get(readyz))
+                .with_state(app.clone()),
+        )
         .merge(capstan_api::partner::router(app.sandbox))
         .fallback(partner_not_found)
         .layer(axum::middleware::from_fn(
@@ -230,11 +233,12 @@ pub fn router(app: App) -> Router {
     let admin = capstan_api::admin::router(app.api.clone());
     let streams = capstan_api::streams::router(app.api.clone());
     let subscriptions = capstan_api::webhooks::router(app.api.clone());
+    // Stateless routes stay out of `with_state`: axum clones a router's state for every
+    // request to it, and `/healthz` is the HTTP stack's own ceiling (`capstan bench`).
     Router::new()
         .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .with_state(app)
+        .merge(Router::new().route("/readyz", get(readyz)).with_state(app))
         .merge(api)
         .merge(catalog)
         .merge(admin)

@@ -2,12 +2,13 @@
 //! takes the write lock up front instead of failing half-way on a busy upgrade.
 
 use crate::sql::Check;
-use crate::{Backend, Sql, Store, count_write};
+use crate::{Backend, Sql, Store, count_write, reader, rows};
 use async_trait::async_trait;
 use capstan_core::store::*;
 use serde_json::Value;
 use sqlx::any::AnyRow;
 use sqlx::{Any, Column as _, Row, Transaction};
+use std::sync::LazyLock;
 
 pub(crate) fn unavailable(e: sqlx::Error) -> StoreError {
     StoreError::Unavailable(e.to_string())
@@ -37,36 +38,67 @@ fn parse_enum<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, StoreErro
 }
 
 fn execution_row(row: &AnyRow) -> Result<ExecutionRecord, StoreError> {
-    Ok(ExecutionRecord {
-        id: row.get("id"),
-        workflow: row.get("workflow"),
-        principal_id: row.get("principal_id"),
-        status: parse_enum(row.get::<&str, _>("status"))?,
-        status_reason: row.get("status_reason"),
-        current_stage: row.get("current_stage"),
-        created_ms: row.get("created_ms"),
-        finished_ms: row.get("finished_ms"),
-        cancellation_requested_ms: row.get("cancellation_requested_ms"),
-        input_json: parse_json(Some(row.get("input_json")))?.unwrap_or(Value::Null),
-        output_json: parse_json(row.get("output_json"))?,
-        outcome_json: parse_json(row.get("outcome_json"))?,
-        run_id: row.get("run_id"),
-        traceparent: row.get("traceparent"),
-    })
+    rows::execution_at(row, 0)
 }
 
 fn stage_row(row: &AnyRow) -> Result<StageRecord, StoreError> {
-    Ok(StageRecord {
-        id: row.get("id"),
-        execution_id: row.get("execution_id"),
-        position: row.get("position"),
-        stage_name: row.get("stage_name"),
-        status: parse_enum(row.get::<&str, _>("status"))?,
-        started_ms: row.get("started_ms"),
-        finished_ms: row.get("finished_ms"),
-        output_json: parse_json(row.get("output_json"))?,
-        error_json: parse_json(row.get("error_json"))?,
-    })
+    rows::stage_at(row, 0)
+}
+
+/// `SELECT <execution columns> FROM executions`.
+static SELECT_EXECUTIONS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {} FROM executions",
+        rows::EXECUTION_COLUMNS.join(", ")
+    )
+});
+
+/// One execution by id.
+static SELECT_EXECUTION: LazyLock<String> =
+    LazyLock::new(|| format!("{} WHERE id = $1", *SELECT_EXECUTIONS));
+
+/// `SELECT <stage columns> FROM stages WHERE execution_id = $1 ORDER BY position`.
+static SELECT_STAGES: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {} FROM stages WHERE execution_id = $1 ORDER BY position",
+        rows::STAGE_COLUMNS.join(", ")
+    )
+});
+
+/// An execution and its stages as one statement: the execution's columns, then a stage's
+/// (all NULL when it has none), one row per stage in order.
+static EXECUTION_WITH_STAGES: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {}, {} FROM executions e LEFT JOIN stages s ON s.execution_id = e.id
+         WHERE e.id = $1 ORDER BY s.position",
+        rows::select_list("e", &rows::EXECUTION_COLUMNS),
+        rows::select_list("s", &rows::STAGE_COLUMNS),
+    )
+});
+
+/// Decodes [`EXECUTION_WITH_STAGES`]'s rows.
+#[derive(Default)]
+struct ExecutionWithStages {
+    execution: Option<ExecutionRecord>,
+    stages: Vec<StageRecord>,
+}
+
+impl ExecutionWithStages {
+    fn push(&mut self, row: &impl rows::Columns) -> Result<(), StoreError> {
+        if self.execution.is_none() {
+            self.execution = Some(rows::execution_at(row, 0)?);
+        }
+        let at = rows::EXECUTION_COLUMNS.len();
+        // No stage: the LEFT JOIN's stage columns are NULL.
+        if row.text(at)?.is_some() {
+            self.stages.push(rows::stage_at(row, at)?);
+        }
+        Ok(())
+    }
+
+    fn done(self) -> Option<(ExecutionRecord, Vec<StageRecord>)> {
+        self.execution.map(|e| (e, self.stages))
+    }
 }
 
 fn run_row(row: &AnyRow) -> Result<RunRecord, StoreError> {
@@ -754,28 +786,45 @@ impl Store {
 }
 
 impl Store {
-    /// An execution and its stages (by position) in one read ([`Store::fetch_all`]).
+    /// An execution and its stages (by position) in one statement.
+    ///
+    /// SQLite: on a point reader, decoded straight from the statement's rows (the execution's
+    /// columns are read from the first row only); PostgreSQL: through sqlx.
     pub async fn execution_with_stages(
         &self,
         id: &str,
     ) -> Result<Option<(ExecutionRecord, Vec<StageRecord>)>, StoreError> {
-        let mut read = Sql::default();
-        read.push_statement("SELECT * FROM executions WHERE id = $1")
-            .bind(id.to_owned());
-        read.push_statement("SELECT * FROM stages WHERE execution_id = $1 ORDER BY position")
-            .bind(id.to_owned());
-        let rows = self.fetch_all(read).await.map_err(unavailable)?;
-        let mut execution = None;
-        let mut stages = Vec::new();
-        for row in &rows {
-            // A stage row is the one with a `stage_name`.
-            if row.columns().iter().any(|c| c.name() == "stage_name") {
-                stages.push(stage_row(row)?);
-            } else {
-                execution = Some(execution_row(row)?);
-            }
+        if let Some(readers) = self.point_readers() {
+            let decoded = readers
+                .with(|conn| {
+                    let mut statement = conn
+                        .prepare_cached(&EXECUTION_WITH_STAGES)
+                        .map_err(reader::failed)?;
+                    statement
+                        .raw_bind_parameter(1, id)
+                        .map_err(reader::failed)?;
+                    let mut found = ExecutionWithStages::default();
+                    // Dropping `rows` resets the statement, which ends its read transaction.
+                    let mut rows = statement.raw_query();
+                    while let Some(row) = rows.next().map_err(reader::failed)? {
+                        if let Err(e) = found.push(row) {
+                            return Ok(Err(e));
+                        }
+                    }
+                    Ok::<_, sqlx::Error>(Ok(found))
+                })
+                .map_err(unavailable)??;
+            return Ok(decoded.done());
         }
-        Ok(execution.map(|e| (e, stages)))
+        let rows = self
+            .fetch_all(Sql::new(&EXECUTION_WITH_STAGES).arg(id.to_owned()))
+            .await
+            .map_err(unavailable)?;
+        let mut found = ExecutionWithStages::default();
+        for row in &rows {
+            found.push(row)?;
+        }
+        Ok(found.done())
     }
 }
 
@@ -807,7 +856,7 @@ impl EngineStore for Store {
 
     async fn execution(&self, id: &str) -> Result<Option<ExecutionRecord>, StoreError> {
         let row = self
-            .fetch_optional(Sql::new("SELECT * FROM executions WHERE id = $1").arg(id.to_owned()))
+            .fetch_optional(Sql::new(&SELECT_EXECUTION).arg(id.to_owned()))
             .await
             .map_err(unavailable)?;
         row.as_ref().map(execution_row).transpose()
@@ -817,7 +866,7 @@ impl EngineStore for Store {
         &self,
         filter: &ExecutionFilter,
     ) -> Result<Vec<ExecutionRecord>, StoreError> {
-        let mut q = Sql::new("SELECT * FROM executions WHERE 1 = 1");
+        let mut q = Sql::new(&format!("{} WHERE 1 = 1", *SELECT_EXECUTIONS));
         if let Some(workflows) = &filter.workflows {
             if workflows.is_empty() {
                 return Ok(Vec::new());
@@ -843,10 +892,7 @@ impl EngineStore for Store {
 
     async fn stages(&self, execution_id: &str) -> Result<Vec<StageRecord>, StoreError> {
         let rows = self
-            .fetch_all(
-                Sql::new("SELECT * FROM stages WHERE execution_id = $1 ORDER BY position")
-                    .arg(execution_id.to_owned()),
-            )
+            .fetch_all(Sql::new(&SELECT_STAGES).arg(execution_id.to_owned()))
             .await
             .map_err(unavailable)?;
         rows.iter().map(stage_row).collect()
@@ -993,7 +1039,7 @@ impl EngineStore for Store {
             .bind(run_id.to_owned());
         read.push_statement("SELECT * FROM waits WHERE run_id = $1 ORDER BY seq")
             .bind(run_id.to_owned());
-        read.push_statement("SELECT * FROM stages WHERE execution_id = $1 ORDER BY position")
+        read.push_statement(&SELECT_STAGES)
             .bind(execution_id.to_owned());
         let mut state = ReplayState::default();
         // One read; a row is told by a column only its table has.

@@ -17,6 +17,7 @@ pub mod auth;
 mod engine;
 pub mod event_versions;
 mod reader;
+mod rows;
 pub mod sql;
 pub mod streams;
 pub mod subscriptions;
@@ -430,12 +431,8 @@ impl Store {
     /// runs, so scans and filtered lists use [`Store::read`] instead. PostgreSQL: the
     /// statements in turn on one pooled connection.
     pub async fn fetch_all(&self, sql: Sql) -> Result<Vec<AnyRow>, sqlx::Error> {
-        if self.backend == Backend::Sqlite {
-            return self
-                .inner
-                .local_readers
-                .get_or_init(|| reader::Readers::new(self.sqlite_path()))
-                .fetch(sql.statements());
+        if let Some(readers) = self.point_readers() {
+            return readers.fetch(sql.statements());
         }
         let mut conn = self.pool.acquire().await?;
         let mut rows = Vec::new();
@@ -443,6 +440,15 @@ impl Store {
             rows.extend(statement.into_query().fetch_all(&mut *conn).await?);
         }
         Ok(rows)
+    }
+
+    /// SQLite's point readers (`reader.rs`); `None` on PostgreSQL.
+    pub(crate) fn point_readers(&self) -> Option<&reader::Readers> {
+        (self.backend == Backend::Sqlite).then(|| {
+            self.inner
+                .local_readers
+                .get_or_init(|| reader::Readers::new(self.sqlite_path()))
+        })
     }
 
     /// [`Store::fetch_all`] for a read of one row at most: its first row.
@@ -1067,6 +1073,74 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(all.len(), 3, "nothing deleted");
+    }
+
+    /// An execution with its stages is one statement (a join) decoded straight from SQLite's
+    /// rows on the point readers and through sqlx on PostgreSQL: the same records the
+    /// separate reads give, stages by position, every column's value and NULL kept.
+    #[tokio::test]
+    async fn an_execution_reads_with_its_stages_in_one_statement() {
+        use capstan_core::execution::{ExecutionStatus, StageStatus};
+        use capstan_core::store::*;
+        use serde_json::json;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&crate::testing::fresh_database_url(dir.path()).await)
+            .await
+            .unwrap();
+        let execution = |id: &str, status: ExecutionStatus| ExecutionRecord {
+            id: id.into(),
+            workflow: "w".into(),
+            principal_id: "p".into(),
+            status,
+            status_reason: (status == ExecutionStatus::Failed).then(|| "provider_failed".into()),
+            current_stage: Some("b".into()),
+            created_ms: 10,
+            finished_ms: (status == ExecutionStatus::Failed).then_some(20),
+            cancellation_requested_ms: None,
+            input_json: json!({"zone": "Z", "list": [1, "two", null]}),
+            output_json: None,
+            outcome_json: (status == ExecutionStatus::Failed).then(|| json!({"error": "x"})),
+            run_id: format!("r-{id}"),
+            traceparent: Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into()),
+        };
+        let stage = |id: &str, position: i64, status: StageStatus| StageRecord {
+            id: id.into(),
+            execution_id: "e1".into(),
+            position,
+            stage_name: format!("stage-{position}"),
+            status,
+            started_ms: 11 + position,
+            finished_ms: (status != StageStatus::Running).then_some(12 + position),
+            output_json: (status == StageStatus::Succeeded).then(|| json!({"n": position})),
+            error_json: (status == StageStatus::Failed).then(|| json!({"error": "e"})),
+        };
+        // Stages written out of their order.
+        let stages = [
+            stage("s2", 2, StageStatus::Failed),
+            stage("s0", 0, StageStatus::Succeeded),
+            stage("s1", 1, StageStatus::Running),
+        ];
+        let mut writes = vec![
+            Write::InsertExecution(execution("e1", ExecutionStatus::Failed)),
+            Write::InsertExecution(execution("e2", ExecutionStatus::Queued)),
+        ];
+        writes.extend(stages.iter().cloned().map(Write::PutStage));
+        store.apply(None, writes).await.unwrap();
+
+        assert!(store.execution_with_stages("nope").await.unwrap().is_none());
+        let (e1, e1_stages) = store.execution_with_stages("e1").await.unwrap().unwrap();
+        assert_eq!(e1, execution("e1", ExecutionStatus::Failed));
+        let positions: Vec<i64> = e1_stages.iter().map(|s| s.position).collect();
+        assert_eq!(positions, [0, 1, 2]);
+        let separately = store.stages("e1").await.unwrap();
+        assert_eq!(e1_stages, separately);
+        assert_eq!(e1_stages[2], stages[0]);
+        // No stages: the execution alone (the join's NULL stage columns are not a stage).
+        let (e2, e2_stages) = store.execution_with_stages("e2").await.unwrap().unwrap();
+        assert_eq!(e2.status, ExecutionStatus::Queued);
+        assert_eq!(e2.outcome_json, None);
+        assert!(e2_stages.is_empty());
+        assert_eq!(store.execution("e2").await.unwrap(), Some(e2));
     }
 
     /// The group writer checkpoints only past a high backstop (10,000 pages); its checkpointer

@@ -44,7 +44,7 @@ impl std::fmt::Debug for Readers {
 }
 
 /// A failed read, as sqlx reports a lost connection (the callers answer 503 for it).
-fn failed(e: impl std::fmt::Display) -> sqlx::Error {
+pub(crate) fn failed(e: impl std::fmt::Display) -> sqlx::Error {
     sqlx::Error::Io(std::io::Error::other(format!("SQLite read: {e}")))
 }
 
@@ -69,9 +69,14 @@ impl Readers {
         Ok(conn)
     }
 
-    /// Runs the statements in order (several in one read transaction, so they see one
-    /// snapshot) and returns all their rows.
-    pub(crate) fn fetch(&self, statements: &[Statement]) -> Result<Vec<AnyRow>, sqlx::Error> {
+    /// Runs `read` on an idle connection (opened if none is idle) and puts the connection back.
+    ///
+    /// `read` sees one snapshot if it runs one statement, or several inside a transaction it
+    /// ends itself; a connection left inside a transaction is closed instead of kept.
+    pub(crate) fn with<T, E>(&self, read: impl FnOnce(&Connection) -> Result<T, E>) -> Result<T, E>
+    where
+        E: From<sqlx::Error>,
+    {
         let idle = self
             .idle
             .lock()
@@ -81,25 +86,34 @@ impl Readers {
             Some(conn) => conn,
             None => self.open()?,
         };
-        let rows = if statements.len() > 1 {
-            control(&conn, "BEGIN").map_err(failed)?;
-            let rows = fetch_each(&conn, statements);
+        let result = read(&conn);
+        if conn.is_autocommit() {
+            let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+            if idle.len() < IDLE {
+                idle.push(conn);
+            }
+        }
+        result
+    }
+
+    /// Runs the statements in order (several in one read transaction, so they see one
+    /// snapshot) and returns all their rows.
+    pub(crate) fn fetch(&self, statements: &[Statement]) -> Result<Vec<AnyRow>, sqlx::Error> {
+        self.with(|conn| {
+            if statements.len() <= 1 {
+                return fetch_each(conn, statements);
+            }
+            control(conn, "BEGIN").map_err(failed)?;
+            let rows = fetch_each(conn, statements);
             // A read transaction has nothing to lose; ending it is what matters (an open one
-            // would pin the WAL and hide later commits from this connection).
-            let ended = control(&conn, "COMMIT");
+            // would pin the WAL and hide later commits from this connection; `with` closes a
+            // connection left in one).
+            let ended = control(conn, "COMMIT");
             if ended.is_err() && !conn.is_autocommit() {
-                // Not returned to the list: dropping it closes it.
                 return rows.and(Err(failed("cannot end a read transaction")));
             }
             rows
-        } else {
-            fetch_each(&conn, statements)
-        };
-        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        if idle.len() < IDLE {
-            idle.push(conn);
-        }
-        rows
+        })
     }
 }
 

@@ -14,7 +14,7 @@ use super::{SimulatedCloud, s};
 use capstan_core::CapabilityError;
 use capstan_store::{Backend, Sql};
 use serde_json::{Value, json};
-use sqlx::{Column as _, Row};
+use sqlx::Row;
 
 impl SimulatedCloud {
     /// The answer, or `None` to take the ordinary path.
@@ -64,33 +64,36 @@ impl SimulatedCloud {
         let Ok(changes) = parse_changes(request) else {
             return Ok(None);
         };
-        // Everything the decision needs in one read: the token's answer, the zone, and the
-        // record sets the batch touches, told apart by their first column's name.
-        let mut read = Sql::default();
-        read.push_statement("SELECT response FROM sim_effects WHERE token = $1")
-            .bind(token.to_owned());
-        read.push_statement("SELECT name AS zone FROM sim_zones WHERE id = $1")
-            .bind(zone_id.to_owned());
+        // Everything the decision needs in one statement (one snapshot, no read transaction to
+        // begin and end): the token's answer, the zone, and the record sets the batch touches,
+        // told apart by their first column.
+        let mut read =
+            Sql::new("SELECT 'done', response, NULL, NULL FROM sim_effects WHERE token = ");
+        read.push_bind(token.to_owned())
+            .push(" UNION ALL SELECT 'zone', name, NULL, NULL FROM sim_zones WHERE id = ")
+            .push_bind(zone_id.to_owned());
         for c in &changes {
-            read.push_statement(
-                "SELECT body, name, type FROM sim_records WHERE zone_id = $1 AND name = $2 AND type = $3",
+            read.push(
+                " UNION ALL SELECT 'record', body, name, type FROM sim_records WHERE zone_id = ",
             )
-            .bind(zone_id.to_owned())
-            .bind(c.name.clone())
-            .bind(c.ty.clone());
+            .push_bind(zone_id.to_owned())
+            .push(" AND name = ")
+            .push_bind(c.name.clone())
+            .push(" AND type = ")
+            .push_bind(c.ty.clone());
         }
         let rows = self.store.fetch_all(read).await?;
         let mut zone_name = None;
         let mut olds: Vec<Option<String>> = vec![None; changes.len()];
         for row in &rows {
-            match row.columns().first().map(|c| c.name()) {
+            match row.try_get::<&str, _>(0)? {
                 // Already done under this token: the ordinary path answers it again.
-                Some("response") => return Ok(None),
-                Some("zone") => zone_name = Some(row.try_get::<String, _>(0)?),
+                "done" => return Ok(None),
+                "zone" => zone_name = Some(row.try_get::<String, _>(1)?),
                 _ => {
-                    let (name, ty): (String, String) = (row.try_get(1)?, row.try_get(2)?);
+                    let (name, ty): (String, String) = (row.try_get(2)?, row.try_get(3)?);
                     if let Some(i) = changes.iter().position(|c| c.name == name && c.ty == ty) {
-                        olds[i] = Some(row.try_get(0)?);
+                        olds[i] = Some(row.try_get(1)?);
                     }
                 }
             }
