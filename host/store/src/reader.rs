@@ -14,7 +14,8 @@
 //!
 //! Rows come back as sqlx's `AnyRow`, with the same value kinds sqlx's SQLite driver gives
 //! (integers as `BigInt`, reals as `Double`, text, blobs, nulls), so the row decoders are the
-//! same on both paths and on both backends.
+//! same on both paths and on both backends. The hottest read (an execution with its stages) takes
+//! a connection with [`Readers::with`] instead and decodes SQLite's rows itself (`rows.rs`).
 
 use crate::sql::Statement;
 use rusqlite::types::ValueRef;
