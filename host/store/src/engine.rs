@@ -1,6 +1,7 @@
 //! [`EngineStore`] on SQLite. One writer at a time (SQLite's rule), `BEGIN IMMEDIATE` so a batch
 //! takes the write lock up front instead of failing half-way on a busy upgrade.
 
+use crate::rows::parse_enum;
 use crate::sql::Check;
 use crate::{Backend, Sql, Store, count_write, reader, rows};
 use async_trait::async_trait;
@@ -19,10 +20,7 @@ fn json_text(v: &Value) -> String {
 }
 
 fn parse_json(text: Option<String>) -> Result<Option<Value>, StoreError> {
-    text.map(|t| {
-        serde_json::from_str(&t).map_err(|e| StoreError::Corrupt(format!("bad JSON in store: {e}")))
-    })
-    .transpose()
+    text.as_deref().map(rows::parse_json).transpose()
 }
 
 fn enum_text<T: serde::Serialize>(v: &T) -> String {
@@ -30,11 +28,6 @@ fn enum_text<T: serde::Serialize>(v: &T) -> String {
         Ok(Value::String(s)) => s,
         _ => String::new(),
     }
-}
-
-fn parse_enum<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, StoreError> {
-    serde_json::from_value(Value::String(text.to_owned()))
-        .map_err(|_| StoreError::Corrupt(format!("unknown value `{text}`")))
 }
 
 fn execution_row(row: &AnyRow) -> Result<ExecutionRecord, StoreError> {

@@ -57,19 +57,23 @@ fn int(row: &impl Columns, at: usize) -> Result<i64, StoreError> {
     row.int(at)?.ok_or_else(|| corrupt(at, "unexpected NULL"))
 }
 
+/// JSON text as stored.
+pub(crate) fn parse_json(text: &str) -> Result<Value, StoreError> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("bad JSON in store: {e}")))
+}
+
+/// A stored enum value (`queued`, `runnable`, …) as its Rust enum.
+pub(crate) fn parse_enum<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, StoreError> {
+    T::deserialize(serde::de::value::StrDeserializer::<serde::de::value::Error>::new(text))
+        .map_err(|_| StoreError::Corrupt(format!("unknown value `{text}`")))
+}
+
 fn json(row: &impl Columns, at: usize) -> Result<Option<Value>, StoreError> {
-    row.text(at)?
-        .map(|t| {
-            serde_json::from_str(t)
-                .map_err(|e| StoreError::Corrupt(format!("bad JSON in store: {e}")))
-        })
-        .transpose()
+    row.text(at)?.map(parse_json).transpose()
 }
 
 fn status<T: serde::de::DeserializeOwned>(row: &impl Columns, at: usize) -> Result<T, StoreError> {
-    let text = row.text(at)?.unwrap_or_default();
-    T::deserialize(serde::de::value::StrDeserializer::<serde::de::value::Error>::new(text))
-        .map_err(|_| StoreError::Corrupt(format!("unknown value `{text}`")))
+    parse_enum(row.text(at)?.unwrap_or_default())
 }
 
 /// The columns [`execution_at`] reads, in its order.
