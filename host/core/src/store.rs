@@ -80,6 +80,9 @@ pub struct RunRecord {
     pub activations: i64,
     pub cancel_requested: bool,
     pub created_ms: Millis,
+    /// How many times the run's journal was truncated: part of every effect's idempotency token
+    /// (`{run id}:{epoch}:{seq}`), so a call re-run after a truncation is a new request.
+    pub epoch: i64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -204,6 +207,30 @@ pub struct ExecutionPatch {
     pub output_json: Option<Value>,
     pub outcome_json: Option<Value>,
     pub run_id: Option<String>,
+}
+
+impl ExecutionPatch {
+    /// Takes in an earlier patch of the same execution: the fields this one leaves alone take
+    /// the earlier patch's values, so applying the result equals applying both in order. (For
+    /// unconditional patches without a cancel request; see the store's `coalesce`.)
+    pub fn absorb(&mut self, earlier: ExecutionPatch) {
+        fn keep<T>(later: &mut Option<T>, earlier: Option<T>) {
+            if later.is_none() {
+                *later = earlier;
+            }
+        }
+        keep(&mut self.status, earlier.status);
+        keep(&mut self.status_reason, earlier.status_reason);
+        keep(&mut self.current_stage, earlier.current_stage);
+        keep(&mut self.finished_ms, earlier.finished_ms);
+        keep(
+            &mut self.cancellation_requested_ms,
+            earlier.cancellation_requested_ms,
+        );
+        keep(&mut self.output_json, earlier.output_json);
+        keep(&mut self.outcome_json, earlier.outcome_json);
+        keep(&mut self.run_id, earlier.run_id);
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]

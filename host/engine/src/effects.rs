@@ -1,6 +1,6 @@
 //! Which host calls change the world, and how each change is undone.
 //!
-//! A side effect writes its intent before it reaches a provider and a receipt after; rollback
+//! A side effect reaches its provider under an idempotency token and leaves a receipt; rollback
 //! walks the receipts in reverse and applies the compensation this table derives from each one
 //! (the receipt carries the ids created and the prior state replaced).
 

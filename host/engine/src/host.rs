@@ -2,10 +2,14 @@
 //!
 //! A call at sequence number `n` that the journal already holds is answered from it (replay); a
 //! call that differs from the recorded one (another operation or request) is nondeterminism and
-//! stops the run. New calls are answered live and journaled. Writes are buffered and committed at
-//! durable points: before a side effect reaches a provider (its intent, with an idempotency token,
-//! and everything before it), and when the activation ends. A crash between an intent and the next
-//! commit repeats the effect with the same token on replay.
+//! stops the run. New calls are answered live and journaled. Writes are buffered and committed
+//! when the activation ends or waits, and while a provider is slow to answer (after
+//! [`PROGRESS_AFTER`], so progress stays visible). A side effect reaches its provider under a
+//! token derived from the run, the journal's epoch and the call's sequence number
+//! ([`effect_token`]): a crash before its answer is committed replays the call under the same
+//! token, which the provider answers as the same request; its answer and receipt ride the
+//! activation's next commit. (Journals written before tokens were derived may hold an `intent`
+//! entry with a drawn token; a replay uses that token.)
 
 use crate::effects::is_effect;
 use crate::events::event;
@@ -262,32 +266,28 @@ impl JournalHost {
                 }
             }
             op if is_effect(op) => {
-                let token = format!("{}:{seq}:{}", st.run.id, &capstan_core::ids::new_id()[24..]);
-                let intent = JournalEntry {
-                    run_id: st.run.id.clone(),
-                    seq,
-                    op: op.to_owned(),
-                    request: request.clone(),
-                    response: Some(json!({"token": token})),
-                    status: EntryStatus::Intent,
-                    at_ms: now,
-                };
-                st.journal.push(intent.clone());
-                st.pending.push(Write::PutJournal(intent));
-                self.flush(st).await?;
+                let token = effect_token(&st.run, seq);
                 return self.effect(st, seq, op, request, token, now).await;
             }
-            op if op.contains('.') => match self.inner.provide(op, &request, "").await {
-                Ok(v) => ok(v),
-                Err(e) => err(&e),
-            },
+            op if op.contains('.') => {
+                let (answer, stopped) = self.provide(st, op, &request, "").await;
+                let response = match answer {
+                    Ok(v) => ok(v),
+                    Err(e) => err(&e),
+                };
+                self.record(st, seq, op, request, response.clone(), now);
+                return match stopped {
+                    Some(interrupt) => Err(interrupt),
+                    None => Ok(response),
+                };
+            }
             other => return Err(Interrupt::Host(format!("unknown host call `{other}`"))),
         };
         self.record(st, seq, op, request, response.clone(), now);
         Ok(response)
     }
 
-    /// Performs a side effect whose intent is committed, records its answer and receipt.
+    /// Performs a side effect under its idempotency token, records its answer and receipt.
     async fn effect(
         &self,
         st: &mut Activation,
@@ -297,7 +297,8 @@ impl JournalHost {
         token: String,
         now: Millis,
     ) -> Result<Value, Interrupt> {
-        let response = match self.inner.provide(op, &request, &token).await {
+        let (answer, stopped) = self.provide(st, op, &request, &token).await;
+        let response = match answer {
             Ok(v) => {
                 st.pending.push(Write::InsertReceipt(Receipt {
                     id: token.clone(),
@@ -315,7 +316,36 @@ impl JournalHost {
             Err(e) => err(&e),
         };
         self.record(st, seq, op, request, response.clone(), now);
-        Ok(response)
+        match stopped {
+            Some(interrupt) => Err(interrupt),
+            None => Ok(response),
+        }
+    }
+
+    /// Asks the provider. When it has not answered within [`PROGRESS_AFTER`], the writes buffered
+    /// so far are committed while it works, so a slow call does not hide what came before it
+    /// (a stage that started, its events). A commit that fails for a cancel or a lost lease does
+    /// not cut the call short (the provider may already act on it): its answer is recorded and
+    /// the interruption comes second.
+    async fn provide(
+        &self,
+        st: &mut Activation,
+        op: &str,
+        request: &Value,
+        token: &str,
+    ) -> (Result<Value, CapabilityError>, Option<Interrupt>) {
+        let call = self.inner.provide(op, request, token);
+        if st.pending.is_empty() {
+            return (call.await, None);
+        }
+        tokio::pin!(call);
+        tokio::select! {
+            biased;
+            answer = &mut call => return (answer, None),
+            () = tokio::time::sleep(PROGRESS_AFTER) => {}
+        }
+        let (answer, flushed) = tokio::join!(call, self.flush(st));
+        (answer, flushed.err())
     }
 
     /// Persists a wait at `seq` and suspends the run.
@@ -443,6 +473,13 @@ impl JournalHost {
     /// Commits the buffered writes under the run's lease.
     async fn flush(&self, st: &mut Activation) -> Result<(), Interrupt> {
         let writes = std::mem::take(&mut st.pending);
+        // A cancel keeps the activation's receipts (`Engine::finish_cancel`): a copy of them
+        // goes back to the buffer if the commit is refused for one.
+        let receipts: Vec<Write> = writes
+            .iter()
+            .filter(|w| matches!(w, Write::InsertReceipt(_)))
+            .cloned()
+            .collect();
         match self
             .inner
             .store
@@ -451,6 +488,7 @@ impl JournalHost {
         {
             Ok(()) => Ok(()),
             Err(StoreError::Canceled) => {
+                st.pending.splice(0..0, receipts);
                 st.fenced_out = Some(StoreError::Canceled);
                 Err(Interrupt::Cancel)
             }
@@ -461,6 +499,20 @@ impl JournalHost {
             Err(e) => Err(Interrupt::Host(e.to_string())),
         }
     }
+}
+
+/// How long a provider may take before the writes buffered ahead of its call are committed
+/// without waiting for it ([`JournalHost::provide`]).
+const PROGRESS_AFTER: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// An effect's idempotency token: the run, its journal epoch and the call's sequence number.
+///
+/// Derived, not drawn: a crash before the answer is committed replays the call under the same
+/// token, which the provider answers as the same request, so the call needs no intent committed
+/// ahead of it. A call re-run after the journal was truncated (resume, retry-finalization) is a
+/// new request: the truncation bumps the epoch.
+pub(crate) fn effect_token(run: &RunRecord, seq: i64) -> String {
+    format!("{}:{}:{seq}", run.id, run.epoch)
 }
 
 /// A guest error as `errorJson`: `{error, message, kind}`.

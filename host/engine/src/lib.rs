@@ -3,15 +3,16 @@
 //! Durable executions. An execution is the API resource; a run is one engine instance of a
 //! workflow component pinned to its digest. Every host call of a run is journaled; a run that
 //! waits (timer, approval, convergence) is suspended and its instance dropped, and it resumes by
-//! replaying the journal. Side effects write an intent with an idempotency token before they reach
-//! a provider and a receipt after, so a crash repeats them safely and rollback undoes them exactly.
+//! replaying the journal. Side effects reach a provider under an idempotency token derived from
+//! the run and the call, and leave a receipt, so a crash repeats them safely and rollback undoes
+//! them exactly.
 //!
 //! The engine reaches storage only through [`capstan_core::store::EngineStore`] and the outside
 //! world only through [`Providers`]; it never sees HTTP.
 //!
 //! # Layout
 //! - `lib.rs` — [`Engine`]: triggers, workers and leases, activation outcomes, commands.
-//! - `host` — the journal: replay, live calls, waits, intents and receipts.
+//! - `host` — the journal: replay, live calls, waits, effect tokens and receipts.
 //! - `effects` — which calls are side effects and how each is compensated.
 //! - `events` — outbox events.
 
@@ -479,6 +480,7 @@ impl Engine {
             activations: 0,
             cancel_requested: false,
             created_ms: now,
+            epoch: 0,
         };
         let queued = event(
             &execution,
@@ -909,7 +911,9 @@ impl Engine {
             }
             Outcome::Interrupted(Interrupt::Cancel) => {
                 drop(st);
-                self.finish_cancel(&execution, &run).await
+                // What the activation did before it stopped is kept: its receipts.
+                writes.retain(|w| matches!(w, Write::InsertReceipt(_)));
+                self.finish_cancel_keeping(&execution, &run, writes).await
             }
             Outcome::Interrupted(Interrupt::Nondeterminism(message)) => {
                 tracing::warn!(run = %run.id, %message, "nondeterministic replay: execution paused");
@@ -1017,6 +1021,11 @@ impl Engine {
     }
 
     async fn commit_end(&self, run: &RunRecord, writes: Vec<Write>) -> Result<(), EngineError> {
+        let receipts: Vec<Write> = writes
+            .iter()
+            .filter(|w| matches!(w, Write::InsertReceipt(_)))
+            .cloned()
+            .collect();
         match self
             .inner
             .store
@@ -1026,7 +1035,7 @@ impl Engine {
             Ok(()) => Ok(()),
             Err(StoreError::Canceled) => {
                 let execution = self.get(&run.execution_id).await?;
-                self.finish_cancel(&execution, run).await
+                self.finish_cancel_keeping(&execution, run, receipts).await
             }
             Err(e) => Err(e.into()),
         }
@@ -1093,6 +1102,21 @@ impl Engine {
         execution: &ExecutionRecord,
         run: &RunRecord,
     ) -> Result<(), EngineError> {
+        self.finish_cancel_keeping(execution, run, Vec::new()).await
+    }
+
+    /// Cancels the execution, first committing `receipts`: the effects its last activation
+    /// performed before the cancel stopped it (not committed yet, since an effect's answer rides
+    /// the activation's next commit), so a rollback after the cancel undoes them too.
+    async fn finish_cancel_keeping(
+        &self,
+        execution: &ExecutionRecord,
+        run: &RunRecord,
+        receipts: Vec<Write>,
+    ) -> Result<(), EngineError> {
+        if !receipts.is_empty() {
+            self.inner.store.apply(None, receipts).await?;
+        }
         if let Ok(mut local) = self.inner.local_cancels.lock() {
             local.remove(&run.id);
         }
@@ -1556,6 +1580,7 @@ impl Engine {
             activations: 0,
             cancel_requested: false,
             created_ms: now,
+            epoch: 0,
         };
         self.inner
             .store

@@ -241,7 +241,20 @@ async fn a_transient_failure_pauses_and_resume_retries_the_failed_call_without_r
         4,
         "each of the four changes happened once"
     );
-    assert_eq!(w.store.receipts(&id).await.unwrap().len(), 4);
+    let receipts = w.store.receipts(&id).await.unwrap();
+    assert_eq!(receipts.len(), 4);
+    // The resume truncated the journal at the failed call: the calls from there on run under
+    // the run's next epoch, so their tokens are new requests; step-1's kept its token.
+    let run = w.store.run(&execution.run_id).await.unwrap().unwrap();
+    assert_eq!(run.epoch, 1);
+    let epochs: Vec<&str> = receipts
+        .iter()
+        .map(|r| {
+            assert!(r.id.starts_with(&format!("{}:", run.id)), "{}", r.id);
+            r.id.split(':').nth(1).unwrap()
+        })
+        .collect();
+    assert_eq!(epochs, ["0", "1", "1", "1"]);
 }
 
 #[tokio::test]
@@ -822,4 +835,133 @@ async fn every_command_from_every_status_follows_the_status_machine() {
             }
         }
     }
+}
+
+/// Holds the `at`-th effect (counted from 1) until it is released, then answers it.
+struct Gate {
+    cloud: FakeCloud,
+    at: usize,
+    reached: Arc<tokio::sync::Notify>,
+    release: Arc<tokio::sync::Notify>,
+}
+
+impl Gate {
+    fn new(cloud: &FakeCloud, at: usize) -> Self {
+        Self {
+            cloud: cloud.clone(),
+            at,
+            reached: Arc::default(),
+            release: Arc::default(),
+        }
+    }
+
+    fn engine(self: &Arc<Self>, w: &World) -> Engine {
+        let engine = Engine::new(
+            Arc::new(w.store.clone()),
+            runtime(),
+            self.clone(),
+            Arc::new(w.clock.clone()),
+            config("node-a"),
+        );
+        engine.register(w.engine.workflow("fixture-steps").unwrap());
+        engine
+    }
+}
+
+#[async_trait]
+impl Providers for Gate {
+    async fn call(&self, op: &str, request: &Value, token: &str) -> Result<Value, CapabilityError> {
+        if !token.is_empty() && self.cloud.effects().len() + 1 == self.at {
+            let released = self.release.notified();
+            self.reached.notify_one();
+            released.await;
+        }
+        self.cloud.call(op, request, token).await
+    }
+}
+
+#[tokio::test]
+async fn a_slow_provider_does_not_hide_the_progress_before_its_call() {
+    let w = world().await;
+    let id = w
+        .trigger("fixture-steps", json!({"zone": "Z1", "stages": 3}))
+        .await;
+    let gate = Arc::new(Gate::new(&w.cloud, 3));
+    let engine = gate.engine(&w);
+    let reached = gate.reached.notified();
+    let task = tokio::spawn(async move { engine.run_once().await });
+    reached.await;
+    // The third stage's effect is held: what came before it is committed while it waits
+    // (effects answered fast ride the activation's next commit; this one is slow).
+    let mut committed = Vec::new();
+    for _ in 0..500 {
+        committed = w.engine.execution(&id).await.unwrap().unwrap().1;
+        if committed.len() == 3 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let stages: Vec<_> = committed
+        .iter()
+        .map(|s| (s.stage_name.as_str(), s.status))
+        .collect();
+    assert_eq!(
+        stages,
+        [
+            ("step-1", StageStatus::Succeeded),
+            ("step-2", StageStatus::Succeeded),
+            ("step-3", StageStatus::Running)
+        ]
+    );
+    assert_eq!(w.store.receipts(&id).await.unwrap().len(), 2);
+    assert_eq!(
+        w.event_types(&id)
+            .await
+            .iter()
+            .filter(|e| *e == "StageStarted")
+            .count(),
+        3
+    );
+    gate.release.notify_one();
+    task.await.unwrap().unwrap();
+    assert_eq!(w.status(&id).await, ExecutionStatus::Succeeded);
+    assert_eq!(w.store.receipts(&id).await.unwrap().len(), 3);
+}
+
+#[tokio::test]
+async fn an_immediate_cancel_keeps_the_receipts_of_the_effects_before_it_and_rollback_undoes_them()
+{
+    let w = world().await;
+    let id = w
+        .trigger("fixture-steps", json!({"zone": "Z1", "stages": 5}))
+        .await;
+    let gate = Arc::new(Gate::new(&w.cloud, 3));
+    let engine = gate.engine(&w);
+    let reached = gate.reached.notified();
+    let running = engine.clone();
+    let task = tokio::spawn(async move { running.run_once().await });
+    reached.await;
+    // Canceled while the third effect is under way: it completes, and the run stops at its next
+    // call with three effects done.
+    let canceled = engine.cancel(&id).await.unwrap();
+    assert!(
+        !canceled.cancellation_requested,
+        "immediate: the worker stops the run"
+    );
+    gate.release.notify_one();
+    task.await.unwrap().unwrap();
+    assert_eq!(w.status(&id).await, ExecutionStatus::Canceled);
+    assert_eq!(w.cloud.effects().len(), 3);
+    let receipts = w.store.receipts(&id).await.unwrap();
+    assert_eq!(receipts.len(), 3, "{receipts:?}");
+    let before = w.cloud.records();
+    assert_eq!(before.len(), 3);
+    w.engine.rollback(&id).await.unwrap();
+    w.settle().await;
+    assert_eq!(w.status(&id).await, ExecutionStatus::RolledBack);
+    assert!(
+        w.cloud.records().is_empty(),
+        "every change was undone: {:?}",
+        w.cloud.records()
+    );
 }

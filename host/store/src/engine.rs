@@ -3,7 +3,7 @@
 
 use crate::rows::parse_enum;
 use crate::sql::Check;
-use crate::{Backend, Sql, Store, count_write, reader, rows};
+use crate::{Backend, Sql, Store, reader, rows};
 use async_trait::async_trait;
 use capstan_core::store::*;
 use serde_json::Value;
@@ -108,6 +108,7 @@ fn run_row(row: &AnyRow) -> Result<RunRecord, StoreError> {
         activations: row.get("activations"),
         cancel_requested: row.get::<i64, _>("cancel_requested") != 0,
         created_ms: row.get("created_ms"),
+        epoch: row.get("epoch"),
     })
 }
 
@@ -476,6 +477,10 @@ fn push_write(batch: &mut Batch, write: Write) {
                 .bind(j.at_ms);
         }
         Write::TruncateJournal { run_id, from_seq } => {
+            // The calls from `from_seq` on run again as new requests (new effect tokens).
+            batch
+                .statement("UPDATE runs SET epoch = epoch + 1 WHERE id = $1")
+                .bind(run_id.clone());
             batch
                 .statement("DELETE FROM journal WHERE run_id = $1 AND seq >= $2")
                 .bind(run_id.clone())
@@ -611,19 +616,63 @@ async fn outbox_lock(tx: &mut Transaction<'_, Any>) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// One caller's statements waiting for the next group commit (SQLite).
-#[derive(Debug)]
-pub(crate) struct GroupJob {
-    /// Its guards are marked on their statements.
-    sql: Sql,
-    /// The statements insert outbox events (wake the streams after the commit).
-    events: bool,
-    done: tokio::sync::oneshot::Sender<Result<Vec<Returned>, StoreError>>,
+/// A batch joins a group unless it is very large: the group writer runs any number of
+/// statements from its prepared cache, so even an activation's last commit (every stage's rows,
+/// journal entries, receipts and events since its last commit) rides the group; only bulk batches
+/// beyond this take a transaction of their own.
+fn groupable(writes: &[Write]) -> bool {
+    writes.len() <= 4096
 }
 
-/// A batch joins a group unless it is large enough to be worth a transaction of its own.
-fn groupable(writes: &[Write]) -> bool {
-    writes.len() <= 64
+/// Drops the writes of a batch that a later write of the same batch overwrites: a stage put
+/// twice (an activation's last commit carries each stage's start and its end) keeps its last
+/// record, and unconditional patches of one execution (the current stage, stage after stage)
+/// merge into the last of them. Nothing is merged across a write that reads what it changes: a
+/// guarded patch (`expect`), a `RestageAll`, or a patch that records a cancel request (whose first
+/// value wins).
+pub(crate) fn coalesce(writes: Vec<Write>) -> Vec<Write> {
+    use std::collections::{HashMap, HashSet};
+    if writes.len() < 2 {
+        return writes;
+    }
+    let mut kept: Vec<Option<Write>> = Vec::with_capacity(writes.len());
+    let mut later_stages: HashSet<String> = HashSet::new();
+    // Execution id → where its latest unconditional patch sits in `kept`.
+    let mut later_patches: HashMap<String, usize> = HashMap::new();
+    for write in writes.into_iter().rev() {
+        match write {
+            Write::PutStage(stage) => {
+                if later_stages.insert(stage.id.clone()) {
+                    kept.push(Some(Write::PutStage(stage)));
+                }
+            }
+            Write::UpdateExecution(patch)
+                if patch.expect.is_none() && patch.cancellation_requested_ms.is_none() =>
+            {
+                match later_patches.get(&patch.id) {
+                    Some(&at) => {
+                        if let Some(Write::UpdateExecution(later)) = &mut kept[at] {
+                            later.absorb(patch);
+                        }
+                    }
+                    None => {
+                        later_patches.insert(patch.id.clone(), kept.len());
+                        kept.push(Some(Write::UpdateExecution(patch)));
+                    }
+                }
+            }
+            Write::UpdateExecution(patch) => {
+                later_patches.remove(&patch.id);
+                kept.push(Some(Write::UpdateExecution(patch)));
+            }
+            write @ Write::RestageAll { .. } => {
+                later_stages.clear();
+                kept.push(Some(write));
+            }
+            write => kept.push(Some(write)),
+        }
+    }
+    kept.into_iter().rev().flatten().collect()
 }
 
 /// Outbox events last (see [`Store::apply_alone`]).
@@ -682,80 +731,53 @@ impl Store {
         tx.commit().await.map_err(unavailable)
     }
 
-    /// Group commit (SQLite). The caller queues its statements; whoever takes the group lock
-    /// next hands everything queued by then to the group writer (`crate::writer`), which commits
-    /// it in one transaction from prepared statements and answers every caller (with the first
-    /// column of the rows its statements returned, guards aside). While one group commits, the
-    /// next one gathers, so under load one transaction carries many callers' statements, and
-    /// with one caller nothing waits for anyone.
+    /// Group commit (SQLite). The caller queues its statements for the group writer
+    /// (`crate::writer`), which commits whatever is queued each time it is free, in one
+    /// transaction from prepared statements, and answers every caller (with the first column of
+    /// the rows its statements returned, guards aside). While one group commits, the next one
+    /// gathers, so under load one transaction carries many callers' statements, and with one
+    /// caller nothing waits for anyone. The caller that finds no session open opens one: a task
+    /// that holds sqlx's writer connection (the process's SQLite write lock) while the thread
+    /// commits.
     pub(crate) async fn grouped(
         &self,
         sql: Sql,
         events: bool,
     ) -> Result<Vec<Returned>, StoreError> {
-        let (done, mut answer) = tokio::sync::oneshot::channel();
-        self.inner
-            .group
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(GroupJob { sql, events, done });
-        tokio::select! {
-            biased;
-            result = &mut answer => return result.unwrap_or_else(|_| Err(interrupted())),
-            guard = self.inner.group_lock.clone().lock_owned() => {
-                let jobs = std::mem::take(
-                    &mut *self.inner.group.lock().unwrap_or_else(std::sync::PoisonError::into_inner),
-                );
-                // In a task of its own, so a caller that goes away cannot cut a commit short
-                // for the others.
-                let store = self.clone();
-                tokio::spawn(async move {
-                    store.commit_group(jobs).await;
-                    drop(guard);
-                });
-            }
+        let writer = self.group_writer()?;
+        let (done, answer) = tokio::sync::oneshot::channel();
+        let job = crate::writer::Job {
+            part: sql.into_statements(),
+            events,
+            done,
+        };
+        if writer.enqueue(job) {
+            // In a task of its own, so a caller that goes away cannot end the session for the
+            // others.
+            let store = self.clone();
+            tokio::spawn(async move { store.group_session().await });
         }
         answer.await.unwrap_or_else(|_| Err(interrupted()))
     }
 
-    /// Commits a group on the group writer while holding sqlx's writer connection (the
-    /// process's SQLite write lock), then answers each job.
-    async fn commit_group(&self, jobs: Vec<GroupJob>) {
-        if jobs.is_empty() {
+    /// Holds sqlx's writer connection while the group writer commits, session after session,
+    /// until the queue is drained.
+    async fn group_session(&self) {
+        let Ok(writer) = self.group_writer() else {
             return;
-        }
-        let (parts, waiters): (Vec<_>, Vec<_>) = jobs
-            .into_iter()
-            .map(|job| (job.sql.into_statements(), (job.events, job.done)))
-            .unzip();
-        let count = parts.len();
-        let fail = |e: StoreError| (0..count).map(|_| Err(e.clone())).collect::<Vec<_>>();
-        let answers = match self.writer.acquire().await {
-            Ok(lock) => {
-                count_write();
-                let (answer, answered) = tokio::sync::oneshot::channel();
-                let request = crate::writer::Request { parts, answer };
-                let answers = match self.group_writer() {
-                    Ok(writer) => match writer.send(request) {
-                        Ok(()) => answered.await.unwrap_or_else(|_| fail(interrupted())),
-                        Err(_) => fail(interrupted()),
-                    },
-                    Err(e) => fail(e),
-                };
-                drop(lock);
-                answers
-            }
-            Err(e) => fail(unavailable(e)),
         };
-        if waiters
-            .iter()
-            .zip(&answers)
-            .any(|((events, _), answer)| *events && answer.is_ok())
-        {
-            self.events_committed();
-        }
-        for ((_, done), answer) in waiters.into_iter().zip(answers) {
-            let _ = done.send(answer);
+        loop {
+            let ended = match self.writer.acquire().await {
+                Ok(lock) => {
+                    let ended = writer.session().await;
+                    drop(lock);
+                    ended
+                }
+                Err(e) => writer.fail_all(&unavailable(e)),
+            };
+            if ended == crate::writer::Ended::Drained {
+                return;
+            }
         }
     }
 
@@ -824,13 +846,14 @@ impl Store {
 /// The first column of a row a group's statement returned.
 pub(crate) type Returned = rusqlite::types::Value;
 
-fn interrupted() -> StoreError {
+pub(crate) fn interrupted() -> StoreError {
     StoreError::Unavailable("the group commit carrying this batch was interrupted".to_owned())
 }
 
 #[async_trait]
 impl EngineStore for Store {
     async fn apply(&self, fence: Option<&Fence>, writes: Vec<Write>) -> Result<(), StoreError> {
+        let writes = coalesce(writes);
         if self.backend() == Backend::Sqlite && groupable(&writes) {
             // Built once here: the group appends it, and runs it alone if the group fails.
             let events = writes.iter().any(|w| matches!(w, Write::Event(_)));
@@ -1115,6 +1138,7 @@ impl EngineStore for Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use capstan_core::execution::{ExecutionStatus, StageStatus};
 
     fn texts(write: Write) -> Vec<String> {
         let mut batch = Batch::new(Backend::Sqlite);
@@ -1157,5 +1181,99 @@ mod tests {
             ..RunPatch::default()
         }));
         assert!(nothing.is_empty(), "{nothing:?}");
+    }
+
+    fn stage(id: &str, status: StageStatus) -> Write {
+        Write::PutStage(StageRecord {
+            id: id.into(),
+            execution_id: "e1".into(),
+            position: 0,
+            stage_name: id.into(),
+            status,
+            started_ms: 1,
+            finished_ms: None,
+            output_json: None,
+            error_json: None,
+        })
+    }
+
+    fn patch(current: &str) -> ExecutionPatch {
+        ExecutionPatch {
+            id: "e1".into(),
+            current_stage: Some(Some(current.into())),
+            ..ExecutionPatch::default()
+        }
+    }
+
+    #[test]
+    fn a_batch_keeps_the_last_write_of_a_stage_and_one_merged_patch_per_execution() {
+        let event = Write::TruncateJournal {
+            run_id: "r1".into(),
+            from_seq: 9,
+        };
+        let done = ExecutionPatch {
+            status: Some(ExecutionStatus::Succeeded),
+            current_stage: Some(None),
+            ..patch("x")
+        };
+        let writes = vec![
+            stage("a", StageStatus::Running),
+            Write::UpdateExecution(patch("a")),
+            event.clone(),
+            stage("a", StageStatus::Succeeded),
+            stage("b", StageStatus::Running),
+            Write::UpdateExecution(ExecutionPatch {
+                output_json: Some(serde_json::json!({"n": 1})),
+                ..patch("b")
+            }),
+            stage("b", StageStatus::Succeeded),
+            Write::UpdateExecution(done.clone()),
+        ];
+        let merged = ExecutionPatch {
+            output_json: Some(serde_json::json!({"n": 1})),
+            ..done
+        };
+        assert_eq!(
+            coalesce(writes),
+            vec![
+                event,
+                stage("a", StageStatus::Succeeded),
+                stage("b", StageStatus::Succeeded),
+                Write::UpdateExecution(merged),
+            ]
+        );
+    }
+
+    #[test]
+    fn nothing_merges_across_a_guard_a_restage_or_a_cancel_request() {
+        let guarded = ExecutionPatch {
+            expect: Some(vec![ExecutionStatus::Running]),
+            status: Some(ExecutionStatus::Waiting),
+            ..ExecutionPatch::default()
+        };
+        let guarded = ExecutionPatch {
+            id: "e1".into(),
+            ..guarded
+        };
+        let restage = Write::RestageAll {
+            execution_id: "e1".into(),
+            from: StageStatus::Running,
+            to: StageStatus::Failed,
+        };
+        let cancel = ExecutionPatch {
+            cancellation_requested_ms: Some(Some(5)),
+            ..patch("c")
+        };
+        let writes = vec![
+            Write::UpdateExecution(patch("a")),
+            Write::UpdateExecution(guarded),
+            Write::UpdateExecution(patch("b")),
+            stage("s", StageStatus::Running),
+            restage,
+            stage("s", StageStatus::Failed),
+            Write::UpdateExecution(cancel),
+            Write::UpdateExecution(patch("d")),
+        ];
+        assert_eq!(coalesce(writes.clone()), writes);
     }
 }

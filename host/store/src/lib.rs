@@ -135,10 +135,9 @@ struct Inner {
     touched: std::sync::Mutex<std::collections::HashMap<String, i64>>,
     /// Recently read keys with their principals' grants ([`Store::api_keys_with_grants`]).
     keys: std::sync::Mutex<auth::KeyCache>,
-    /// Engine batches waiting for the next group commit (SQLite, `EngineStore::apply`).
-    group: std::sync::Mutex<Vec<engine::GroupJob>>,
-    /// Held by whoever commits a group.
-    group_lock: std::sync::Arc<tokio::sync::Mutex<()>>,
+    /// Transactions waiting for the writer pool's connection ([`Store::begin_write`]): the group
+    /// writer's session gives it back at its next group when there are any.
+    writer_wanted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     /// The thread that commits groups (SQLite), started with the first group.
     group_writer: std::sync::OnceLock<Result<writer::GroupWriter, String>>,
     /// SQLite read connections kept outside sqlx's pool ([`Store::read`]).
@@ -155,8 +154,7 @@ impl Default for Inner {
             audit: Default::default(),
             touched: Default::default(),
             keys: Default::default(),
-            group: Default::default(),
-            group_lock: Default::default(),
+            writer_wanted: Default::default(),
             group_writer: Default::default(),
             readers: Default::default(),
             reader_permits: std::sync::Arc::new(tokio::sync::Semaphore::new(0)),
@@ -292,6 +290,8 @@ impl Store {
     /// Begins a write transaction on the writer (see [`Backend::begin_write`]).
     pub async fn begin_write(&self) -> Result<Transaction<'static, Any>, sqlx::Error> {
         count_write();
+        // Counted while it waits, so a group writer session hands the connection over soon.
+        let _waiting = Waiting::new(&self.inner.writer_wanted);
         self.writer.begin_with(self.backend.begin_write()).await
     }
 
@@ -478,8 +478,12 @@ impl Store {
         self.inner
             .group_writer
             .get_or_init(|| {
-                writer::GroupWriter::start(self.sqlite_path())
-                    .map_err(|e| format!("cannot start the SQLite group writer: {e}"))
+                writer::GroupWriter::start(
+                    self.sqlite_path(),
+                    self.events.clone(),
+                    self.inner.writer_wanted.clone(),
+                )
+                .map_err(|e| format!("cannot start the SQLite group writer: {e}"))
             })
             .as_ref()
             .map_err(|e| capstan_core::store::StoreError::Unavailable(e.clone()))
@@ -488,6 +492,23 @@ impl Store {
     /// The write pool: every transaction that writes goes through it (SQLite: one connection).
     pub fn writer(&self) -> &AnyPool {
         &self.writer
+    }
+}
+
+/// Counts a caller waiting for the writer pool while it lives (also when the future holding
+/// it is dropped while it waits).
+struct Waiting<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn new(count: &'a std::sync::atomic::AtomicUsize) -> Self {
+        count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Self(count)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -729,6 +750,7 @@ mod tests {
             activations: 0,
             cancel_requested: false,
             created_ms: 1,
+            epoch: 0,
         };
         store
             .apply(

@@ -5,17 +5,26 @@
 //! parsed it anew every time (a group's text never repeats, so sqlx cannot cache it): a third of
 //! the writer's time in the profile (BENCHMARKS.md). Here every statement keeps its own text
 //! (`Sql` keeps statements apart), so the few dozen distinct texts stay prepared in the
-//! connection's cache and a group costs binding and stepping only, with one hand-off to this
-//! thread and one answer back for the whole group instead of sqlx's per-statement channel.
+//! connection's cache and a group costs binding and stepping only.
+//!
+//! Callers queue their statements ([`GroupWriter::enqueue`]) and the thread takes whatever is
+//! queued each time it is free: while one group commits, the next gathers, and no async task
+//! stands between one commit and the next. (Handing each group over from a tokio task left the
+//! thread idle while that task waited its turn behind the very callers the last commit had just
+//! woken: the writer was busy half the time and the machine a third idle at 32 executions in
+//! flight, BENCHMARKS.md session 14.)
 //!
 //! When one caller's guard fails (a lost lease, a cancel, a value that moved) or one of its
 //! statements is refused (a unique key), the transaction rolls back, that caller alone gets the
 //! error, and the group runs again without it; the others commit.
 //!
 //! SQLite allows one writer: the process's other writes go through sqlx's single-connection
-//! writer pool, and a group holds that pool's connection while this thread commits, so the two
-//! never race for the file's write lock (other processes, like the CLI, wait in the busy timeout
-//! as before).
+//! writer pool. The thread commits only in a *session*, while a tokio task holds that pool's
+//! connection for it ([`crate::Store`]'s `group_session`), so the two never race for the file's
+//! write lock (other processes, like the CLI, wait in the busy timeout as before). A session ends
+//! when nothing has been queued for [`LINGER`], or after [`SLICE`] so that the pool's other
+//! users get their turn; the task then gives the connection back (and takes it again for the
+//! next session).
 
 use crate::engine::Returned;
 use crate::sql::Statement;
@@ -23,11 +32,23 @@ use capstan_core::store::StoreError;
 use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{Connection, OpenFlags};
 use sqlx_core::any::AnyValueKind;
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError, mpsc};
+use std::time::{Duration, Instant};
 
 /// Prepared statements kept per connection: every distinct text the engine, the simulator and
 /// the relay write (partial updates have a text per combination of columns) fits many times.
 const PREPARED: usize = 512;
+
+/// How long a session waits for the next caller once the queue is empty. Under load the next
+/// caller comes within microseconds; waiting a little spares it opening a session (a task and
+/// the pool's connection) and costs sqlx's writers at most this much.
+const LINGER: Duration = Duration::from_millis(1);
+
+/// The longest a session keeps the writer pool's connection while callers keep coming. A
+/// transaction waiting for that connection ([`crate::Store::begin_write`]) ends the session at the
+/// next group instead; other statements on the pool wait at most this long.
+const SLICE: Duration = Duration::from_millis(25);
 
 /// One caller's part of a group: its statements, guards marked ([`Statement::check`]).
 pub(crate) type Part = Vec<Statement>;
@@ -35,10 +56,48 @@ pub(crate) type Part = Vec<Statement>;
 /// A part's answer: the first column of every row its statements returned, guards aside.
 pub(crate) type Answer = Result<Vec<Returned>, StoreError>;
 
-/// A group to commit; `answer` gets one answer per part, in order.
-pub(crate) struct Request {
-    pub(crate) parts: Vec<Part>,
-    pub(crate) answer: tokio::sync::oneshot::Sender<Vec<Answer>>,
+/// One caller's statements waiting for the next group commit.
+pub(crate) struct Job {
+    pub(crate) part: Part,
+    /// The statements insert outbox events (wake the streams after the commit).
+    pub(crate) events: bool,
+    pub(crate) done: tokio::sync::oneshot::Sender<Answer>,
+}
+
+/// Jobs waiting for the thread, and whether a session is open to take them.
+#[derive(Default)]
+struct Queue {
+    jobs: Vec<Job>,
+    /// A session is open or being opened: a caller that queues need not open one.
+    open: bool,
+    /// The thread waits on [`Shared::arrived`] for the next job.
+    parked: bool,
+}
+
+#[derive(Default)]
+struct Shared {
+    queue: Mutex<Queue>,
+    arrived: Condvar,
+}
+
+impl Shared {
+    fn queue(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// How a session ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// Nothing was queued for [`LINGER`]; the session is closed (the next caller opens one).
+    Drained,
+    /// [`SLICE`] is up and callers are still queued: open the next session at once.
+    SliceUsed,
+}
+
+/// A session: the thread commits until it ends, then says how.
+struct Session {
+    ended: tokio::sync::oneshot::Sender<Ended>,
 }
 
 /// How often the checkpointer copies the WAL's committed pages into the database file.
@@ -51,7 +110,8 @@ const BACKSTOP_PAGES: u32 = 10_000;
 
 /// The handle to the writer thread (and its checkpointer); both end when it is dropped.
 pub(crate) struct GroupWriter {
-    requests: mpsc::Sender<Request>,
+    sessions: mpsc::Sender<Session>,
+    shared: Arc<Shared>,
     _checkpoints: mpsc::Sender<()>,
 }
 
@@ -63,39 +123,133 @@ impl std::fmt::Debug for GroupWriter {
 
 impl GroupWriter {
     /// Starts the thread; it opens its connection to the database file at `path` itself (an
-    /// open that fails is answered to every request).
-    pub(crate) fn start(path: String) -> std::io::Result<Self> {
+    /// open that fails is answered to every job). `events` is bumped after a commit that wrote
+    /// outbox events.
+    pub(crate) fn start(
+        path: String,
+        events: Arc<tokio::sync::watch::Sender<u64>>,
+        wanted: Arc<AtomicUsize>,
+    ) -> std::io::Result<Self> {
         let (checkpoints, stop) = mpsc::channel::<()>();
         let checkpointer_path = path.clone();
         std::thread::Builder::new()
             .name("capstan-sqlite-checkpoint".to_owned())
             .spawn(move || checkpoint_until_stopped(&checkpointer_path, &stop))?;
-        let (requests, receive) = mpsc::channel::<Request>();
+        let (sessions, receive) = mpsc::channel::<Session>();
+        let shared = Arc::new(Shared::default());
+        let queue = shared.clone();
         std::thread::Builder::new()
             .name("capstan-sqlite-writer".to_owned())
             .spawn(move || {
                 let connection = open(&path);
-                while let Ok(request) = receive.recv() {
-                    let answers = match &connection {
-                        Ok(conn) => commit(conn, &request.parts),
-                        Err(e) => request
-                            .parts
-                            .iter()
-                            .map(|_| Err(StoreError::Unavailable(e.clone())))
-                            .collect(),
+                while let Ok(session) = receive.recv() {
+                    let ended = match &connection {
+                        Ok(conn) => run_session(conn, &queue, &events, &wanted),
+                        Err(e) => queue.fail_all(&StoreError::Unavailable(e.clone())),
                     };
-                    let _ = request.answer.send(answers);
+                    let _ = session.ended.send(ended);
                 }
             })?;
         Ok(Self {
-            requests,
+            sessions,
+            shared,
             _checkpoints: checkpoints,
         })
     }
 
-    /// Hands a group to the thread; gives it back if the thread is gone.
-    pub(crate) fn send(&self, request: Request) -> Result<(), Request> {
-        self.requests.send(request).map_err(|e| e.0)
+    /// Queues a job for the next group; true when no session is open, and the caller must open
+    /// one ([`GroupWriter::session`]) while it holds the writer pool's connection.
+    pub(crate) fn enqueue(&self, job: Job) -> bool {
+        let mut queue = self.shared.queue();
+        queue.jobs.push(job);
+        if queue.parked {
+            self.shared.arrived.notify_one();
+        }
+        !std::mem::replace(&mut queue.open, true)
+    }
+
+    /// Runs one session on the thread (the caller holds the writer pool's connection until it
+    /// ends).
+    pub(crate) async fn session(&self) -> Ended {
+        let (ended, answer) = tokio::sync::oneshot::channel();
+        if self.sessions.send(Session { ended }).is_err() {
+            return self.fail_all(&crate::engine::interrupted());
+        }
+        match answer.await {
+            Ok(ended) => ended,
+            Err(_) => self.fail_all(&crate::engine::interrupted()),
+        }
+    }
+
+    /// Fails every queued job and closes the session (the thread is gone, or the writer pool's
+    /// connection could not be had).
+    pub(crate) fn fail_all(&self, e: &StoreError) -> Ended {
+        self.shared.fail_all(e)
+    }
+}
+
+impl Shared {
+    fn fail_all(&self, e: &StoreError) -> Ended {
+        let jobs = {
+            let mut queue = self.queue();
+            queue.open = false;
+            std::mem::take(&mut queue.jobs)
+        };
+        for job in jobs {
+            let _ = job.done.send(Err(e.clone()));
+        }
+        Ended::Drained
+    }
+}
+
+/// Commits what is queued, group after group, until nothing comes for [`LINGER`], [`SLICE`] is
+/// up, or a transaction waits for the writer pool (`wanted`).
+fn run_session(
+    conn: &Connection,
+    shared: &Shared,
+    events: &tokio::sync::watch::Sender<u64>,
+    wanted: &AtomicUsize,
+) -> Ended {
+    let started = Instant::now();
+    loop {
+        let jobs = {
+            let mut queue = shared.queue();
+            let give_up = Instant::now() + LINGER;
+            while queue.jobs.is_empty() {
+                let now = Instant::now();
+                if now >= give_up {
+                    queue.open = false;
+                    return Ended::Drained;
+                }
+                queue.parked = true;
+                queue = shared
+                    .arrived
+                    .wait_timeout(queue, give_up - now)
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0;
+                queue.parked = false;
+            }
+            std::mem::take(&mut queue.jobs)
+        };
+        crate::count_write();
+        let (parts, waiters): (Vec<Part>, Vec<_>) = jobs
+            .into_iter()
+            .map(|job| (job.part, (job.events, job.done)))
+            .unzip();
+        let answers = commit(conn, &parts);
+        if waiters
+            .iter()
+            .zip(&answers)
+            .any(|((events, _), answer)| *events && answer.is_ok())
+        {
+            events.send_modify(|n| *n = n.wrapping_add(1));
+        }
+        for ((_, done), answer) in waiters.into_iter().zip(answers) {
+            let _ = done.send(answer);
+        }
+        if started.elapsed() >= SLICE || wanted.load(Ordering::Relaxed) > 0 {
+            return Ended::SliceUsed;
+        }
     }
 }
 
