@@ -3,8 +3,8 @@
 //! A call at sequence number `n` that the journal already holds is answered from it (replay); a
 //! call that differs from the recorded one (another operation or request) is nondeterminism and
 //! stops the run. New calls are answered live and journaled. Writes are buffered and committed
-//! when the activation ends or waits, and while a provider is slow to answer (after
-//! [`PROGRESS_AFTER`], so progress stays visible). A side effect reaches its provider under a
+//! when the activation ends or waits, while a provider is slow to answer (after
+//! [`PROGRESS_AFTER`], so progress stays visible), and when [`MAX_BUFFERED`] have gathered. A side effect reaches its provider under a
 //! token derived from the run, the journal's epoch and the call's sequence number
 //! ([`effect_token`]): a crash before its answer is committed replays the call under the same
 //! token, which the provider answers as the same request; its answer and receipt ride the
@@ -122,6 +122,10 @@ impl JournalHost {
         request: Value,
         now: Millis,
     ) -> Result<Value, Interrupt> {
+        if st.pending.len() >= MAX_BUFFERED {
+            // A long activation of fast calls commits as it goes, not all at its end.
+            self.flush(st).await?;
+        }
         let response = match op {
             "context.info" => json!({
                 "execution_id": st.execution.id,
@@ -504,6 +508,9 @@ impl JournalHost {
 /// How long a provider may take before the writes buffered ahead of its call are committed
 /// without waiting for it ([`JournalHost::provide`]).
 const PROGRESS_AFTER: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Buffered writes after which an activation commits before its next live call.
+const MAX_BUFFERED: usize = 512;
 
 /// An effect's idempotency token: the run, its journal epoch and the call's sequence number.
 ///
