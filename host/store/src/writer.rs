@@ -22,9 +22,9 @@
 //! writer pool. The thread commits only in a *session*, while a tokio task holds that pool's
 //! connection for it ([`crate::Store`]'s `group_session`), so the two never race for the file's
 //! write lock (other processes, like the CLI, wait in the busy timeout as before). A session ends
-//! when nothing has been queued for [`LINGER`], or after [`SLICE`] so that the pool's other
-//! users get their turn; the task then gives the connection back (and takes it again for the
-//! next session).
+//! when nothing has been queued for [`LINGER`], after [`SLICE`], or at its next group when a
+//! transaction waits for the pool, so the pool's other users get their turn; the task then gives
+//! the connection back (and takes it again for the next session).
 
 use crate::engine::Returned;
 use crate::sql::Statement;
