@@ -4,12 +4,13 @@
 //! call that differs from the recorded one (another operation or request) is nondeterminism and
 //! stops the run. New calls are answered live and journaled. Writes are buffered and committed
 //! when the activation ends or waits, while a provider is slow to answer (after
-//! [`PROGRESS_AFTER`], so progress stays visible), and when [`MAX_BUFFERED`] have gathered. A side effect reaches its provider under a
-//! token derived from the run, the journal's epoch and the call's sequence number
-//! ([`effect_token`]): a crash before its answer is committed replays the call under the same
-//! token, which the provider answers as the same request; its answer and receipt ride the
-//! activation's next commit. (Journals written before tokens were derived may hold an `intent`
-//! entry with a drawn token; a replay uses that token.)
+//! [`PROGRESS_AFTER`], so progress stays visible), and when [`MAX_BUFFERED`] have gathered.
+//!
+//! A side effect reaches its provider under a token derived from the run, the journal's epoch and
+//! the call's sequence number ([`effect_token`]): a crash before its answer is committed replays
+//! the call under the same token, which the provider answers as the same request; its answer and
+//! receipt ride the activation's next commit. (Journals written before tokens were derived may
+//! hold an `intent` entry with a drawn token; a replay uses that token.)
 
 use crate::effects::is_effect;
 use crate::events::event;
@@ -477,7 +478,7 @@ impl JournalHost {
     /// Commits the buffered writes under the run's lease.
     async fn flush(&self, st: &mut Activation) -> Result<(), Interrupt> {
         let writes = std::mem::take(&mut st.pending);
-        // A cancel keeps the activation's receipts (`Engine::finish_cancel`): a copy of them
+        // A cancel keeps the activation's receipts (`Engine::finish_cancel_keeping`): a copy of them
         // goes back to the buffer if the commit is refused for one.
         let receipts: Vec<Write> = writes
             .iter()
