@@ -855,16 +855,30 @@ impl Gate {
         }
     }
 
-    fn engine(self: &Arc<Self>, w: &World) -> Engine {
+    /// Runs the due work on an engine of its own that calls through a gate at the `at`-th
+    /// effect, and returns once that effect is held: the gate, that engine, and its run.
+    async fn hold(
+        w: &World,
+        at: usize,
+    ) -> (
+        Arc<Self>,
+        Engine,
+        tokio::task::JoinHandle<Result<usize, EngineError>>,
+    ) {
+        let gate = Arc::new(Self::new(&w.cloud, at));
         let engine = Engine::new(
             Arc::new(w.store.clone()),
             runtime(),
-            self.clone(),
+            gate.clone(),
             Arc::new(w.clock.clone()),
             config("node-a"),
         );
         engine.register(w.engine.workflow("fixture-steps").unwrap());
-        engine
+        let reached = gate.reached.notified();
+        let running = engine.clone();
+        let task = tokio::spawn(async move { running.run_once().await });
+        reached.await;
+        (gate, engine, task)
     }
 }
 
@@ -886,11 +900,7 @@ async fn a_slow_provider_does_not_hide_the_progress_before_its_call() {
     let id = w
         .trigger("fixture-steps", json!({"zone": "Z1", "stages": 3}))
         .await;
-    let gate = Arc::new(Gate::new(&w.cloud, 3));
-    let engine = gate.engine(&w);
-    let reached = gate.reached.notified();
-    let task = tokio::spawn(async move { engine.run_once().await });
-    reached.await;
+    let (gate, _engine, task) = Gate::hold(&w, 3).await;
     // The third stage's effect is held: what came before it is committed while it waits
     // (effects answered fast ride the activation's next commit; this one is slow).
     let mut committed = Vec::new();
@@ -935,12 +945,7 @@ async fn an_immediate_cancel_keeps_the_receipts_of_the_effects_before_it_and_rol
     let id = w
         .trigger("fixture-steps", json!({"zone": "Z1", "stages": 5}))
         .await;
-    let gate = Arc::new(Gate::new(&w.cloud, 3));
-    let engine = gate.engine(&w);
-    let reached = gate.reached.notified();
-    let running = engine.clone();
-    let task = tokio::spawn(async move { running.run_once().await });
-    reached.await;
+    let (gate, engine, task) = Gate::hold(&w, 3).await;
     // Canceled while the third effect is under way: it completes, and the run stops at its next
     // call with three effects done.
     let canceled = engine.cancel(&id).await.unwrap();
