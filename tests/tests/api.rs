@@ -267,6 +267,15 @@ async fn the_v1_api_end_to_end() {
             "traceparent"
         ])
     );
+    // Published to streams when committed (no subscription needed), never before it occurred
+    // (the timestamps have one format, so they compare as text).
+    for e in events {
+        let (occurred, published) = (
+            e["occurredAt"].as_str().unwrap(),
+            e["streamPublishedAt"].as_str().unwrap(),
+        );
+        assert!(published >= occurred, "{e}");
+    }
 
     // Control: cancel of a finished execution is a 409 with a reason; rollback is receipt-backed.
     let r = c

@@ -1,6 +1,6 @@
 //! Outbox events the engine emits, each committed in the transaction of the change that causes it.
 
-use capstan_core::store::{ExecutionRecord, Millis, OutboxRecord};
+use capstan_core::store::{ExecutionRecord, Millis, OutboxRecord, Write};
 use serde_json::{Value, json};
 
 /// Every event type the engine emits, with its version (`<EventType>.v1`).
@@ -20,6 +20,18 @@ pub const ENGINE_EVENTS: [&str; 14] = [
     "ExecutionRolledBack",
     "CommandQueued",
 ];
+
+/// Marks the events among `writes` as published to streams at `now`, the time of the commit
+/// that writes them: SSE streams read the outbox, so an event reaches them when it commits. An
+/// activation buffers its events and commits them later (`host.rs`), so they are stamped then;
+/// an event without a stamp is written with its `occurredAt` (it commits in the same step).
+pub fn stamp_published(writes: &mut [Write], now: Millis) {
+    for write in writes {
+        if let Write::Event(e) = write {
+            e.stream_published_ms.get_or_insert(now);
+        }
+    }
+}
 
 /// An outbox row for `execution`: the payload always carries the execution id, workflow and
 /// status after the change, plus `extra`'s fields.

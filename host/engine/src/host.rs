@@ -477,7 +477,8 @@ impl JournalHost {
 
     /// Commits the buffered writes under the run's lease.
     async fn flush(&self, st: &mut Activation) -> Result<(), Interrupt> {
-        let writes = std::mem::take(&mut st.pending);
+        let mut writes = std::mem::take(&mut st.pending);
+        crate::events::stamp_published(&mut writes, self.inner.now());
         // A cancel keeps the activation's receipts (`Engine::finish_cancel_keeping`): a copy of them
         // goes back to the buffer if the commit is refused for one.
         let receipts: Vec<Write> = writes

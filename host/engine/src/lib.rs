@@ -1020,7 +1020,8 @@ impl Engine {
         self.commit_end(run, writes).await
     }
 
-    async fn commit_end(&self, run: &RunRecord, writes: Vec<Write>) -> Result<(), EngineError> {
+    async fn commit_end(&self, run: &RunRecord, mut writes: Vec<Write>) -> Result<(), EngineError> {
+        events::stamp_published(&mut writes, self.now());
         let receipts: Vec<Write> = writes
             .iter()
             .filter(|w| matches!(w, Write::InsertReceipt(_)))

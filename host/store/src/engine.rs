@@ -551,7 +551,7 @@ fn push_write(batch: &mut Batch, write: Write) {
             batch
                 .statement(
                     "INSERT INTO outbox (event_id, execution_id, event_type, event_version, principal_id, workflow, payload_json,
-                     occurred_ms, traceparent) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                     occurred_ms, traceparent, stream_published_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
                 )
                 .bind(e.event_id)
                 .bind(e.execution_id)
@@ -561,7 +561,9 @@ fn push_write(batch: &mut Batch, write: Write) {
                 .bind(e.workflow)
                 .bind(json_text(&e.payload_json))
                 .bind(e.occurred_ms)
-                .bind(e.traceparent);
+                .bind(e.traceparent)
+                // Streams read the outbox: an event is published to them when it commits.
+                .bind(e.stream_published_ms.unwrap_or(e.occurred_ms));
         }
         Write::InsertIdempotency(k) => {
             batch

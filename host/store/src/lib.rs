@@ -988,9 +988,14 @@ mod tests {
             .unwrap();
         store.apply(None, vec![event("after")]).await.unwrap();
         let subscription = store.active_subscriptions().await.unwrap().remove(0);
-        let (cursor, events) = store.unrouted_events(10).await.unwrap();
+        let (cursor, window) = store.relay_window(10).await.unwrap();
         assert_eq!(cursor, 0, "the relay has passed nothing yet");
+        let (last, count) = window.unwrap();
+        assert_eq!(count, 3);
+        let events = store.outbox_between(cursor, last).await.unwrap();
         assert_eq!(events.len(), 3);
+        // Published to streams when committed: the stamp is written with the event.
+        assert!(events.iter().all(|e| e.stream_published_ms == Some(1)));
         let routed: Vec<&str> = events
             .iter()
             .filter(|e| subscription.wants(e))

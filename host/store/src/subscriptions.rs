@@ -242,27 +242,50 @@ impl Store {
         Ok(rows.iter().map(delivery_row).collect())
     }
 
-    /// The outbox events after the relay's cursor.
-    pub async fn unrouted_events(
+    /// The relay's next pass: its cursor, and the `seq` of the last of the (at most `limit`)
+    /// events after it with how many they are (`None` when there are none). Only the numbers:
+    /// a pass with no subscription to route to reads no event ([`Store::outbox_between`]).
+    pub async fn relay_window(
         &self,
         limit: i64,
-    ) -> Result<(i64, Vec<OutboxRecord>), StoreError> {
+    ) -> Result<(i64, Option<(i64, usize)>), StoreError> {
         let read = Sql::new("SELECT seq FROM relay_cursor WHERE name = 'webhooks'");
         let cursor = match self.fetch_optional(read).await.map_err(unavailable)? {
             Some(row) => row.try_get::<i64, _>(0).map_err(unavailable)?,
             None => 0,
         };
-        let read = Sql::new("SELECT * FROM outbox WHERE seq > $1 ORDER BY seq LIMIT $2")
-            .arg(cursor)
-            .arg(limit);
+        let read = Sql::new(
+            "SELECT MAX(seq), COUNT(*) FROM (SELECT seq FROM outbox WHERE seq > $1 ORDER BY seq LIMIT $2) AS w",
+        )
+        .arg(cursor)
+        .arg(limit);
+        let row = self.fetch_optional(read).await.map_err(unavailable)?;
+        let window = match row {
+            Some(row) => {
+                let last: Option<i64> = row.try_get(0).map_err(unavailable)?;
+                let count: i64 = row.try_get(1).map_err(unavailable)?;
+                last.map(|last| (last, usize::try_from(count).unwrap_or(0)))
+            }
+            None => None,
+        };
+        Ok((cursor, window))
+    }
+
+    /// The outbox events with `after < seq <= to`, in order.
+    pub async fn outbox_between(
+        &self,
+        after: i64,
+        to: i64,
+    ) -> Result<Vec<OutboxRecord>, StoreError> {
+        let read = Sql::new("SELECT * FROM outbox WHERE seq > $1 AND seq <= $2 ORDER BY seq")
+            .arg(after)
+            .arg(to);
         let rows = self.fetch_all(read).await.map_err(unavailable)?;
-        Ok((
-            cursor,
-            rows.iter().map(outbox_row).collect::<Result<_, _>>()?,
-        ))
+        rows.iter().map(outbox_row).collect()
     }
 
     /// In one transaction: the deliveries for `routes`, `routedAt` on the events, the cursor.
+    /// (`streamPublishedAt` is written with each event: streams read the outbox at its commit.)
     /// `expected` guards against two relays advancing the same cursor.
     pub async fn record_routes(
         &self,
@@ -302,14 +325,6 @@ impl Store {
                 .bind(now)
                 .bind(*seq);
         }
-        // Every event the relay passed is published to this node's streams (they read the outbox).
-        batch
-            .statement(
-                "UPDATE outbox SET stream_published_ms = COALESCE(stream_published_ms, $1) WHERE seq > $2 AND seq <= $3",
-            )
-            .bind(now)
-            .bind(expected)
-            .bind(to);
         match self.commit_batch(batch).await {
             Err(StoreError::Conflict(_)) => Ok(false),
             other => other.map(|()| true),

@@ -69,13 +69,21 @@ pub async fn run(state: ApiState, mut stop: tokio::sync::watch::Receiver<bool>) 
 
 async fn relay(state: &ApiState) -> anyhow::Result<()> {
     loop {
-        let (cursor, events) = state.store.unrouted_events(RELAY_BATCH).await?;
-        let Some(last) = events.last().map(|e| e.seq) else {
+        let (cursor, window) = state.store.relay_window(RELAY_BATCH).await?;
+        let Some((last, count)) = window else {
             return Ok(());
         };
-        // A short read was everything there was; what commits meanwhile wakes the next pass.
-        let more = events.len() == RELAY_BATCH as usize;
+        // A short window was everything there was; what commits meanwhile wakes the next pass.
+        let more = count == RELAY_BATCH as usize;
+        // Read after the window: a subscription created since starts after its last event
+        // (`after_seq`), so none that this read misses is owed an event in it.
         let subscriptions = state.store.active_subscriptions().await?;
+        // With nobody to route to, the pass only moves the cursor: the events are not read.
+        let events = if subscriptions.is_empty() {
+            Vec::new()
+        } else {
+            state.store.outbox_between(cursor, last).await?
+        };
         // Each owner's permissions once per batch, not once per (event, subscription).
         let mut permissions: HashMap<&str, BTreeSet<String>> = HashMap::new();
         for s in &subscriptions {
