@@ -246,14 +246,7 @@ async fn every_payload_the_engine_publishes_matches_its_catalog_schema() {
         )
         .await;
     w.settle().await;
-    let run_id = w.store.execution(&replay).await.unwrap().unwrap().run_id;
-    sqlx::query(
-        "UPDATE journal SET request = '{\"name\":\"renamed\"}' WHERE run_id = $1 AND seq = 0",
-    )
-    .bind(&run_id)
-    .execute(w.store.pool())
-    .await
-    .unwrap();
+    w.rename_first_recorded_stage(&replay).await;
     w.clock.advance(5_000);
     w.settle().await;
     assert_eq!(w.status(&replay).await, ExecutionStatus::Paused);

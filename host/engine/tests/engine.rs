@@ -373,14 +373,7 @@ async fn a_journal_that_does_not_match_the_component_pauses_with_nondeterministi
     w.settle().await;
     assert_eq!(w.status(&id).await, ExecutionStatus::Waiting);
     // The journal says the first stage had another name: as if the code changed under the run.
-    let run_id = w.store.execution(&id).await.unwrap().unwrap().run_id;
-    sqlx::query(
-        "UPDATE journal SET request = '{\"name\":\"renamed\"}' WHERE run_id = $1 AND seq = 0",
-    )
-    .bind(&run_id)
-    .execute(w.store.pool())
-    .await
-    .unwrap();
+    w.rename_first_recorded_stage(&id).await;
     w.clock.advance(5_000);
     w.settle().await;
     let execution = w.store.execution(&id).await.unwrap().unwrap();
@@ -727,14 +720,7 @@ async fn workflows_check_replays_the_journals_in_flight_against_a_candidate() {
         assert!(c.replayed > 0 && c.replayed <= c.journal_length, "{c:?}");
     }
     // As if the code changed under run b: its first recorded call differs from the candidate's.
-    let run_b = w.store.execution(&b).await.unwrap().unwrap().run_id;
-    sqlx::query(
-        "UPDATE journal SET request = '{\"name\":\"renamed\"}' WHERE run_id = $1 AND seq = 0",
-    )
-    .bind(&run_b)
-    .execute(w.store.pool())
-    .await
-    .unwrap();
+    let run_b = w.rename_first_recorded_stage(&b).await;
     let journal_before = w.store.journal(&run_b).await.unwrap().len();
     let checks = w.engine.check_candidate(candidate).await.unwrap();
     let of = |id: &str| checks.iter().find(|c| c.execution_id == id).unwrap();

@@ -11,6 +11,8 @@ use sqlx::any::AnyRow;
 use sqlx::{Any, Column as _, Row, Transaction};
 use std::sync::LazyLock;
 
+mod journal;
+
 pub(crate) fn unavailable(e: sqlx::Error) -> StoreError {
     StoreError::Unavailable(e.to_string())
 }
@@ -112,16 +114,9 @@ fn run_row(row: &AnyRow) -> Result<RunRecord, StoreError> {
     })
 }
 
-fn journal_row(row: &AnyRow) -> Result<JournalEntry, StoreError> {
-    Ok(JournalEntry {
-        run_id: row.get("run_id"),
-        seq: row.get("seq"),
-        op: row.get("op"),
-        request: parse_json(Some(row.get("request")))?.unwrap_or(Value::Null),
-        response: parse_json(row.get("response"))?,
-        status: parse_enum(row.get::<&str, _>("status"))?,
-        at_ms: row.get("at_ms"),
-    })
+/// A row of [`journal::SELECT_CHUNKS`].
+fn chunk_row(row: &AnyRow) -> (Option<i64>, String) {
+    (row.get("truncate_from"), row.get("entries"))
 }
 
 fn wait_row(row: &AnyRow) -> Result<WaitRecord, StoreError> {
@@ -462,29 +457,15 @@ fn push_write(batch: &mut Batch, write: Write) {
             }
             set.finish(batch, p.id);
         }
-        Write::PutJournal(j) => {
-            batch
-                .statement(
-                    "INSERT INTO journal (run_id, seq, op, request, response, status, at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7)
-                     ON CONFLICT (run_id, seq) DO UPDATE SET response = excluded.response, status = excluded.status, at_ms = excluded.at_ms",
-                )
-                .bind(j.run_id)
-                .bind(j.seq)
-                .bind(j.op)
-                .bind(json_text(&j.request))
-                .bind(j.response.as_ref().map(json_text))
-                .bind(enum_text(&j.status))
-                .bind(j.at_ms);
-        }
+        // A batch's entries are gathered per run first ([`journal::stage`]); one alone is a chunk
+        // of one.
+        Write::PutJournal(j) => journal::push_chunk(batch, &[j]),
         Write::TruncateJournal { run_id, from_seq } => {
             // The calls from `from_seq` on run again as new requests (new effect tokens).
             batch
                 .statement("UPDATE runs SET epoch = epoch + 1 WHERE id = $1")
                 .bind(run_id.clone());
-            batch
-                .statement("DELETE FROM journal WHERE run_id = $1 AND seq >= $2")
-                .bind(run_id.clone())
-                .bind(from_seq);
+            journal::push_truncate(batch, run_id.clone(), from_seq);
             batch
                 .statement("DELETE FROM waits WHERE run_id = $1 AND seq >= $2")
                 .bind(run_id)
@@ -677,6 +658,20 @@ pub(crate) fn coalesce(writes: Vec<Write>) -> Vec<Write> {
     kept.into_iter().rev().flatten().collect()
 }
 
+/// Appends a batch's writes, each run's journal entries as one chunk ([`journal::stage`]).
+fn push_writes(batch: &mut Batch, writes: Vec<Write>) {
+    for staged in journal::stage(writes) {
+        push_staged(batch, staged);
+    }
+}
+
+fn push_staged(batch: &mut Batch, staged: journal::Staged) {
+    match staged {
+        journal::Staged::One(write) => push_write(batch, write),
+        journal::Staged::Chunk(entries) => journal::push_chunk(batch, &entries),
+    }
+}
+
 /// Outbox events last (see [`Store::apply_alone`]).
 fn events_last(writes: Vec<Write>) -> (Vec<Write>, bool) {
     let (events, mut writes): (Vec<Write>, Vec<Write>) = writes
@@ -706,13 +701,16 @@ impl Store {
             batch.done(&mut tx).await?;
         }
         let mut locked = false;
-        for write in writes {
-            if !locked && matches!(write, Write::Event(_)) && self.backend() == Backend::Postgres {
+        for staged in journal::stage(writes) {
+            if !locked
+                && matches!(staged, journal::Staged::One(Write::Event(_)))
+                && self.backend() == Backend::Postgres
+            {
                 batch.flush(&mut tx).await?;
                 outbox_lock(&mut tx).await?;
                 locked = true;
             }
-            push_write(&mut batch, write);
+            push_staged(&mut batch, staged);
             batch.done(&mut tx).await?;
         }
         batch.flush(&mut tx).await?;
@@ -863,9 +861,7 @@ impl EngineStore for Store {
             if let Some(fence) = fence {
                 batch.fence(fence);
             }
-            for write in writes {
-                push_write(&mut batch, write);
-            }
+            push_writes(&mut batch, writes);
             self.grouped(batch.into_sql(), events).await.map(drop)
         } else {
             self.apply_alone(fence, writes).await
@@ -1004,13 +1000,10 @@ impl EngineStore for Store {
 
     async fn journal(&self, run_id: &str) -> Result<Vec<JournalEntry>, StoreError> {
         let rows = self
-            .fetch_all(
-                Sql::new("SELECT * FROM journal WHERE run_id = $1 ORDER BY seq")
-                    .arg(run_id.to_owned()),
-            )
+            .fetch_all(Sql::new(journal::SELECT_CHUNKS).arg(run_id.to_owned()))
             .await
             .map_err(unavailable)?;
-        rows.iter().map(journal_row).collect()
+        journal::fold(run_id, rows.iter().map(chunk_row))
     }
 
     async fn receipts(&self, execution_id: &str) -> Result<Vec<Receipt>, StoreError> {
@@ -1053,13 +1046,14 @@ impl EngineStore for Store {
         execution_id: &str,
     ) -> Result<ReplayState, StoreError> {
         let mut read = Sql::default();
-        read.push_statement("SELECT * FROM journal WHERE run_id = $1 ORDER BY seq")
+        read.push_statement(journal::SELECT_CHUNKS)
             .bind(run_id.to_owned());
         read.push_statement("SELECT * FROM waits WHERE run_id = $1 ORDER BY seq")
             .bind(run_id.to_owned());
         read.push_statement(&SELECT_STAGES)
             .bind(execution_id.to_owned());
         let mut state = ReplayState::default();
+        let mut chunks = Vec::new();
         // One read; a row is told by a column only its table has.
         for row in &self.fetch_all(read).await.map_err(unavailable)? {
             let has = |name: &str| row.columns().iter().any(|c| c.name() == name);
@@ -1068,9 +1062,10 @@ impl EngineStore for Store {
             } else if has("attempts") {
                 state.waits.push(wait_row(row)?);
             } else {
-                state.journal.push(journal_row(row)?);
+                chunks.push(chunk_row(row));
             }
         }
+        state.journal = journal::fold(run_id, chunks)?;
         Ok(state)
     }
 

@@ -634,6 +634,81 @@ mod tests {
         );
     }
 
+    /// Journals written one row per call (before migration sqlite 0014 / postgres 0006) read
+    /// back the same after it, answers, unanswered calls and all.
+    #[tokio::test]
+    async fn a_journal_written_row_per_call_reads_the_same_after_the_migration() {
+        use capstan_core::store::{EngineStore, EntryStatus};
+        let dir = tempfile::tempdir().unwrap();
+        let url = testing::fresh_database_url(dir.path()).await;
+        let store = Store::connect(&url).await.unwrap();
+        let (migrator, before) = match store.backend() {
+            Backend::Sqlite => (&SQLITE_MIGRATIONS, 13),
+            Backend::Postgres => (&POSTGRES_MIGRATIONS, 5),
+        };
+        migrator.run_to(before, store.writer()).await.unwrap();
+        for statement in [
+            "INSERT INTO executions (id, workflow, principal_id, status, created_ms, input_json, run_id)
+             VALUES ('e1', 'w', 'p', 'running', 1, '{}', 'r1')",
+            "INSERT INTO runs (id, execution_id, workflow, digest, kind, state, wake_ms, created_ms)
+             VALUES ('r1', 'e1', 'w', 'd', 'workflow', 'waiting', 1, 1)",
+            r#"INSERT INTO journal (run_id, seq, op, request, response, status, at_ms) VALUES
+             ('r1', 0, 'context.stage-begin', '{"name":"a"}', 'null', 'done', 10),
+             ('r1', 1, 'dns.change-records', '{"zone_id":"Z","changes":[{"name":"x"}]}', '{"Ok":{"id":"C1"}}', 'done', 11),
+             ('r1', 2, 'approvals.await-approval', '{"name":"go"}', NULL, 'waiting', 12)"#,
+        ] {
+            sqlx::query(sqlx::AssertSqlSafe(statement))
+                .execute(store.writer())
+                .await
+                .unwrap();
+        }
+        store.migrate().await.unwrap();
+        let journal = store.journal("r1").await.unwrap();
+        let read: Vec<_> = journal
+            .iter()
+            .map(|e| {
+                (
+                    e.seq,
+                    e.op.as_str(),
+                    e.request.clone(),
+                    e.response.clone(),
+                    e.status,
+                    e.at_ms,
+                )
+            })
+            .collect();
+        assert_eq!(
+            read,
+            vec![
+                (
+                    0,
+                    "context.stage-begin",
+                    serde_json::json!({"name": "a"}),
+                    Some(serde_json::Value::Null),
+                    EntryStatus::Done,
+                    10
+                ),
+                (
+                    1,
+                    "dns.change-records",
+                    serde_json::json!({"zone_id": "Z", "changes": [{"name": "x"}]}),
+                    Some(serde_json::json!({"Ok": {"id": "C1"}})),
+                    EntryStatus::Done,
+                    11
+                ),
+                (
+                    2,
+                    "approvals.await-approval",
+                    serde_json::json!({"name": "go"}),
+                    None,
+                    EntryStatus::Waiting,
+                    12
+                ),
+            ]
+        );
+        assert!(journal.iter().all(|e| e.run_id == "r1"));
+    }
+
     fn insert_zone(id: &str) -> Sql {
         let mut sql = Sql::default();
         sql.push_statement("INSERT INTO sim_zones (id, name) VALUES ($1, $2)")

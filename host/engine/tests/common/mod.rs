@@ -244,6 +244,25 @@ impl World {
     pub async fn settle(&self) {
         self.engine.run_until_idle().await.unwrap();
     }
+    /// Rewrites the first recorded call of the execution's run, as if the workflow's code had
+    /// changed under it: a journal entry written later replaces the earlier one of its `seq`.
+    pub async fn rename_first_recorded_stage(&self, execution_id: &str) -> String {
+        let run_id = self
+            .store
+            .execution(execution_id)
+            .await
+            .unwrap()
+            .unwrap()
+            .run_id;
+        let mut first = self.store.journal(&run_id).await.unwrap().remove(0);
+        assert_eq!(first.op, "context.stage-begin");
+        first.request = json!({"name": "renamed"});
+        self.store
+            .apply(None, vec![capstan_core::store::Write::PutJournal(first)])
+            .await
+            .unwrap();
+        run_id
+    }
     pub async fn event_types(&self, id: &str) -> Vec<String> {
         self.store
             .events(id)
