@@ -9,7 +9,6 @@
 //! a time. See docs/decisions.md, "The journal is written one row per commit".
 
 use super::Batch;
-use crate::rows::parse_enum;
 use capstan_core::store::{EntryStatus, JournalEntry, Millis, StoreError, Write};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -27,7 +26,7 @@ struct EntryOut<'a> {
     request: &'a Value,
     #[serde(skip_serializing_if = "Option::is_none")]
     response: Option<&'a Value>,
-    status: &'static str,
+    status: EntryStatus,
     at: Millis,
 }
 
@@ -40,20 +39,12 @@ struct EntryIn {
     /// Absent when the call has no answer yet; a JSON `null` is an answer.
     #[serde(default, deserialize_with = "present")]
     response: Option<Value>,
-    status: String,
+    status: EntryStatus,
     at: Millis,
 }
 
 fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
     Value::deserialize(d).map(Some)
-}
-
-fn status_text(status: EntryStatus) -> &'static str {
-    match status {
-        EntryStatus::Done => "done",
-        EntryStatus::Intent => "intent",
-        EntryStatus::Waiting => "waiting",
-    }
 }
 
 /// A batch's writes with the journal entries of each run gathered into one chunk.
@@ -106,7 +97,7 @@ fn encode(entries: &[JournalEntry]) -> String {
             op: &e.op,
             request: &e.request,
             response: e.response.as_ref(),
-            status: status_text(e.status),
+            status: e.status,
             at: e.at_ms,
         })
         .collect();
@@ -166,7 +157,7 @@ pub(crate) fn fold(
                     op: e.op,
                     request: e.request,
                     response: e.response,
-                    status: parse_enum(&e.status)?,
+                    status: e.status,
                     at_ms: e.at,
                 },
             );
