@@ -264,6 +264,28 @@ pub(crate) struct Inner {
     builds: RwLock<HashMap<String, Arc<LoadedWorkflow>>>,
     local_cancels: Mutex<HashSet<String>>,
     wake: tokio::sync::Notify,
+    /// While the node's scheduler runs ([`Engine::spawn_workers`]): how a trigger hands its run
+    /// straight to a free worker slot.
+    eager: Mutex<Option<EagerStart>>,
+}
+
+/// A free worker slot, taken by a trigger, and the scheduler's inbox for runs started that way.
+///
+/// A trigger that finds a slot free inserts its run already leased to this node and hands it
+/// over with the execution it just wrote: the run skips the claim (a write), reading back what
+/// was claimed, reading the execution and reading an empty journal. A trigger that finds every
+/// slot taken inserts its run unleased and wakes the claimer, as before.
+#[derive(Clone)]
+struct EagerStart {
+    slots: Arc<tokio::sync::Semaphore>,
+    runs: tokio::sync::mpsc::UnboundedSender<Started>,
+}
+
+/// A run a trigger inserted already leased to this node, with its execution and its slot.
+struct Started {
+    run: RunRecord,
+    execution: ExecutionRecord,
+    permit: tokio::sync::OwnedSemaphorePermit,
 }
 
 impl Inner {
@@ -376,6 +398,7 @@ impl Engine {
                 builds: RwLock::new(HashMap::new()),
                 local_cancels: Mutex::new(HashSet::new()),
                 wake: tokio::sync::Notify::new(),
+                eager: Mutex::new(None),
             }),
         }
     }
@@ -445,7 +468,10 @@ impl Engine {
     }
 
     /// Creates an execution (status `queued`) and its run, pinned to the current build; with an
-    /// idempotency key, a repeat of the same request returns the original execution.
+    /// idempotency key, a repeat of the same request returns the original execution. When the
+    /// node's scheduler has a slot free, the run starts here at once ([`EagerStart`]): the
+    /// execution is written already `running`, with its `ExecutionStarted` after its
+    /// `ExecutionQueued`, in the same commit.
     pub async fn trigger(&self, request: TriggerRequest) -> Result<Triggered, EngineError> {
         let workflow = self
             .workflow(&request.workflow)
@@ -467,6 +493,9 @@ impl Engine {
             run_id: capstan_core::ids::new_id(),
             traceparent: request.traceparent.clone(),
         };
+        // A free local slot: the run is inserted leased to this node (as a claim would leave
+        // it) and started here once committed.
+        let slot = self.free_slot();
         let run = RunRecord {
             id: execution.run_id.clone(),
             execution_id: execution.id.clone(),
@@ -475,9 +504,9 @@ impl Engine {
             kind: RunKind::Workflow,
             state: RunState::Runnable,
             wake_ms: now,
-            lease_owner: None,
-            lease_expires_ms: None,
-            activations: 0,
+            lease_owner: slot.as_ref().map(|_| self.inner.config.node_id.clone()),
+            lease_expires_ms: slot.as_ref().map(|_| now + self.inner.config.lease_ms),
+            activations: i64::from(slot.is_some()),
             cancel_requested: false,
             created_ms: now,
             epoch: 0,
@@ -489,14 +518,29 @@ impl Engine {
             json!({"workflowRunId": run.id}),
             now,
         );
-        let mut writes = vec![
-            Write::InsertExecution(execution.clone()),
-            Write::InsertRun(run),
-            Write::Event(queued),
-        ];
+        let mut writes = vec![Write::Event(queued)];
+        let mut execution = execution;
+        if slot.is_some() {
+            // What the activation's start would commit (`activate_inner`), committed now.
+            execution.status = ExecutionStatus::Running;
+            writes.push(Write::Event(event(
+                &execution,
+                "ExecutionStarted",
+                "running",
+                json!({"workflowRunId": run.id}),
+                now,
+            )));
+        }
+        writes.splice(
+            0..0,
+            [
+                Write::InsertExecution(execution.clone()),
+                Write::InsertRun(run.clone()),
+            ],
+        );
         let Some((key, body)) = &request.idempotency else {
             self.inner.store.apply(None, writes).await?;
-            self.inner.wake.notify_waiters();
+            self.start(slot, run, &execution);
             return Ok(Triggered {
                 execution,
                 replayed: false,
@@ -517,7 +561,7 @@ impl Engine {
         let mut dropped = false;
         loop {
             let Err(error) = self.inner.store.apply(None, writes.clone()).await else {
-                self.inner.wake.notify_waiters();
+                self.start(slot, run, &execution);
                 return Ok(Triggered {
                     execution,
                     replayed: false,
@@ -568,6 +612,42 @@ impl Engine {
         }
     }
 
+    /// A free worker slot for a trigger to start its run in, when the scheduler runs.
+    fn free_slot(&self) -> Option<(EagerStart, tokio::sync::OwnedSemaphorePermit)> {
+        let eager = self
+            .inner
+            .eager
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()?;
+        if eager.runs.is_closed() {
+            return None;
+        }
+        let permit = eager.slots.clone().try_acquire_owned().ok()?;
+        Some((eager, permit))
+    }
+
+    /// After a trigger committed its run: hands it to the scheduler when it took a slot, else
+    /// wakes the claimer. (A run the scheduler can no longer take — it is shutting down — keeps
+    /// its lease until it expires, and is claimed then, as after a crash.)
+    fn start(
+        &self,
+        slot: Option<(EagerStart, tokio::sync::OwnedSemaphorePermit)>,
+        run: RunRecord,
+        execution: &ExecutionRecord,
+    ) {
+        match slot {
+            Some((eager, permit)) => {
+                let _ = eager.runs.send(Started {
+                    run,
+                    execution: execution.clone(),
+                    permit,
+                });
+            }
+            None => self.inner.wake.notify_waiters(),
+        }
+    }
+
     /// Claims due runs and activates them, one after the other; returns how many ran.
     pub async fn run_once(&self) -> Result<usize, EngineError> {
         let now = self.now();
@@ -583,7 +663,7 @@ impl Engine {
             .await?;
         let n = runs.len();
         for run in runs {
-            self.activate(run).await;
+            self.activate(run, None).await;
         }
         Ok(n)
     }
@@ -603,17 +683,32 @@ impl Engine {
     /// Starts the node's scheduler: one claimer that takes due runs in batches (as many as there
     /// are free worker slots) and activates each on its own task, at most `config.workers` at
     /// once, until `shutdown` flips. One claimer per node keeps idle polling off SQLite's single
-    /// writer; a trigger or command wakes it at once.
+    /// writer; a trigger or command wakes it at once. A trigger that finds a slot free starts its
+    /// run itself ([`EagerStart`]) and the claimer only takes the task over.
     pub fn spawn_workers(
         &self,
         mut shutdown: tokio::sync::watch::Receiver<bool>,
     ) -> Vec<tokio::task::JoinHandle<()>> {
         let engine = self.clone();
         let workers = self.inner.config.workers.max(1);
+        let slots = Arc::new(tokio::sync::Semaphore::new(workers));
+        let (runs, mut started) = tokio::sync::mpsc::unbounded_channel::<Started>();
+        *self
+            .inner
+            .eager
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(EagerStart {
+            slots: slots.clone(),
+            runs,
+        });
         let handle = tokio::spawn(async move {
-            let slots = Arc::new(tokio::sync::Semaphore::new(workers));
             let mut tasks = tokio::task::JoinSet::new();
-            loop {
+            // Whether runs may be due that no claim has taken yet: set by a wake-up or a poll,
+            // cleared by a claim that found fewer than it could take. A slot that frees up
+            // claims only then (with triggers starting their own runs, most finished tasks
+            // leave nothing behind to claim).
+            let mut backlog = true;
+            'claims: loop {
                 if *shutdown.borrow() {
                     break;
                 }
@@ -622,7 +717,15 @@ impl Engine {
                 let woken = engine.inner.wake.notified();
                 tokio::pin!(woken);
                 woken.as_mut().enable();
-                let free = slots.available_permits();
+                // The slots are taken before the claim, so a trigger cannot take one between
+                // the claim and its run's start (the claimer must never wait for a slot: the
+                // runs that would free one may be waiting in its own inbox).
+                let permits: Vec<_> = if backlog {
+                    std::iter::from_fn(|| slots.clone().try_acquire_owned().ok()).collect()
+                } else {
+                    Vec::new()
+                };
+                let free = permits.len();
                 if free > 0 {
                     let now = engine.now();
                     match engine
@@ -636,37 +739,60 @@ impl Engine {
                         )
                         .await
                     {
-                        Ok(runs) if !runs.is_empty() => {
+                        Ok(runs) => {
                             // Fewer than asked for: nothing else is due now, so wait for a
                             // wake-up instead of claiming again at once (an empty claim is
                             // still a write statement on SQLite's single writer).
-                            let more_may_be_due = runs.len() >= free;
-                            for run in runs {
-                                let Ok(permit) = slots.clone().acquire_owned().await else {
-                                    break;
-                                };
+                            backlog = runs.len() >= free;
+                            for (run, permit) in runs.into_iter().zip(permits) {
                                 let engine = engine.clone();
                                 tasks.spawn(async move {
-                                    engine.activate(run).await;
+                                    engine.activate(run, None).await;
                                     drop(permit);
                                 });
                             }
-                            if more_may_be_due {
+                            if backlog {
                                 continue;
                             }
                         }
-                        Ok(_) => {}
                         Err(e) => tracing::warn!(error = %e, "claiming runs failed; retrying"),
                     }
                 }
-                tokio::select! {
-                    _ = tokio::time::sleep(engine.inner.config.poll) => {}
-                    () = &mut woken => {}
-                    // Also when the sender is gone (a panicking owner): that means stop too,
-                    // and waiting on a closed channel would return at once, forever.
-                    _ = shutdown.wait_for(|s| *s) => break,
-                    Some(_) = tasks.join_next() => {}
+                let poll = tokio::time::sleep(engine.inner.config.poll);
+                tokio::pin!(poll);
+                loop {
+                    tokio::select! {
+                        () = &mut poll => backlog = true,
+                        () = &mut woken => backlog = true,
+                        // Also when the sender is gone (a panicking owner): that means stop
+                        // too, and waiting on a closed channel would return at once, forever.
+                        _ = shutdown.wait_for(|s| *s) => break 'claims,
+                        Some(_) = tasks.join_next() => {}
+                        Some(Started { run, execution, permit }) = started.recv() => {
+                            let engine = engine.clone();
+                            tasks.spawn(async move {
+                                engine.activate(run, Some(execution)).await;
+                                drop(permit);
+                            });
+                            continue;
+                        }
+                    }
+                    continue 'claims;
                 }
+            }
+            // Triggers stop handing runs over; those already handed over run like claimed ones.
+            started.close();
+            while let Ok(Started {
+                run,
+                execution,
+                permit,
+            }) = started.try_recv()
+            {
+                let engine = engine.clone();
+                tasks.spawn(async move {
+                    engine.activate(run, Some(execution)).await;
+                    drop(permit);
+                });
             }
             while tasks.join_next().await.is_some() {}
         });
@@ -674,9 +800,11 @@ impl Engine {
     }
 
     /// One activation of a claimed run, and what its outcome means for the execution.
-    async fn activate(&self, run: RunRecord) {
+    /// `fresh`: the execution a trigger of this node has just written with the run (nothing to
+    /// read back, no journal yet).
+    async fn activate(&self, run: RunRecord, fresh: Option<ExecutionRecord>) {
         let run_id = run.id.clone();
-        if let Err(e) = self.activate_inner(run).await {
+        if let Err(e) = self.activate_inner(run, fresh).await {
             match e {
                 EngineError::Store(StoreError::LeaseLost) => {
                     tracing::info!(run = %run_id, "lease lost; another node has the run")
@@ -701,10 +829,19 @@ impl Engine {
         }
     }
 
-    async fn activate_inner(&self, run: RunRecord) -> Result<(), EngineError> {
+    async fn activate_inner(
+        &self,
+        run: RunRecord,
+        fresh: Option<ExecutionRecord>,
+    ) -> Result<(), EngineError> {
         let store = &self.inner.store;
-        let Some(execution) = store.execution(&run.execution_id).await? else {
-            return self.finish_run(&run, vec![]).await;
+        let is_fresh = fresh.is_some();
+        let execution = match fresh {
+            Some(execution) => execution,
+            None => match store.execution(&run.execution_id).await? {
+                Some(execution) => execution,
+                None => return self.finish_run(&run, vec![]).await,
+            },
         };
         if run.kind == RunKind::Rollback {
             return self.roll_back(run, execution).await;
@@ -739,44 +876,49 @@ impl Engine {
             return self.finish_run(&run, writes).await;
         };
 
-        // queued/waiting → running
-        let now = self.now();
-        let mut start = vec![
-            Write::UpdateExecution(ExecutionPatch {
-                id: execution.id.clone(),
-                expect: Some(vec![
-                    ExecutionStatus::Queued,
-                    ExecutionStatus::Waiting,
-                    ExecutionStatus::Running,
-                ]),
-                status: Some(ExecutionStatus::Running),
-                ..ExecutionPatch::default()
-            }),
-            Write::RestageAll {
-                execution_id: execution.id.clone(),
-                from: StageStatus::Waiting,
-                to: StageStatus::Running,
-            },
-        ];
-        if execution.status != ExecutionStatus::Running {
-            start.push(Write::Event(event(
-                &execution,
-                "ExecutionStarted",
-                "running",
-                json!({"workflowRunId": run.id}),
-                now,
-            )));
-        }
-        match store.apply(Some(&self.inner.fence(&run.id)), start).await {
-            Ok(()) => {}
-            Err(StoreError::Canceled) => return self.finish_cancel(&execution, &run).await,
-            Err(StoreError::Conflict(_)) => return self.finish_run(&run, vec![]).await,
-            Err(e) => return Err(e.into()),
+        // queued/waiting → running (a fresh run's trigger committed that itself)
+        if !is_fresh {
+            let mut start = vec![
+                Write::UpdateExecution(ExecutionPatch {
+                    id: execution.id.clone(),
+                    expect: Some(vec![
+                        ExecutionStatus::Queued,
+                        ExecutionStatus::Waiting,
+                        ExecutionStatus::Running,
+                    ]),
+                    status: Some(ExecutionStatus::Running),
+                    ..ExecutionPatch::default()
+                }),
+                Write::RestageAll {
+                    execution_id: execution.id.clone(),
+                    from: StageStatus::Waiting,
+                    to: StageStatus::Running,
+                },
+            ];
+            if execution.status != ExecutionStatus::Running {
+                start.push(Write::Event(event(
+                    &execution,
+                    "ExecutionStarted",
+                    "running",
+                    json!({"workflowRunId": run.id}),
+                    self.now(),
+                )));
+            }
+            match store.apply(Some(&self.inner.fence(&run.id)), start).await {
+                Ok(()) => {}
+                Err(StoreError::Canceled) => return self.finish_cancel(&execution, &run).await,
+                Err(StoreError::Conflict(_)) => return self.finish_run(&run, vec![]).await,
+                Err(e) => return Err(e.into()),
+            }
         }
         let mut execution = execution;
         execution.status = ExecutionStatus::Running;
 
-        let replay = store.replay_state(&run.id, &execution.id).await?;
+        let replay = if is_fresh {
+            ReplayState::default()
+        } else {
+            store.replay_state(&run.id, &execution.id).await?
+        };
         let state = Arc::new(tokio::sync::Mutex::new(host::Activation {
             journal: replay.journal,
             waits: replay.waits,

@@ -956,3 +956,76 @@ async fn an_immediate_cancel_keeps_the_receipts_of_the_effects_before_it_and_rol
         w.cloud.records()
     );
 }
+
+/// With the node's scheduler running, a trigger that finds a worker slot free inserts its run
+/// already leased to this node and starts it there (no claim); one that finds every slot taken
+/// inserts its run unleased, and the claimer takes it when the slot frees. Every run is
+/// activated once and both executions end as the claimed path would end them.
+#[tokio::test]
+async fn a_trigger_starts_its_run_in_a_free_slot_and_the_claimer_takes_the_rest() {
+    let w = world().await;
+    let gate = Arc::new(Gate::new(&w.cloud, 2));
+    let mut one_slot = config("node-a");
+    one_slot.workers = 1;
+    // Only wake-ups and freed slots claim here, never the poll.
+    one_slot.poll = std::time::Duration::from_secs(3_600);
+    let engine = Engine::new(
+        Arc::new(w.store.clone()),
+        runtime(),
+        gate.clone(),
+        Arc::new(w.clock.clone()),
+        one_slot,
+    );
+    engine.register(w.engine.workflow("fixture-steps").unwrap());
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let workers = engine.spawn_workers(stop_rx);
+    let trigger = |stages: u32| {
+        let engine = engine.clone();
+        async move {
+            engine
+                .trigger(TriggerRequest {
+                    workflow: "fixture-steps".into(),
+                    principal_id: "ops".into(),
+                    input: json!({"zone": "Z1", "stages": stages}),
+                    idempotency: None,
+                    traceparent: None,
+                })
+                .await
+                .unwrap()
+                .execution
+        }
+    };
+    let reached = gate.reached.notified();
+    let first = trigger(3).await;
+    let first_run = w.store.run(&first.run_id).await.unwrap().unwrap();
+    assert_eq!(first_run.lease_owner.as_deref(), Some("node-a"));
+    assert_eq!(first_run.activations, 1);
+    // The first run holds the only slot (its second effect is held at the gate).
+    reached.await;
+    let second = trigger(2).await;
+    let second_run = w.store.run(&second.run_id).await.unwrap().unwrap();
+    assert_eq!(second_run.lease_owner, None, "{second_run:?}");
+    assert_eq!(second_run.activations, 0);
+    gate.release.notify_one();
+    for execution in [&first, &second] {
+        let mut status = ExecutionStatus::Queued;
+        for _ in 0..1_000 {
+            status = w.status(&execution.id).await;
+            if status.is_terminal() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(status, ExecutionStatus::Succeeded);
+        let run = w.store.run(&execution.run_id).await.unwrap().unwrap();
+        assert_eq!(run.activations, 1, "{run:?}");
+    }
+    assert_eq!(w.store.receipts(&first.id).await.unwrap().len(), 3);
+    assert_eq!(w.store.receipts(&second.id).await.unwrap().len(), 2);
+    let events = w.event_types(&first.id).await;
+    assert_eq!(events[..2], ["ExecutionQueued", "ExecutionStarted"]);
+    stop.send(true).unwrap();
+    for worker in workers {
+        worker.await.unwrap();
+    }
+}

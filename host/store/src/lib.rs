@@ -785,6 +785,71 @@ mod tests {
         assert!(!ids.contains(&"gdup".to_owned()), "{ids:?}");
     }
 
+    /// A decided part reads and writes inside the group's transaction: concurrent
+    /// read-modify-writes of one row lose no update (no guard, no retry), a decision to write
+    /// nothing writes nothing, a refused write answers its error and leaves the rest of the group
+    /// committed, and a part that runs again (another part failed) commits only its last run.
+    #[tokio::test]
+    async fn decided_parts_read_and_write_in_the_group_transaction() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&format!("sqlite://{}/d.db", dir.path().display()))
+            .await
+            .unwrap();
+        store
+            .commit_guarded(insert_zone("gcount"), 0)
+            .await
+            .unwrap();
+        // Each caller reads the zone's name, appends one character and writes it back.
+        let bump = |store: Store| async move {
+            let read =
+                Sql::new("SELECT name FROM sim_zones WHERE id = $1").arg("gcount".to_owned());
+            store
+                .commit_decided(read, |rows| {
+                    let name = rows.first()?.first()?.as_str()?.to_owned() + "+";
+                    let mut write = Sql::default();
+                    write
+                        .push_statement("UPDATE sim_zones SET name = $1 WHERE id = $2")
+                        .bind(name.clone())
+                        .bind("gcount".to_owned());
+                    Some((write, name))
+                })
+                .await
+        };
+        // A refused write (a duplicate key) in the same groups.
+        let refused = async {
+            store
+                .commit_decided(Sql::new("SELECT 1"), |_| Some((insert_zone("gcount"), ())))
+                .await
+        };
+        let (answers, refused) = tokio::join!(
+            futures_util::future::join_all((0..50).map(|_| bump(store.clone()))),
+            refused
+        );
+        assert!(refused.is_err(), "{refused:?}");
+        let mut names: Vec<String> = answers.into_iter().map(|a| a.unwrap().unwrap()).collect();
+        names.sort_by_key(String::len);
+        let expected: Vec<String> = (1..=50)
+            .map(|n| format!("gcount.example{}", "+".repeat(n)))
+            .collect();
+        assert_eq!(names, expected, "every caller saw the one before it");
+        let stored: String = sqlx::query_scalar("SELECT name FROM sim_zones WHERE id = 'gcount'")
+            .fetch_one(&mut *store.read().await.unwrap())
+            .await
+            .unwrap();
+        assert_eq!(stored, expected[49]);
+
+        // Deciding not to write: no answer and nothing written.
+        let nothing = store
+            .commit_decided(
+                Sql::new("SELECT id FROM sim_zones WHERE id = 'none'"),
+                |rows| rows.first().map(|_| (insert_zone("gnever"), ())),
+            )
+            .await
+            .unwrap();
+        assert!(nothing.is_none());
+        assert!(!zones(&store).await.contains(&"gnever".to_owned()));
+    }
+
     /// The group writer keeps sqlx's writer connection while callers keep coming, and gives it
     /// up to a transaction that waits for it: the transaction commits while grouped writes go
     /// on, and both kinds of write land. (How soon is not asserted: here the hand-over at the

@@ -150,6 +150,7 @@ pub(super) fn no_zone(zone_id: &str) -> CapabilityError {
 }
 
 /// One change of a `dns.change-records` request, its name lower-cased.
+#[derive(Clone)]
 pub(super) struct Change {
     pub name: String,
     pub ty: String,
@@ -273,30 +274,6 @@ impl ChangePlan {
             .bind(now + propagation_ms);
         out.push(sql);
         out
-    }
-
-    /// The record sets the plan was decided on, as guards: one row each while they are unchanged.
-    pub(super) fn guards(&self, sql: &mut capstan_store::Sql, olds: &[Option<String>]) -> usize {
-        sql.push_statement("SELECT 1 FROM sim_zones WHERE id = $1")
-            .bind(self.zone_id.clone());
-        for (c, old) in self.changes.iter().zip(olds) {
-            match old {
-                Some(body) => {
-                    sql.push_statement("SELECT 1 FROM sim_records WHERE zone_id = $1 AND name = $2 AND type = $3 AND body = $4")
-                        .bind(self.zone_id.clone())
-                        .bind(c.name.clone())
-                        .bind(c.ty.clone())
-                        .bind(body.clone());
-                }
-                None => {
-                    sql.push_statement("SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM sim_records WHERE zone_id = $1 AND name = $2 AND type = $3)")
-                        .bind(self.zone_id.clone())
-                        .bind(c.name.clone())
-                        .bind(c.ty.clone());
-                }
-            }
-        }
-        1 + self.changes.len()
     }
 
     pub(super) fn answer(&self, propagation_ms: i64) -> Value {
