@@ -197,47 +197,51 @@ async fn trigger(
             "no workflow named `{name}` is loaded"
         )));
     };
-    caller
-        .require(
+    // The authorisation's audit record commits alongside the trigger's own commit.
+    let work = async {
+        let key = headers
+            .get("idempotency-key")
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|k| !k.is_empty() && k.len() <= 255)
+            .ok_or_else(|| {
+                ApiError::bad_request(
+                    "missing_idempotency_key",
+                    "The Idempotency-Key header is required (1 to 255 characters).",
+                )
+            })?
+            .to_owned();
+        let input: Value = serde_json::from_slice(&body).map_err(|e| {
+            ApiError::bad_request(
+                "invalid_json",
+                format!("The request body is not valid JSON: {e}"),
+            )
+        })?;
+        validate(&workflow.descriptor.input_schema, &input)?;
+        let body_sha = hex::encode(Sha256::digest(input.to_string().as_bytes()));
+        let traceparent = headers
+            .get("traceparent")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        state
+            .engine
+            .trigger(TriggerRequest {
+                workflow: name.clone(),
+                principal_id: caller.principal_id.clone(),
+                input,
+                idempotency: Some((key, body_sha)),
+                traceparent,
+            })
+            .await
+            .map_err(ApiError::from)
+    };
+    let triggered = caller
+        .require_during(
             &state,
             &format!("workflows:{name}"),
             &format!("/v1/workflows/{name}"),
-            None,
+            work,
         )
-        .await?;
-    let key = headers
-        .get("idempotency-key")
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
-        .filter(|k| !k.is_empty() && k.len() <= 255)
-        .ok_or_else(|| {
-            ApiError::bad_request(
-                "missing_idempotency_key",
-                "The Idempotency-Key header is required (1 to 255 characters).",
-            )
-        })?
-        .to_owned();
-    let input: Value = serde_json::from_slice(&body).map_err(|e| {
-        ApiError::bad_request(
-            "invalid_json",
-            format!("The request body is not valid JSON: {e}"),
-        )
-    })?;
-    validate(&workflow.descriptor.input_schema, &input)?;
-    let body_sha = hex::encode(Sha256::digest(input.to_string().as_bytes()));
-    let traceparent = headers
-        .get("traceparent")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    let triggered = state
-        .engine
-        .trigger(TriggerRequest {
-            workflow: name.clone(),
-            principal_id: caller.principal_id.clone(),
-            input,
-            idempotency: Some((key, body_sha)),
-            traceparent,
-        })
         .await?;
     let e = &triggered.execution;
     let body = WorkflowTriggerResponse {

@@ -167,12 +167,19 @@ impl GroupWriter {
     /// Queues a job for the next group; true when no session is open, and the caller must open
     /// one ([`GroupWriter::session`]) while it holds the writer pool's connection.
     pub(crate) fn enqueue(&self, job: Job) -> bool {
-        let mut queue = self.shared.queue();
-        queue.jobs.push(job);
-        if queue.parked {
+        let (parked, open) = {
+            let mut queue = self.shared.queue();
+            queue.jobs.push(job);
+            (queue.parked, std::mem::replace(&mut queue.open, true))
+        };
+        // Woken after the lock is let go: the thread, woken while the caller still held it,
+        // ran at once on the caller's core and blocked on the lock (both sides' most frequent
+        // context switch in a `sched_switch` profile, BENCHMARKS.md session 17). It finds the
+        // job either way: it looks for jobs under the lock before it parks.
+        if parked {
             self.shared.arrived.notify_one();
         }
-        !std::mem::replace(&mut queue.open, true)
+        !open
     }
 
     /// Runs one session on the thread (the caller holds the writer pool's connection until it
