@@ -173,9 +173,9 @@ impl GroupWriter {
             (queue.parked, std::mem::replace(&mut queue.open, true))
         };
         // Woken after the lock is let go: the thread, woken while the caller still held it,
-        // ran at once on the caller's core and blocked on the lock (both sides' most frequent
-        // context switch in a `sched_switch` profile, BENCHMARKS.md session 17). It finds the
-        // job either way: it looks for jobs under the lock before it parks.
+        // often ran at once on the caller's core and blocked on that lock (~100 such switches a
+        // second on each side in a `sched_switch` profile, BENCHMARKS.md session 17). It finds
+        // the job either way: it looks for jobs under the lock before it parks.
         if parked {
             self.shared.arrived.notify_one();
         }
