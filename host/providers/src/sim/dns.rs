@@ -197,8 +197,8 @@ pub(super) fn parse_changes(request: &Value) -> Result<Vec<Change>, CapabilityEr
 }
 
 /// What a change batch does, decided from the zone and the record sets as they are (`olds`,
-/// one per change): the same decision whether it runs inside a transaction or is committed
-/// later under guards that those reads still hold (`fast.rs`).
+/// one per change): the same decision whether it runs inside a transaction or inside a group
+/// commit on the writer's thread (`fast.rs`).
 pub(super) struct ChangePlan {
     zone_id: String,
     changes: Vec<Change>,

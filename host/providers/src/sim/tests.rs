@@ -70,8 +70,8 @@ async fn dns_changes_go_insync_after_the_propagation_delay_and_repeat_tokens_cha
     assert_eq!(missing.code, "not-found");
 }
 
-/// Concurrent changes of one record set each see the state just before them (DNS changes read
-/// outside the writer and commit under guards; a stale read falls back to a transaction), and a
+/// Concurrent changes of one record set each see the state just before them (on SQLite each DNS
+/// change reads, decides and writes inside a group commit; on PostgreSQL in a transaction), and a
 /// batch that names one record set twice is refused.
 #[tokio::test]
 async fn concurrent_changes_of_one_record_set_each_see_the_state_before_them() {
