@@ -262,7 +262,9 @@ pub enum Write {
         run_id: String,
         from_seq: i64,
     },
-    InsertReceipt(Receipt),
+    /// Shared: a commit that may be refused for a cancel keeps its receipts for the cancel's own
+    /// commit ([`Write`]s are moved into the batch), and a copy of the handle costs nothing.
+    InsertReceipt(std::sync::Arc<Receipt>),
     MarkCompensated {
         receipt_id: String,
         at_ms: Millis,

@@ -29,6 +29,8 @@ use tokio::sync::Mutex;
 pub(crate) struct Activation {
     pub run: RunRecord,
     pub execution: ExecutionRecord,
+    /// The journal as recorded when the activation began, indexed by sequence number (replay);
+    /// live calls go to `pending` only.
     pub journal: Vec<JournalEntry>,
     pub waits: Vec<WaitRecord>,
     pub stages: Vec<StageRecord>,
@@ -107,10 +109,11 @@ impl JournalHost {
             status: EntryStatus::Done,
             at_ms: now,
         };
+        // A replayed entry that was not done (an intent, a wait) is replaced in place; a live
+        // call's entry is not kept in memory: the cursor only moves forward, and calls past the
+        // recorded journal are answered live, so nothing in this activation reads it again.
         if let Some(slot) = st.journal.get_mut(seq as usize) {
             *slot = entry.clone();
-        } else {
-            st.journal.push(entry.clone());
         }
         st.pending.push(Write::PutJournal(entry));
     }
@@ -305,7 +308,7 @@ impl JournalHost {
         let (answer, stopped) = self.provide(st, op, &request, &token).await;
         let response = match answer {
             Ok(v) => {
-                st.pending.push(Write::InsertReceipt(Receipt {
+                st.pending.push(Write::InsertReceipt(Arc::new(Receipt {
                     id: token.clone(),
                     execution_id: st.execution.id.clone(),
                     run_id: st.run.id.clone(),
@@ -315,7 +318,7 @@ impl JournalHost {
                     response: v.clone(),
                     created_ms: now,
                     compensated_ms: None,
-                }));
+                })));
                 ok(v)
             }
             Err(e) => err(&e),
@@ -375,7 +378,7 @@ impl JournalHost {
             status: EntryStatus::Waiting,
             at_ms: now,
         };
-        st.journal.push(entry.clone());
+        // Not kept in memory (see `record`): the activation suspends at this call.
         st.pending.push(Write::PutJournal(entry));
         let wait = WaitRecord {
             run_id: st.run.id.clone(),
