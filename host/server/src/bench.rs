@@ -463,19 +463,20 @@ fn print_table(results: &Results) {
     }
     if !results.engine.is_empty() {
         println!(
-            "{:<26} {:>9} {:>11} {:>14} {:>10} {:>10} {:>14}",
+            "{:<26} {:>9} {:>11} {:>14} {:>10} {:>10} {:>14} {:>16}",
             "engine (HTTP, 10 stages)",
             "in flight",
             "executions",
             "executions/s",
             "p50 ms",
             "p99 ms",
-            "writes/exec"
+            "writes/exec",
+            "CPU ms/exec"
         );
     }
     for r in &results.engine {
         println!(
-            "{:<26} {:>9} {:>11} {:>14.0} {:>10.1} {:>10.1} {:>14}",
+            "{:<26} {:>9} {:>11} {:>14.0} {:>10.1} {:>10.1} {:>14} {:>16}",
             r.backend,
             r.concurrency,
             r.executions,
@@ -483,7 +484,12 @@ fn print_table(results: &Results) {
             r.latency_p50_ms,
             r.latency_p99_ms,
             r.write_transactions_per_execution
-                .map_or("?".to_owned(), |w| format!("{w:.1}"))
+                .map_or("?".to_owned(), |w| format!("{w:.1}")),
+            format!(
+                "{:.2} + {:.2}",
+                r.server_cpu_ms_per_execution(),
+                r.client_cpu_ms_per_execution()
+            )
         );
     }
     if let Some(a) = &results.api {

@@ -33,6 +33,21 @@ pub struct EngineHttpRun {
     /// `/metrics` (an older build under `CAPSTAN_BENCH_SERVER`).
     pub write_transactions_per_execution: Option<f64>,
     pub server_cpu_s: f64,
+    /// CPU the bench process itself spent meanwhile (the HTTP clients and the event stream's
+    /// reader), which shares the machine's cores with the server.
+    pub client_cpu_s: f64,
+}
+
+impl EngineHttpRun {
+    /// Server CPU per execution, milliseconds.
+    pub fn server_cpu_ms_per_execution(&self) -> f64 {
+        1e3 * self.server_cpu_s / self.executions.max(1) as f64
+    }
+
+    /// Client CPU per execution, milliseconds.
+    pub fn client_cpu_ms_per_execution(&self) -> f64 {
+        1e3 * self.client_cpu_s / self.executions.max(1) as f64
+    }
 }
 
 const STAGES: usize = 10;
@@ -140,6 +155,7 @@ async fn one(
     );
     let writes_before = write_transactions(&client, &base).await.ok();
     let cpu_before = server.cpu_seconds();
+    let client_cpu_before = crate::bench_fanout::cpu_seconds(None);
     let next = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
@@ -212,6 +228,7 @@ async fn one(
         _ => None,
     };
     let server_cpu_s = server.cpu_seconds() - cpu_before;
+    let client_cpu_s = crate::bench_fanout::cpu_seconds(None) - client_cpu_before;
     reader.abort();
     latencies.sort_unstable();
     let pct = |p: f64| crate::bench::percentile_ms(&latencies, p);
@@ -225,6 +242,7 @@ async fn one(
         latency_p99_ms: pct(0.99),
         write_transactions_per_execution: writes.map(|w| w as f64 / executions as f64),
         server_cpu_s,
+        client_cpu_s,
     })
 }
 
@@ -247,7 +265,7 @@ pub async fn run(fixture: &Path, quick: bool) -> anyhow::Result<Vec<EngineHttpRu
         for concurrency in [32, 1] {
             let run = one(fixture, backend, concurrency, executions).await?;
             println!(
-                "engine    {:<8} {:>2} in flight: {} ten-stage executions over HTTP, {:.0}/s, trigger→terminal p50 {:.1} ms, p99 {:.1} ms, {} write transactions each",
+                "engine    {:<8} {:>2} in flight: {} ten-stage executions over HTTP, {:.0}/s, trigger→terminal p50 {:.1} ms, p99 {:.1} ms, {} write transactions each, CPU {:.2} ms server + {:.2} ms client each",
                 run.backend,
                 run.concurrency,
                 run.executions,
@@ -255,7 +273,9 @@ pub async fn run(fixture: &Path, quick: bool) -> anyhow::Result<Vec<EngineHttpRu
                 run.latency_p50_ms,
                 run.latency_p99_ms,
                 run.write_transactions_per_execution
-                    .map_or("?".to_owned(), |w| format!("{w:.1}"))
+                    .map_or("?".to_owned(), |w| format!("{w:.1}")),
+                run.server_cpu_ms_per_execution(),
+                run.client_cpu_ms_per_execution()
             );
             runs.push(run);
         }
