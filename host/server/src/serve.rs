@@ -400,6 +400,8 @@ pub async fn serve(
     for task in booking_tasks {
         let _ = task.await;
     }
+    // Audit records of the last reads, written behind their answers.
+    app.store.audit_settled().await;
     a?;
     b?;
     c?;

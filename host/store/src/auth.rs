@@ -68,6 +68,20 @@ pub(crate) struct KeyCache {
 /// Audit records written by one `INSERT` at most (11 values each, under every backend's limit).
 const AUDIT_BATCH: usize = 256;
 
+/// How long an audit record written behind its answer ([`Store::insert_audit_behind`]) may wait
+/// for others to share its commit. Records of a steady stream of reads then take one commit per
+/// window instead of one per group the writer happens to form.
+const BEHIND_WINDOW: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// Audit records written behind their answers: queued, written by one task a window at a time.
+#[derive(Debug, Default)]
+pub(crate) struct BehindQueue {
+    pending: Vec<AuditRecord>,
+    /// Records ever queued; [`Inner::audit_written`] counts those written (or given up on).
+    queued: u64,
+    flushing: bool,
+}
+
 /// Audit records waiting for the next group commit.
 #[derive(Debug, Default)]
 pub(crate) struct AuditQueue {
@@ -286,6 +300,86 @@ impl Store {
         .await
     }
 
+    /// Queues the audit record of an answer that changes nothing (an allowed read) and returns at
+    /// once: a task writes the records queued within [`BEHIND_WINDOW`] in one commit. The answer
+    /// does not wait for its record, so a crash can lose the records of the last few milliseconds'
+    /// reads (docs/decisions.md, "Audit records are group-committed"); readers of the audit log
+    /// ([`Store::audit`]) and a stopping server ([`Store::audit_settled`]) wait for them.
+    pub fn insert_audit_behind(&self, a: AuditRecord) {
+        let start = {
+            let mut queue = self
+                .inner
+                .audit_behind
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            queue.pending.push(a);
+            queue.queued += 1;
+            !std::mem::replace(&mut queue.flushing, true)
+        };
+        if start {
+            let store = self.clone();
+            tokio::spawn(async move { store.flush_behind().await });
+        }
+    }
+
+    /// Returns once every record queued behind its answer before the call is written (or its
+    /// write failed and was logged).
+    pub async fn audit_settled(&self) {
+        let target = self
+            .inner
+            .audit_behind
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .queued;
+        let mut written = self.inner.audit_written.subscribe();
+        // The sender lives as long as the store, which `self` holds.
+        let _ = written.wait_for(|&n| n >= target).await;
+    }
+
+    /// Writes the records queued behind their answers, a window at a time, until none is left.
+    async fn flush_behind(&self) {
+        loop {
+            tokio::time::sleep(BEHIND_WINDOW).await;
+            let (batch, upto) = {
+                let mut queue = self
+                    .inner
+                    .audit_behind
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if queue.pending.is_empty() {
+                    queue.flushing = false;
+                    return;
+                }
+                (std::mem::take(&mut queue.pending), queue.queued)
+            };
+            let written = if self.backend() == crate::Backend::Sqlite {
+                // One job of prepared single-row statements on the group writer.
+                let mut sql = crate::Sql::default();
+                for a in &batch {
+                    push_audit_insert(&mut sql, a);
+                }
+                self.commit_guarded(sql, 0)
+                    .await
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            } else {
+                let mut result = Ok(());
+                for chunk in batch.chunks(AUDIT_BATCH) {
+                    if let Err(e) = self.insert_audit_rows(chunk).await {
+                        result = Err(e.to_string());
+                    }
+                }
+                result
+            };
+            if let Err(error) = written {
+                tracing::error!(%error, records = batch.len(), "could not write audit records");
+            }
+            self.inner
+                .audit_written
+                .send_modify(|n| *n = (*n).max(upto));
+        }
+    }
+
     /// Writes the audit record, durably, before returning.
     ///
     /// Group commit: every authorised request writes one record, so records that arrive while a
@@ -297,21 +391,7 @@ impl Store {
     pub async fn insert_audit(&self, a: &AuditRecord) -> Result<(), sqlx::Error> {
         if self.backend() == crate::Backend::Sqlite {
             let mut sql = crate::Sql::default();
-            sql.push_statement(
-                "INSERT INTO audit_logs (id, at_ms, principal_id, action, method, route, resource, result, execution_id, ip, user_agent)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
-            )
-            .bind(a.id.clone())
-            .bind(a.at_ms)
-            .bind(a.principal_id.clone())
-            .bind(a.action.clone())
-            .bind(a.method.clone())
-            .bind(a.route.clone())
-            .bind(a.resource.clone())
-            .bind(a.result.clone())
-            .bind(a.execution_id.clone())
-            .bind(a.ip.clone())
-            .bind(a.user_agent.clone());
+            push_audit_insert(&mut sql, a);
             return self
                 .commit_guarded(sql, 0)
                 .await
@@ -354,53 +434,61 @@ impl Store {
                 let n = queue.pending.len().min(AUDIT_BATCH);
                 queue.pending.drain(..n).collect()
             };
-            let mut q = crate::Sql::new(
-                "INSERT INTO audit_logs (id, at_ms, principal_id, action, method, route, resource, result, execution_id, ip, user_agent) VALUES ",
-            );
-            for (i, (a, _)) in batch.iter().enumerate() {
-                if i > 0 {
-                    q.push(", ");
-                }
-                q.push("(")
-                    .push_bind(a.id.clone())
-                    .push(", ")
-                    .push_bind(a.at_ms)
-                    .push(", ")
-                    .push_bind(a.principal_id.clone())
-                    .push(", ")
-                    .push_bind(a.action.clone())
-                    .push(", ")
-                    .push_bind(a.method.clone())
-                    .push(", ")
-                    .push_bind(a.route.clone())
-                    .push(", ")
-                    .push_bind(a.resource.clone())
-                    .push(", ")
-                    .push_bind(a.result.clone())
-                    .push(", ")
-                    .push_bind(a.execution_id.clone())
-                    .push(", ")
-                    .push_bind(a.ip.clone())
-                    .push(", ")
-                    .push_bind(a.user_agent.clone())
-                    .push(")");
-            }
-            crate::count_write();
-            let done = q
-                .build()
-                .persistent(batch.len() == 1)
-                .execute(&self.writer)
+            let (records, waiting): (Vec<AuditRecord>, Vec<_>) = batch.into_iter().unzip();
+            let done = self
+                .insert_audit_rows(&records)
                 .await
-                .map(|_| ())
                 .map_err(|e| e.to_string());
-            for (_, tx) in batch {
+            for tx in waiting {
                 let _ = tx.send(done.clone());
             }
         }
     }
 
-    /// Newest first.
+    /// One multi-row `INSERT` of `records` on the writer pool (PostgreSQL's audit batches).
+    async fn insert_audit_rows(&self, records: &[AuditRecord]) -> Result<(), sqlx::Error> {
+        let mut q = crate::Sql::new(
+            "INSERT INTO audit_logs (id, at_ms, principal_id, action, method, route, resource, result, execution_id, ip, user_agent) VALUES ",
+        );
+        for (i, a) in records.iter().enumerate() {
+            if i > 0 {
+                q.push(", ");
+            }
+            q.push("(")
+                .push_bind(a.id.clone())
+                .push(", ")
+                .push_bind(a.at_ms)
+                .push(", ")
+                .push_bind(a.principal_id.clone())
+                .push(", ")
+                .push_bind(a.action.clone())
+                .push(", ")
+                .push_bind(a.method.clone())
+                .push(", ")
+                .push_bind(a.route.clone())
+                .push(", ")
+                .push_bind(a.resource.clone())
+                .push(", ")
+                .push_bind(a.result.clone())
+                .push(", ")
+                .push_bind(a.execution_id.clone())
+                .push(", ")
+                .push_bind(a.ip.clone())
+                .push(", ")
+                .push_bind(a.user_agent.clone())
+                .push(")");
+        }
+        crate::count_write();
+        q.build()
+            .persistent(records.len() == 1)
+            .execute(&self.writer)
+            .await
+            .map(|_| ())
+    }
+
+    /// Newest first, including every record queued behind its answer before the call.
     pub async fn audit(&self, f: &AuditFilter) -> Result<Vec<AuditRecord>, sqlx::Error> {
+        self.audit_settled().await;
         let mut q = crate::Sql::new("SELECT * FROM audit_logs WHERE 1 = 1");
         if let Some(p) = &f.principal_id {
             q.push(" AND principal_id = ").push_bind(p.clone());
@@ -435,5 +523,93 @@ impl Store {
                 user_agent: r.get("user_agent"),
             })
             .collect())
+    }
+}
+
+/// The prepared single-row `INSERT` of one audit record (SQLite's group writer).
+fn push_audit_insert(sql: &mut crate::Sql, a: &AuditRecord) {
+    sql.push_statement(
+        "INSERT INTO audit_logs (id, at_ms, principal_id, action, method, route, resource, result, execution_id, ip, user_agent)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+    )
+    .bind(a.id.clone())
+    .bind(a.at_ms)
+    .bind(a.principal_id.clone())
+    .bind(a.action.clone())
+    .bind(a.method.clone())
+    .bind(a.route.clone())
+    .bind(a.resource.clone())
+    .bind(a.result.clone())
+    .bind(a.execution_id.clone())
+    .bind(a.ip.clone())
+    .bind(a.user_agent.clone());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(i: i64) -> AuditRecord {
+        AuditRecord {
+            id: capstan_core::ids::new_id(),
+            at_ms: 1_000 + i,
+            principal_id: "reader".to_owned(),
+            action: "workflows:hello".to_owned(),
+            method: "GET".to_owned(),
+            route: "/v1/executions/{id}".to_owned(),
+            resource: format!("/v1/executions/e{i}"),
+            result: "allowed".to_owned(),
+            execution_id: Some(format!("e{i}")),
+            ip: Some("127.0.0.1".to_owned()),
+            user_agent: None,
+        }
+    }
+
+    /// Records written behind their answers are all in the log for the next reader of it, and a
+    /// stopping server can wait for them.
+    #[tokio::test]
+    async fn records_written_behind_their_answers_are_in_the_log_for_its_next_reader() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&crate::testing::fresh_database_url(dir.path()).await)
+            .await
+            .unwrap();
+        for i in 0..300 {
+            store.insert_audit_behind(record(i));
+        }
+        // A synchronous record (a write's, a denial's) next to them.
+        let mut denied = record(300);
+        denied.result = "denied".to_owned();
+        store.insert_audit(&denied).await.unwrap();
+        let all = AuditFilter {
+            limit: 100,
+            principal_id: Some("reader".to_owned()),
+            ..AuditFilter::default()
+        };
+        let newest = store.audit(&all).await.unwrap();
+        assert_eq!(newest.len(), 100);
+        assert_eq!(newest[0].at_ms, 1_300, "newest first");
+        let allowed = AuditFilter {
+            result: Some("allowed".to_owned()),
+            since_ms: Some(1_000),
+            until_ms: Some(1_300),
+            limit: 100,
+            ..AuditFilter::default()
+        };
+        assert_eq!(store.audit(&allowed).await.unwrap().len(), 100);
+        let settled = AuditFilter {
+            since_ms: Some(1_200),
+            ..allowed
+        };
+        assert_eq!(store.audit(&settled).await.unwrap().len(), 100);
+        // Nothing queued: settling returns at once; later records settle too.
+        store.audit_settled().await;
+        store.insert_audit_behind(record(400));
+        store.audit_settled().await;
+        let last = AuditFilter {
+            since_ms: Some(1_400),
+            limit: 10,
+            ..AuditFilter::default()
+        };
+        assert_eq!(store.audit(&last).await.unwrap().len(), 1);
     }
 }

@@ -131,6 +131,10 @@ pub struct Store {
 struct Inner {
     /// Audit records waiting for the next group commit.
     audit: std::sync::Mutex<auth::AuditQueue>,
+    /// Audit records written behind their answers ([`Store::insert_audit_behind`]).
+    audit_behind: std::sync::Mutex<auth::BehindQueue>,
+    /// How many of those are written (or given up on), for [`Store::audit_settled`].
+    audit_written: tokio::sync::watch::Sender<u64>,
     /// When this node last wrote each API key's `lastUsedAt`.
     touched: std::sync::Mutex<std::collections::HashMap<String, i64>>,
     /// Recently read keys with their principals' grants ([`Store::api_keys_with_grants`]).
@@ -152,6 +156,8 @@ impl Default for Inner {
     fn default() -> Self {
         Self {
             audit: Default::default(),
+            audit_behind: Default::default(),
+            audit_written: tokio::sync::watch::Sender::new(0),
             touched: Default::default(),
             keys: Default::default(),
             writer_wanted: Default::default(),
