@@ -2,7 +2,7 @@
 //! real `capstan serve` and its database (SQLite, or PostgreSQL in the second pass).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use capstan_e2e::{Server, database, home, key_for, until_status};
+use capstan_e2e::{Server, database, get_json, home, key_for, until_status};
 use serde_json::Value;
 
 async fn write_transactions(client: &reqwest::Client, base: &str) -> u64 {
@@ -72,32 +72,17 @@ async fn concurrent_reads_are_each_audited_once_and_last_use_is_kept_to_the_minu
 
     let db = database(home.path()).await;
     // Through the audit query, as an operator reads the log.
-    let audited = |id: String| {
-        let (client, url, auditor) = (
-            client.clone(),
-            format!(
-                "{}/v1/audit-logs?principalId=ops&result=allowed&limit=100",
-                server.base
-            ),
-            auditor.clone(),
-        );
-        async move {
-            let page: Value = client
-                .get(url)
-                .bearer_auth(auditor)
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            page["auditLogs"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter(|r| r["executionId"] == id.as_str())
-                .count()
-        }
+    let log = format!(
+        "{}/v1/audit-logs?principalId=ops&result=allowed&limit=100",
+        server.base
+    );
+    let audited = async |id: &str| {
+        get_json(&client, &log, &auditor).await["auditLogs"]
+            .as_array()
+            .expect("an audit page")
+            .iter()
+            .filter(|r| r["executionId"] == id)
+            .count()
     };
     let last_used = || {
         let db = db.clone();
@@ -115,7 +100,7 @@ async fn concurrent_reads_are_each_audited_once_and_last_use_is_kept_to_the_minu
     // 40 reads at once: their records are written behind the answers, a few milliseconds' worth
     // per commit, and the audit log's next reader (the query waits for what was queued before
     // it) finds all 40 as soon as the last answers.
-    let before = audited(id.clone()).await;
+    let before = audited(&id).await;
     let mut reads = tokio::task::JoinSet::new();
     for _ in 0..40 {
         let (client, url, key) = (
@@ -128,7 +113,7 @@ async fn concurrent_reads_are_each_audited_once_and_last_use_is_kept_to_the_minu
     while let Some(r) = reads.join_next().await {
         assert_eq!(r.unwrap().status(), 200);
     }
-    assert_eq!(audited(id.clone()).await - before, 40);
+    assert_eq!(audited(&id).await - before, 40);
 
     // Used again within the minute: not rewritten.
     assert_eq!(last_used().await, Some(first_use));
