@@ -292,6 +292,11 @@ pub struct Fence {
     pub run_id: String,
     pub owner: String,
     pub lease_until_ms: Millis,
+    /// [`EngineStore::behind_epoch`] when the activation that commits began: the batch is also
+    /// refused if a provider's write made behind its answer failed since then, for the batch may
+    /// record that answer (the run then replays the call). `None`: the batch records no answer
+    /// of the kind, or the store writes nothing behind answers.
+    pub behind: Option<u64>,
 }
 
 /// Filters of the executions list.
@@ -343,6 +348,14 @@ pub enum StoreError {
 pub trait EngineStore: Send + Sync + std::fmt::Debug {
     /// Applies `writes` atomically, under `fence` if given.
     async fn apply(&self, fence: Option<&Fence>, writes: Vec<Write>) -> Result<(), StoreError>;
+
+    /// The epoch of writes made behind their answers (SQLite: a simulated provider that decides
+    /// in memory answers at once and queues its writes ahead of the caller's next commit). It
+    /// moves when such a write fails; a [`Fence`] that names an older epoch is refused. `None`:
+    /// this store writes nothing behind answers.
+    fn behind_epoch(&self) -> Option<u64> {
+        None
+    }
 
     async fn execution(&self, id: &str) -> Result<Option<ExecutionRecord>, StoreError>;
     /// Newest first.

@@ -39,6 +39,9 @@ pub(crate) struct Activation {
     pub suspension: Option<Suspension>,
     /// Set when a commit failed because the lease was lost or the run was canceled.
     pub fenced_out: Option<StoreError>,
+    /// The store's epoch of writes behind answers when the activation began: its commits name
+    /// it ([`capstan_core::store::Fence::behind`]).
+    pub behind: Option<u64>,
 }
 
 pub(crate) struct JournalHost {
@@ -492,7 +495,7 @@ impl JournalHost {
         match self
             .inner
             .store
-            .apply(Some(&self.inner.fence(&st.run.id)), writes)
+            .apply(Some(&self.inner.fence(&st.run.id, st.behind)), writes)
             .await
         {
             Ok(()) => Ok(()),

@@ -293,11 +293,14 @@ impl Inner {
         self.clock.now_millis() as Millis
     }
 
-    pub fn fence(&self, run_id: &str) -> Fence {
+    /// The fence of a run's commit; `behind`: the store's epoch of writes behind answers when
+    /// the activation (or rollback) that commits began ([`Fence::behind`]).
+    pub fn fence(&self, run_id: &str, behind: Option<u64>) -> Fence {
         Fence {
             run_id: run_id.to_owned(),
             owner: self.config.node_id.clone(),
             lease_until_ms: self.now() + self.config.lease_ms,
+            behind,
         }
     }
 
@@ -904,7 +907,10 @@ impl Engine {
                     self.now(),
                 )));
             }
-            match store.apply(Some(&self.inner.fence(&run.id)), start).await {
+            match store
+                .apply(Some(&self.inner.fence(&run.id, None)), start)
+                .await
+            {
                 Ok(()) => {}
                 Err(StoreError::Canceled) => return self.finish_cancel(&execution, &run).await,
                 Err(StoreError::Conflict(_)) => return self.finish_run(&run, vec![]).await,
@@ -919,7 +925,11 @@ impl Engine {
         } else {
             store.replay_state(&run.id, &execution.id).await?
         };
+        // Before the first provider call: every answer of this activation is given under this
+        // epoch or a later one, so its commits are refused if a write behind one failed.
+        let behind = store.behind_epoch();
         let state = Arc::new(tokio::sync::Mutex::new(host::Activation {
+            behind,
             journal: replay.journal,
             waits: replay.waits,
             stages: replay.stages,
@@ -977,7 +987,7 @@ impl Engine {
                     json!({}),
                     now,
                 )));
-                self.end_run(&run, writes).await
+                self.end_run(&run, writes, behind).await
             }
             Outcome::Completed(Err(error)) => {
                 // A cooperative workflow that stops because it was asked to ends `canceled`.
@@ -1010,7 +1020,7 @@ impl Engine {
                     json!({"reason": error.code, "error": error_json}),
                     now,
                 )));
-                self.end_run(&run, writes).await
+                self.end_run(&run, writes, behind).await
             }
             Outcome::Interrupted(Interrupt::Suspend(_)) => {
                 let suspension = st.suspension.unwrap_or(Suspension {
@@ -1049,7 +1059,7 @@ impl Engine {
                     release_lease: true,
                     ..RunPatch::default()
                 }));
-                self.commit_end(&run, writes).await
+                self.commit_end(&run, writes, behind).await
             }
             Outcome::Interrupted(Interrupt::Cancel) => {
                 drop(st);
@@ -1074,7 +1084,7 @@ impl Engine {
                         now,
                     )),
                 ];
-                self.end_run(&run, writes).await
+                self.end_run(&run, writes, behind).await
             }
             Outcome::Interrupted(Interrupt::Host(message)) => {
                 if matches!(st.fenced_out, Some(StoreError::LeaseLost)) {
@@ -1091,6 +1101,7 @@ impl Engine {
                     "limit_exceeded",
                     limit.to_string(),
                     now,
+                    behind,
                 )
                 .await
             }
@@ -1103,6 +1114,7 @@ impl Engine {
                     "guest_trap",
                     message,
                     now,
+                    behind,
                 )
                 .await
             }
@@ -1119,6 +1131,7 @@ impl Engine {
         code: &str,
         message: String,
         now: Millis,
+        behind: Option<u64>,
     ) -> Result<(), EngineError> {
         let error_json = json!({"error": code, "message": message, "kind": "permanent"});
         if let Some(mut stage) = running_stage {
@@ -1148,21 +1161,31 @@ impl Engine {
             json!({"reason": code, "error": error_json}),
             now,
         )));
-        self.end_run(run, writes).await
+        self.end_run(run, writes, behind).await
     }
 
     /// Commits the activation's last writes and marks the run done.
-    async fn end_run(&self, run: &RunRecord, mut writes: Vec<Write>) -> Result<(), EngineError> {
+    async fn end_run(
+        &self,
+        run: &RunRecord,
+        mut writes: Vec<Write>,
+        behind: Option<u64>,
+    ) -> Result<(), EngineError> {
         writes.push(Write::UpdateRun(RunPatch {
             id: run.id.clone(),
             state: Some(RunState::Done),
             release_lease: true,
             ..RunPatch::default()
         }));
-        self.commit_end(run, writes).await
+        self.commit_end(run, writes, behind).await
     }
 
-    async fn commit_end(&self, run: &RunRecord, mut writes: Vec<Write>) -> Result<(), EngineError> {
+    async fn commit_end(
+        &self,
+        run: &RunRecord,
+        mut writes: Vec<Write>,
+        behind: Option<u64>,
+    ) -> Result<(), EngineError> {
         events::stamp_published(&mut writes, self.now());
         let receipts: Vec<Write> = writes
             .iter()
@@ -1172,7 +1195,7 @@ impl Engine {
         match self
             .inner
             .store
-            .apply(Some(&self.inner.fence(&run.id)), writes)
+            .apply(Some(&self.inner.fence(&run.id, behind)), writes)
             .await
         {
             Ok(()) => Ok(()),
@@ -1766,6 +1789,8 @@ impl Engine {
         execution: ExecutionRecord,
     ) -> Result<(), EngineError> {
         let store = &self.inner.store;
+        // Compensations are provider calls: their commits name the epoch, as an activation's.
+        let behind = store.behind_epoch();
         let mut command = store
             .commands(&execution.id)
             .await?
@@ -1777,7 +1802,7 @@ impl Engine {
             c.status = CommandStatus::Active;
             store
                 .apply(
-                    Some(&self.inner.fence(&run.id)),
+                    Some(&self.inner.fence(&run.id, behind)),
                     vec![Write::PutCommand(c.clone())],
                 )
                 .await?;
@@ -1808,7 +1833,7 @@ impl Engine {
                     stages.push(stage.clone());
                     store
                         .apply(
-                            Some(&self.inner.fence(&run.id)),
+                            Some(&self.inner.fence(&run.id, behind)),
                             vec![
                                 Write::PutStage(stage.clone()),
                                 Write::Event(event(
@@ -1848,7 +1873,7 @@ impl Engine {
                     }
                     store
                         .apply(
-                            Some(&self.inner.fence(&run.id)),
+                            Some(&self.inner.fence(&run.id, behind)),
                             vec![
                                 Write::PutStage(done),
                                 Write::MarkCompensated {
@@ -1917,7 +1942,7 @@ impl Engine {
                         c.error = Some(format!("{}: {}", error.code, error.message));
                         writes.push(Write::PutCommand(c));
                     }
-                    return self.end_run(&run, writes).await;
+                    return self.end_run(&run, writes, behind).await;
                 }
             }
         }
@@ -1944,7 +1969,7 @@ impl Engine {
             c.finished_ms = Some(now);
             writes.push(Write::PutCommand(c));
         }
-        self.end_run(&run, writes).await
+        self.end_run(&run, writes, behind).await
     }
 
     /// Approves the approval the execution waits on; `digest` must be the one the workflow

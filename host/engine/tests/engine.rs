@@ -1029,3 +1029,49 @@ async fn a_trigger_starts_its_run_in_a_free_slot_and_the_claimer_takes_the_rest(
         worker.await.unwrap();
     }
 }
+
+/// A provider's write made behind its answer that fails refuses the commits that recorded the
+/// answer (SQLite): nothing of the activation commits, the run is retried a second later,
+/// replays the call under the same token, and succeeds once the provider's write commits.
+#[tokio::test]
+async fn a_commit_recording_an_answer_whose_write_behind_failed_is_refused_and_replayed() {
+    let w = world().await;
+    if w.store.behind_epoch().is_none() {
+        return; // PostgreSQL writes nothing behind answers
+    }
+    w.cloud.write_behind(&w.store, 1);
+    let id = w
+        .trigger("fixture-steps", json!({"zone": "Z1", "stages": 2}))
+        .await;
+    w.settle().await;
+    let run_id = w.store.execution(&id).await.unwrap().unwrap().run_id;
+    assert_eq!(w.status(&id).await, ExecutionStatus::Running);
+    assert!(
+        w.store.journal(&run_id).await.unwrap().is_empty(),
+        "the refused commit recorded nothing"
+    );
+    assert!(w.store.receipts(&id).await.unwrap().is_empty());
+    assert_eq!(w.store.behind_epoch(), Some(1));
+
+    w.clock.advance(1_000);
+    w.settle().await;
+    assert_eq!(w.status(&id).await, ExecutionStatus::Succeeded);
+    let receipts = w.store.receipts(&id).await.unwrap();
+    assert_eq!(receipts.len(), 2);
+    let tokens: Vec<String> = w.cloud.effects().into_iter().map(|(_, t)| t).collect();
+    assert_eq!(
+        tokens.iter().filter(|t| **t == receipts[0].id).count(),
+        2,
+        "the first change was asked twice under one token: {tokens:?}"
+    );
+    // The first activation's writes behind answers: the failed one, and the second change's
+    // (refused); the replay's: both changes again.
+    assert_eq!(w.cloud.0.lock().unwrap().written_behind, 4);
+    let committed: Vec<String> = sqlx::query_scalar("SELECT token FROM sim_effects ORDER BY token")
+        .fetch_all(&mut *w.store.read().await.unwrap())
+        .await
+        .unwrap();
+    let mut expected: Vec<String> = receipts.iter().map(|r| r.id.clone()).collect();
+    expected.sort();
+    assert_eq!(committed, expected, "each change's write committed once");
+}

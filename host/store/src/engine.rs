@@ -757,16 +757,83 @@ impl Store {
         part: crate::writer::Part,
         events: bool,
     ) -> Result<Vec<Returned>, StoreError> {
-        let writer = self.group_writer()?;
+        self.grouped_requiring(part, events, None).await
+    }
+
+    /// [`Store::grouped_part`], refused unrun unless the epoch of writes behind answers is still
+    /// `requires` ([`Store::write_behind`]).
+    pub(crate) async fn grouped_requiring(
+        &self,
+        part: crate::writer::Part,
+        events: bool,
+        requires: Option<u64>,
+    ) -> Result<Vec<Returned>, StoreError> {
         let (done, answer) = tokio::sync::oneshot::channel();
-        let job = crate::writer::Job { part, events, done };
+        self.enqueue(crate::writer::Job {
+            part,
+            events,
+            requires,
+            done: Some(done),
+        })?;
+        answer.await.unwrap_or_else(|_| Err(interrupted()))
+    }
+
+    /// Queues a job for the group writer, opening a session when none is open.
+    fn enqueue(&self, job: crate::writer::Job) -> Result<(), StoreError> {
+        let writer = self.group_writer()?;
         if writer.enqueue(job) {
             // In a task of its own, so a caller that goes away cannot end the session for the
             // others.
             let store = self.clone();
             tokio::spawn(async move { store.group_session().await });
         }
-        answer.await.unwrap_or_else(|_| Err(interrupted()))
+        Ok(())
+    }
+
+    /// Queues `sql` for the next group commit and returns at once, SQLite only: a write made
+    /// behind an answer the caller gives before it is durable. The caller decided it in memory
+    /// under the epoch `epoch` ([`EngineStore::behind_epoch`]); it is refused unrun if the epoch
+    /// has moved by the time it runs, and if it fails, the epoch moves. Whoever records the
+    /// answer commits after it (the group writer's queue is first in, first out) under a
+    /// [`Fence`] naming the epoch it began under, so that commit is durable only if this write
+    /// is, and is refused if this write failed. Answers the write's number in the queue
+    /// ([`Store::behind_answered`] says when it has been answered).
+    pub fn write_behind(&self, sql: Sql, epoch: u64) -> Result<u64, StoreError> {
+        if self.backend() != Backend::Sqlite {
+            return Err(StoreError::Unavailable(
+                "writes behind answers are SQLite's; PostgreSQL callers use a transaction"
+                    .to_owned(),
+            ));
+        }
+        let number = self.inner.behind.queue();
+        let job = crate::writer::Job {
+            part: crate::writer::Part::Statements(sql.into_statements()),
+            events: false,
+            requires: Some(epoch),
+            done: None,
+        };
+        if let Err(e) = self.enqueue(job) {
+            // Never queued: counted as answered (and failed) so that nothing waits for it.
+            self.inner.behind.give_up();
+            return Err(e);
+        }
+        Ok(number)
+    }
+
+    /// How many writes behind answers the group writer has answered (committed or refused), in
+    /// queue order: the write numbered `n` by [`Store::write_behind`] is answered once this is
+    /// at least `n`.
+    pub fn behind_answered(&self) -> u64 {
+        self.inner.behind.answered()
+    }
+
+    /// Returns once every write behind its answer queued before the call has been answered
+    /// (at once when none is waiting, and on PostgreSQL): what a read through another way than
+    /// the writer's own memory waits for to see them.
+    pub async fn settle_behind(&self) {
+        if self.backend() == Backend::Sqlite {
+            self.inner.behind.settled().await;
+        }
     }
 
     /// Holds sqlx's writer connection while the group writer commits, session after session,
@@ -911,6 +978,7 @@ pub(crate) fn interrupted() -> StoreError {
 impl EngineStore for Store {
     async fn apply(&self, fence: Option<&Fence>, writes: Vec<Write>) -> Result<(), StoreError> {
         let writes = coalesce(writes);
+        let requires = fence.and_then(|f| f.behind);
         if self.backend() == Backend::Sqlite && groupable(&writes) {
             // Built once here: the group appends it, and runs it alone if the group fails.
             let events = writes.iter().any(|w| matches!(w, Write::Event(_)));
@@ -919,10 +987,27 @@ impl EngineStore for Store {
                 batch.fence(fence);
             }
             push_writes(&mut batch, writes);
-            self.grouped(batch.into_sql(), events).await.map(drop)
+            let part = crate::writer::Part::Statements(batch.into_sql().into_statements());
+            self.grouped_requiring(part, events, requires)
+                .await
+                .map(drop)
         } else {
+            if let Some(epoch) = requires {
+                // A transaction of its own does not queue behind the group writer's jobs: it
+                // waits for the writes behind answers queued so far, then checks they held.
+                self.settle_behind().await;
+                if self.behind_epoch() != Some(epoch) {
+                    return Err(StoreError::Unavailable(
+                        crate::writer::REFUSED_BEHIND.to_owned(),
+                    ));
+                }
+            }
             self.apply_alone(fence, writes).await
         }
+    }
+
+    fn behind_epoch(&self) -> Option<u64> {
+        (self.backend() == Backend::Sqlite).then(|| self.inner.behind.epoch())
     }
 
     async fn execution(&self, id: &str) -> Result<Option<ExecutionRecord>, StoreError> {

@@ -144,6 +144,8 @@ struct Inner {
     writer_wanted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     /// The thread that commits groups (SQLite), started with the first group.
     group_writer: std::sync::OnceLock<Result<writer::GroupWriter, String>>,
+    /// Writes made behind their answers and their epoch ([`Store::write_behind`]).
+    behind: std::sync::Arc<writer::Behind>,
     /// SQLite read connections kept outside sqlx's pool ([`Store::read`]).
     readers: std::sync::Mutex<Vec<sqlx::AnyConnection>>,
     /// Bounds the SQLite read connections open at once (0 on PostgreSQL).
@@ -162,6 +164,7 @@ impl Default for Inner {
             keys: Default::default(),
             writer_wanted: Default::default(),
             group_writer: Default::default(),
+            behind: Default::default(),
             readers: Default::default(),
             reader_permits: std::sync::Arc::new(tokio::sync::Semaphore::new(0)),
             local_readers: Default::default(),
@@ -488,6 +491,7 @@ impl Store {
                     self.sqlite_path(),
                     self.events.clone(),
                     self.inner.writer_wanted.clone(),
+                    self.inner.behind.clone(),
                 )
                 .map_err(|e| format!("cannot start the SQLite group writer: {e}"))
             })
@@ -758,6 +762,7 @@ mod tests {
             run_id: "no-such-run".to_owned(),
             owner: "me".to_owned(),
             lease_until_ms: 1,
+            behind: None,
         };
         let (results, stale, fenced) = tokio::join!(
             futures_util::future::join_all(good),
@@ -854,6 +859,102 @@ mod tests {
             .unwrap();
         assert!(nothing.is_none());
         assert!(!zones(&store).await.contains(&"gnever".to_owned()));
+    }
+
+    /// Writes behind their answers commit in the order queued and before whatever is queued
+    /// after them; `settle_behind` waits for them. One that fails moves the epoch: from then on
+    /// what named the old epoch is refused unrun (writes behind answers decided on it, commits
+    /// that recorded such answers, a transaction of its own too), and what names the new one
+    /// commits.
+    #[tokio::test]
+    async fn a_failed_write_behind_its_answer_refuses_what_named_its_epoch() {
+        use capstan_core::store::{EngineStore as _, Fence, StoreError, Write};
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&format!("sqlite://{}/b.db", dir.path().display()))
+            .await
+            .unwrap();
+        let epoch = store.behind_epoch().unwrap();
+        store.commit_guarded(insert_zone("gname"), 0).await.unwrap();
+        let rename = |name: String| {
+            let mut sql = Sql::default();
+            sql.push_statement("UPDATE sim_zones SET name = $1 WHERE id = 'gname'")
+                .bind(name);
+            sql
+        };
+        let name = |store: Store| async move {
+            sqlx::query_scalar::<_, String>("SELECT name FROM sim_zones WHERE id = 'gname'")
+                .fetch_one(&mut *store.read().await.unwrap())
+                .await
+                .unwrap()
+        };
+        let numbers: Vec<u64> = (0..100)
+            .map(|n| store.write_behind(rename(format!("n{n}")), epoch).unwrap())
+            .collect();
+        assert_eq!(numbers, (1..=100).collect::<Vec<u64>>());
+        // Queued after them: once it is answered, they are all committed, last one last.
+        store
+            .commit_guarded(insert_zone("gafter"), 0)
+            .await
+            .unwrap();
+        assert_eq!(name(store.clone()).await, "n99");
+        assert_eq!(store.behind_answered(), 100);
+
+        store
+            .write_behind(rename("failed-before".to_owned()), epoch)
+            .unwrap();
+        store.write_behind(insert_zone("gafter"), epoch).unwrap(); // a duplicate key
+        store
+            .write_behind(rename("failed-after".to_owned()), epoch)
+            .unwrap();
+        store.settle_behind().await;
+        assert_eq!(store.behind_answered(), 103);
+        let moved = store.behind_epoch().unwrap();
+        assert_eq!(moved, epoch + 1, "the failed write moved the epoch");
+        // The write queued after the failed one was refused; the one before it may have
+        // committed in an earlier group or been refused with the failed one's group.
+        assert_ne!(name(store.clone()).await, "failed-after");
+
+        let part = |sql: Sql| crate::writer::Part::Statements(sql.into_statements());
+        let refused = |e: StoreError| matches!(e, StoreError::Unavailable(m) if m == crate::writer::REFUSED_BEHIND);
+        let old = store
+            .grouped_requiring(part(insert_zone("gold")), false, Some(epoch))
+            .await
+            .unwrap_err();
+        assert!(refused(old));
+        store
+            .grouped_requiring(part(insert_zone("gnew")), false, Some(moved))
+            .await
+            .unwrap();
+        store.write_behind(rename("new".to_owned()), moved).unwrap();
+        store
+            .write_behind(rename("stale".to_owned()), epoch)
+            .unwrap();
+        store.settle_behind().await;
+        assert_eq!(name(store.clone()).await, "new");
+        assert_eq!(
+            store.behind_epoch(),
+            Some(moved),
+            "a refused write moves nothing"
+        );
+        // A batch too large for a group, fenced under the old epoch: refused before its
+        // transaction begins.
+        let fence = Fence {
+            run_id: "no-such-run".to_owned(),
+            owner: "me".to_owned(),
+            lease_until_ms: 1,
+            behind: Some(epoch),
+        };
+        let many: Vec<Write> = (0..5_000)
+            .map(|n| Write::DropIdempotency {
+                principal_id: "p".to_owned(),
+                workflow: "w".to_owned(),
+                key: format!("k{n}"),
+                created_ms: 0,
+            })
+            .collect();
+        assert!(refused(store.apply(Some(&fence), many).await.unwrap_err()));
+        let zones = zones(&store).await;
+        assert!(zones.contains(&"gnew".to_owned()) && !zones.contains(&"gold".to_owned()));
     }
 
     /// The group writer keeps sqlx's writer connection while callers keep coming, and gives it

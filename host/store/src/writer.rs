@@ -32,7 +32,7 @@ use capstan_core::store::StoreError;
 use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{Connection, OpenFlags};
 use sqlx_core::any::AnyValueKind;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError, mpsc};
 use std::time::{Duration, Instant};
 
@@ -68,7 +68,79 @@ pub(crate) struct Job {
     pub(crate) part: Part,
     /// The statements insert outbox events (wake the streams after the commit).
     pub(crate) events: bool,
-    pub(crate) done: tokio::sync::oneshot::Sender<Answer>,
+    /// The part is refused, unrun, unless the [`Behind`] epoch is still this one.
+    pub(crate) requires: Option<u64>,
+    /// Who waits for the answer; `None`: a write behind its answer ([`Behind`]), which nobody
+    /// waits for: if it fails, the epoch moves.
+    pub(crate) done: Option<tokio::sync::oneshot::Sender<Answer>>,
+}
+
+/// Writes made behind their answers ([`crate::Store::write_behind`]): a caller that decided in
+/// memory answers at once and queues its writes, and whoever recorded the answer commits after
+/// them (the queue is first in, first out, and groups commit in order), so its commit is durable
+/// only if they are. If one of them fails, the epoch moves: every part that named the epoch
+/// before is refused from then on — the other writes behind answers decided on what the failed
+/// one said, and the commits that record such answers —, so nothing that depends on a write that
+/// did not commit ever commits.
+#[derive(Debug)]
+pub(crate) struct Behind {
+    epoch: AtomicU64,
+    /// Writes behind answers queued so far.
+    queued: AtomicU64,
+    /// Of those, how many the writer has answered (committed or failed), in queue order.
+    answered: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for Behind {
+    fn default() -> Self {
+        Self {
+            epoch: AtomicU64::new(0),
+            queued: AtomicU64::new(0),
+            answered: tokio::sync::watch::Sender::new(0),
+        }
+    }
+}
+
+/// The error of a part refused because its epoch moved.
+pub(crate) const REFUSED_BEHIND: &str = "a write made behind a provider's answer failed, and this commit may depend on it: the run replays the call";
+
+impl Behind {
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    /// Counts a write behind its answer before it is queued; its number in the queue.
+    pub(crate) fn queue(&self) -> u64 {
+        self.queued.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    /// How many writes behind answers the writer has answered.
+    pub(crate) fn answered(&self) -> u64 {
+        *self.answered.borrow()
+    }
+
+    /// Returns once every write behind its answer queued before the call is answered.
+    pub(crate) async fn settled(&self) {
+        let target = self.queued.load(Ordering::Acquire);
+        let mut answered = self.answered.subscribe();
+        let _ = answered.wait_for(|n| *n >= target).await;
+    }
+
+    fn fail(&self) {
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// A write counted by [`Behind::queue`] that could not be queued: it failed.
+    pub(crate) fn give_up(&self) {
+        self.fail();
+        self.count_answered(1);
+    }
+
+    fn count_answered(&self, n: u64) {
+        if n > 0 {
+            self.answered.send_modify(|a| *a += n);
+        }
+    }
 }
 
 /// Jobs waiting for the thread, and whether a session is open to take them.
@@ -85,6 +157,7 @@ struct Queue {
 struct Shared {
     queue: Mutex<Queue>,
     arrived: Condvar,
+    behind: Arc<Behind>,
 }
 
 impl Shared {
@@ -136,6 +209,7 @@ impl GroupWriter {
         path: String,
         events: Arc<tokio::sync::watch::Sender<u64>>,
         wanted: Arc<AtomicUsize>,
+        behind: Arc<Behind>,
     ) -> std::io::Result<Self> {
         let (checkpoints, stop) = mpsc::channel::<()>();
         let checkpointer_path = path.clone();
@@ -143,7 +217,10 @@ impl GroupWriter {
             .name("capstan-sqlite-checkpoint".to_owned())
             .spawn(move || checkpoint_until_stopped(&checkpointer_path, &stop))?;
         let (sessions, receive) = mpsc::channel::<Session>();
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Shared {
+            behind,
+            ..Shared::default()
+        });
         let queue = shared.clone();
         std::thread::Builder::new()
             .name("capstan-sqlite-writer".to_owned())
@@ -209,9 +286,16 @@ impl Shared {
             queue.open = false;
             std::mem::take(&mut queue.jobs)
         };
-        for job in jobs {
-            let _ = job.done.send(Err(e.clone()));
+        let behind = jobs.iter().filter(|job| job.done.is_none()).count() as u64;
+        if behind > 0 {
+            self.behind.fail();
         }
+        for job in jobs {
+            if let Some(done) = job.done {
+                let _ = done.send(Err(e.clone()));
+            }
+        }
+        self.behind.count_answered(behind);
         Ended::Drained
     }
 }
@@ -246,11 +330,18 @@ fn run_session(
             std::mem::take(&mut queue.jobs)
         };
         crate::count_write();
-        let (parts, waiters): (Vec<Part>, Vec<_>) = jobs
+        let (parts, waiters): (Vec<Entry>, Vec<_>) = jobs
             .into_iter()
-            .map(|job| (job.part, (job.events, job.done)))
+            .map(|job| {
+                let entry = Entry {
+                    part: job.part,
+                    requires: job.requires,
+                    behind: job.done.is_none(),
+                };
+                (entry, (job.events, job.done))
+            })
             .unzip();
-        let answers = commit(conn, &parts);
+        let answers = commit(conn, &parts, &shared.behind);
         if waiters
             .iter()
             .zip(&answers)
@@ -258,9 +349,21 @@ fn run_session(
         {
             events.send_modify(|n| *n = n.wrapping_add(1));
         }
+        let mut behind = 0;
         for ((_, done), answer) in waiters.into_iter().zip(answers) {
-            let _ = done.send(answer);
+            match done {
+                Some(done) => {
+                    let _ = done.send(answer);
+                }
+                None => {
+                    if let Err(error) = answer {
+                        tracing::warn!(%error, "a write made behind its answer failed");
+                    }
+                    behind += 1;
+                }
+            }
         }
+        shared.behind.count_answered(behind);
         if started.elapsed() >= SLICE || wanted.load(Ordering::Relaxed) > 0 {
             return Ended::SliceUsed;
         }
@@ -323,12 +426,24 @@ fn control(conn: &Connection, text: &str) -> Result<(), StoreError> {
         .map_err(failed)
 }
 
+/// A part of a group with what the writer checks around it.
+struct Entry {
+    part: Part,
+    requires: Option<u64>,
+    /// A write behind its answer: its failure moves the epoch.
+    behind: bool,
+}
+
 /// Commits the group in one transaction and answers each part. A part that fails (a guard that
 /// does not hold, a refused statement) rolls the transaction back; it gets its error, and the
 /// group runs again without it, so the others commit as if it had not been there. (Failures are
 /// rare, so this costs less than a savepoint per part, whose sub-journal copies every page a
 /// part first touches.) When the transaction itself fails, every part still waiting fails.
-fn commit(conn: &Connection, parts: &[Part]) -> Vec<Answer> {
+///
+/// A part that names an epoch of [`Behind`] that has moved is refused without running. A write
+/// behind its answer that fails moves the epoch at once, so the parts after it that named the
+/// old one — in this group's next run or in later groups — are refused.
+fn commit(conn: &Connection, parts: &[Entry], behind: &Behind) -> Vec<Answer> {
     let mut answers: Vec<Option<Answer>> = parts.iter().map(|_| None).collect();
     'group: loop {
         let waiting: Vec<usize> = (0..parts.len()).filter(|&i| answers[i].is_none()).collect();
@@ -336,15 +451,28 @@ fn commit(conn: &Connection, parts: &[Part]) -> Vec<Answer> {
             break;
         }
         if let Err(e) = control(conn, "BEGIN IMMEDIATE") {
-            return fail_waiting(answers, &e);
+            return fail_waiting(answers, parts, behind, &e);
         }
         let mut returned = Vec::with_capacity(waiting.len());
+        let mut ran = Vec::with_capacity(waiting.len());
         for &i in &waiting {
-            match run_part(conn, &parts[i]) {
-                Ok(rows) => returned.push(rows),
+            if parts[i].requires.is_some_and(|e| e != behind.epoch()) {
+                // Nothing of it ran: the transaction goes on without it.
+                answers[i] = Some(Err(StoreError::Unavailable(REFUSED_BEHIND.to_owned())));
+                continue;
+            }
+            match run_part(conn, &parts[i].part) {
+                Ok(rows) => {
+                    returned.push(rows);
+                    ran.push(i);
+                }
                 Err(e) => {
+                    if parts[i].behind {
+                        behind.fail();
+                    }
                     if !conn.is_autocommit() && control(conn, "ROLLBACK").is_err() {
-                        return fail_waiting(answers, &e);
+                        answers[i] = Some(Err(e.clone()));
+                        return fail_waiting(answers, parts, behind, &e);
                     }
                     answers[i] = Some(Err(e));
                     continue 'group;
@@ -355,9 +483,9 @@ fn commit(conn: &Connection, parts: &[Part]) -> Vec<Answer> {
             if !conn.is_autocommit() {
                 let _ = control(conn, "ROLLBACK");
             }
-            return fail_waiting(answers, &e);
+            return fail_waiting(answers, parts, behind, &e);
         }
-        for (i, rows) in waiting.into_iter().zip(returned) {
+        for (i, rows) in ran.into_iter().zip(returned) {
             answers[i] = Some(Ok(rows));
         }
     }
@@ -367,8 +495,21 @@ fn commit(conn: &Connection, parts: &[Part]) -> Vec<Answer> {
         .collect()
 }
 
-/// Every part not answered yet fails with `e`.
-fn fail_waiting(answers: Vec<Option<Answer>>, e: &StoreError) -> Vec<Answer> {
+/// Every part not answered yet fails with `e` (a write behind its answer among them moves the
+/// epoch).
+fn fail_waiting(
+    answers: Vec<Option<Answer>>,
+    parts: &[Entry],
+    behind: &Behind,
+    e: &StoreError,
+) -> Vec<Answer> {
+    if answers
+        .iter()
+        .zip(parts)
+        .any(|(answer, part)| answer.is_none() && part.behind)
+    {
+        behind.fail();
+    }
     answers
         .into_iter()
         .map(|a| a.unwrap_or_else(|| Err(e.clone())))

@@ -70,6 +70,14 @@ pub struct Cloud {
     pub effects: Vec<(String, String)>,
     pub fail: HashMap<String, (u32, CapabilityError)>,
     pub insync_after: u32,
+    /// Set: each DNS change is also written behind its answer to this store (as the simulated
+    /// cloud does on SQLite), under the epoch it was answered in; `.1` of them fail first. An
+    /// answer given in an epoch that has moved since is decided again.
+    pub behind: Option<(Store, u32)>,
+    /// Writes made behind answers so far, failed ones included.
+    pub written_behind: u32,
+    /// The epoch each token's answer was given in (with `behind`).
+    pub answered_in: HashMap<String, u64>,
 }
 
 #[derive(Clone, Default)]
@@ -89,6 +97,10 @@ impl FakeCloud {
     pub fn records(&self) -> BTreeMap<String, Value> {
         self.0.lock().unwrap().records.clone()
     }
+    /// Writes each DNS change behind its answer to `store`; the first `failing` such writes fail.
+    pub fn write_behind(&self, store: &Store, failing: u32) {
+        self.0.lock().unwrap().behind = Some((store.clone(), failing));
+    }
 }
 
 #[async_trait]
@@ -101,8 +113,13 @@ impl Providers for FakeCloud {
             *left -= 1;
             return Err(error.clone());
         }
+        let epoch = cloud
+            .behind
+            .as_ref()
+            .and_then(|(store, _)| store.behind_epoch());
         if !token.is_empty()
             && let Some(done) = cloud.by_token.get(token)
+            && cloud.answered_in.get(token).copied() == epoch
         {
             return Ok(done.clone());
         }
@@ -162,6 +179,21 @@ impl Providers for FakeCloud {
         if !token.is_empty() {
             cloud.by_token.insert(token.to_owned(), answer.clone());
             cloud.effects.push((op.to_owned(), token.to_owned()));
+        }
+        if op == "dns.change-records"
+            && let (Some((store, failing)), Some(epoch)) = (cloud.behind.as_mut(), epoch)
+        {
+            let mut write = capstan_store::Sql::default();
+            if *failing > 0 {
+                *failing -= 1;
+                write.push_statement("INSERT INTO no_such_table (token) VALUES ($1)");
+            } else {
+                write.push_statement("INSERT INTO sim_effects (token, op, request, response, at_ms) VALUES ($1, 'dns.change-records', '{}', '{}', 0)");
+            }
+            write.bind(token.to_owned());
+            store.write_behind(write, epoch).unwrap();
+            cloud.written_behind += 1;
+            cloud.answered_in.insert(token.to_owned(), epoch);
         }
         Ok(answer)
     }

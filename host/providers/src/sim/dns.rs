@@ -197,8 +197,8 @@ pub(super) fn parse_changes(request: &Value) -> Result<Vec<Change>, CapabilityEr
 }
 
 /// What a change batch does, decided from the zone and the record sets as they are (`olds`,
-/// one per change): the same decision whether it runs inside a transaction or inside a group
-/// commit on the writer's thread (`fast.rs`).
+/// one per change): the same decision whether it runs inside a transaction or in memory
+/// (`fast.rs`).
 pub(super) struct ChangePlan {
     zone_id: String,
     changes: Vec<Change>,
@@ -274,6 +274,15 @@ impl ChangePlan {
             .bind(now + propagation_ms);
         out.push(sql);
         out
+    }
+
+    /// Each change's record set as [`ChangePlan::writes`] leaves it (its stored body), `None`
+    /// where it is deleted.
+    pub(super) fn bodies(&self) -> Vec<Option<String>> {
+        self.changes
+            .iter()
+            .map(|c| c.upsert.as_ref().map(Value::to_string))
+            .collect()
     }
 
     pub(super) fn answer(&self, propagation_ms: i64) -> Value {

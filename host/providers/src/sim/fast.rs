@@ -1,20 +1,172 @@
-//! The hot calls without a transaction of their own (SQLite).
+//! The hot calls, decided in memory and written behind their answers (SQLite).
 //!
-//! SQLite has one writer, and a simulated call that reads and decides inside an sqlx write
-//! transaction holds it for several round trips to the connection's thread, while every
-//! execution's durable points wait behind it. So the calls a workflow makes most take shorter
-//! ways: polling a change reads on a read connection, and a DNS change reads, decides and writes
-//! inside the engine's next group commit, on the writer's own thread
-//! ([`capstan_store::Store::commit_decided`]): one wait for the caller, no guard to fail. Anything
-//! unusual (a fault rule fits the call, a repeated token, an error to report, a refused write)
-//! takes the ordinary path: one transaction that reads and writes.
+//! A ten-stage workflow makes ten DNS changes. Decided inside a group commit and answered after
+//! it, each one cost its caller a commit's wait and the writer a commit of its own: ten of an
+//! execution's thirteen commit waits (BENCHMARKS.md, session 18). So a DNS change is decided
+//! here, in memory, and answered at once; its writes are queued for the group writer
+//! ([`capstan_store::Store::write_behind`]) and commit with whatever the writer takes next — in
+//! practice the caller's own next commit, which is queued after them and so is durable only if
+//! they are. A crash before they commit loses the answer with them, and the replay asks again
+//! under the same token.
+//!
+//! What memory holds ([`Memory`]): the zones and record sets changes have read or written (the
+//! database's state plus every change decided since, committed or not), and the answers and
+//! change ids whose writes are queued and not yet answered by the writer. What it does not hold
+//! is read on the calling thread first (`Store::fetch_all`): the token, always (an answer
+//! committed by an earlier process or by the ordinary path); the zone and record sets, the
+//! first time. Anything unusual (a fault rule fits the call, a token already answered in the
+//! database, an error to report, PostgreSQL) takes the ordinary path: one transaction that reads
+//! and writes, which first waits for the writes queued behind answers and afterwards empties
+//! memory, while the fast path steps aside ([`Memory::exclusive`]).
+//!
+//! If a write behind an answer fails, the store's epoch moves ([`capstan_store::Store::write_behind`]):
+//! the commits that recorded answers given since the epoch their activation began under are
+//! refused (their runs replay those calls), and memory, decided on what the failed write said,
+//! is emptied before the next decision.
 
 use super::dns::{ChangePlan, parse_changes};
 use super::{SimulatedCloud, s};
 use capstan_core::CapabilityError;
+use capstan_core::store::EngineStore as _;
 use capstan_store::{Backend, Sql};
 use serde_json::{Value, json};
 use sqlx::Row;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+/// How often a decision reads again because memory was emptied while it read (an ordinary
+/// call, a failed write); then the ordinary path.
+const READ_TRIES: usize = 4;
+
+/// Answers whose writes are queued behind them, kept in memory at most: past this, the next
+/// change takes the ordinary path, which waits for them and empties memory.
+const MAX_QUEUED: usize = 100_000;
+
+/// The simulated DNS as decided in memory (SQLite); see the module's text.
+#[derive(Debug, Default)]
+pub(super) struct Memory {
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// The store's epoch of writes behind answers this memory was built under.
+    epoch: Option<u64>,
+    /// Ordinary calls in progress: while there are any, the fast path steps aside.
+    ordinary: usize,
+    /// Bumped each time memory is emptied: a read begun before does not fill it.
+    generation: u64,
+    /// Zone id → its name (`None`: no such zone), as read.
+    zones: HashMap<String, Option<String>>,
+    /// (zone id, name, type) → the record set's body (`None`: none), as read or decided.
+    records: HashMap<(String, String, String), Option<String>>,
+    /// Token → answer, for changes whose writes the writer has not answered yet.
+    tokens: HashMap<String, Value>,
+    /// Change id → when it goes `Insync`, likewise.
+    changes: HashMap<String, i64>,
+    /// (the write's number in the store's queue, token, change id), oldest first.
+    queued: VecDeque<(u64, String, String)>,
+    /// Reads in progress, by how many writes behind answers had been answered when each began:
+    /// memory keeps what was answered after the oldest began, which that read may not see.
+    reads: std::collections::BTreeMap<u64, usize>,
+}
+
+impl State {
+    fn end_read(&mut self, answered: u64) {
+        if let Some(n) = self.reads.get_mut(&answered) {
+            *n -= 1;
+            if *n == 0 {
+                self.reads.remove(&answered);
+            }
+        }
+    }
+
+    fn clear(&mut self) {
+        // `reads` stays: its reads end as they began.
+        self.generation += 1;
+        self.epoch = None;
+        self.zones.clear();
+        self.records.clear();
+        self.tokens.clear();
+        self.changes.clear();
+        self.queued.clear();
+    }
+
+    /// Ready for a decision under `epoch` (memory emptied when it has moved), answers and change
+    /// ids the writer had answered before every read in progress began forgotten (the
+    /// database has them, and each of those reads sees them); false while an ordinary call is
+    /// in progress.
+    fn ready(&mut self, epoch: u64, answered: u64) -> bool {
+        if self.ordinary > 0 {
+            return false;
+        }
+        if self.epoch != Some(epoch) {
+            self.clear();
+            self.epoch = Some(epoch);
+        }
+        let seen_by_all = self
+            .reads
+            .first_key_value()
+            .map_or(answered, |(oldest, _)| answered.min(*oldest));
+        while let Some((number, token, change)) = self.queued.front() {
+            if *number > seen_by_all {
+                break;
+            }
+            self.tokens.remove(token);
+            self.changes.remove(change);
+            self.queued.pop_front();
+        }
+        true
+    }
+}
+
+/// An ordinary call in progress: the fast path steps aside until it is dropped, which empties
+/// memory (the call may have changed what memory holds).
+pub(super) struct Exclusive<'a>(&'a Memory);
+
+impl Drop for Exclusive<'_> {
+    fn drop(&mut self) {
+        let mut state = self.0.lock();
+        state.clear();
+        state.ordinary -= 1;
+    }
+}
+
+/// A read in progress ([`State::reads`]), counted until it is dropped.
+struct Reading<'a> {
+    memory: &'a Memory,
+    answered: u64,
+}
+
+impl Reading<'_> {
+    /// Ends the read under the lock its caller holds.
+    fn end(self, state: &mut State) {
+        state.end_read(self.answered);
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Reading<'_> {
+    /// A read given up on (an error, a dropped call).
+    fn drop(&mut self) {
+        self.memory.lock().end_read(self.answered);
+    }
+}
+
+impl Memory {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Steps the fast path aside and waits until every write queued behind an answer so far has
+    /// been answered, so an ordinary call reads what the fast path decided.
+    pub(super) async fn exclusive(&self, store: &capstan_store::Store) -> Exclusive<'_> {
+        self.lock().ordinary += 1;
+        let exclusive = Exclusive(self);
+        store.settle_behind().await;
+        exclusive
+    }
+}
 
 impl SimulatedCloud {
     /// The answer, or `None` to take the ordinary path.
@@ -32,28 +184,32 @@ impl SimulatedCloud {
         }
         match op {
             "dns.get-change" if token.is_empty() => self.get_change(request).await,
-            "dns.change-records" if !token.is_empty() => {
-                match self.change_records(request, token).await {
-                    Ok(answer) => answer,
-                    Err(error) => {
-                        tracing::debug!(%error, "simulated DNS change: group commit refused it; retrying in a transaction");
-                        None
-                    }
-                }
-            }
+            "dns.change-records" if !token.is_empty() => self.change_records(request, token).await,
             _ => None,
         }
     }
 
     async fn get_change(&self, request: &Value) -> Option<Result<Value, CapabilityError>> {
-        let read = Sql::new("SELECT insync_ms FROM sim_changes WHERE id = $1")
-            .arg(s(request, "change_id").to_owned());
-        let insync: Option<i64> = match self.store.fetch_optional(read).await.ok()? {
-            Some(row) => Some(row.try_get(0).ok()?),
-            None => None,
+        let id = s(request, "change_id");
+        // Memory first: a change it has forgotten was answered by the writer before, so the
+        // read after it finds the change committed.
+        let remembered = {
+            let mut state = self.memory.lock();
+            if !state.ready(self.store.behind_epoch()?, self.store.behind_answered()) {
+                return None;
+            }
+            state.changes.get(id).copied()
         };
-        // An unknown id is an error: the ordinary path words it.
-        let at = insync?;
+        let at = match remembered {
+            Some(at) => at,
+            None => {
+                let read =
+                    Sql::new("SELECT insync_ms FROM sim_changes WHERE id = $1").arg(id.to_owned());
+                let row = self.store.fetch_optional(read).await.ok()?;
+                // An unknown id is an error: the ordinary path words it.
+                row?.try_get(0).ok()?
+            }
+        };
         Some(Ok(json!(if self.now() >= at {
             "Insync"
         } else {
@@ -65,61 +221,112 @@ impl SimulatedCloud {
         &self,
         request: &Value,
         token: &str,
-    ) -> Result<Option<Result<Value, CapabilityError>>, capstan_core::store::StoreError> {
+    ) -> Option<Result<Value, CapabilityError>> {
         let zone_id = s(request, "zone_id").to_owned();
-        let Ok(changes) = parse_changes(request) else {
-            return Ok(None);
-        };
-        // Everything the decision needs in one statement: the token's answer, the zone, and the
-        // record sets the batch touches, told apart by their first column.
-        let mut read =
-            Sql::new("SELECT 'done', response, NULL, NULL FROM sim_effects WHERE token = ");
-        read.push_bind(token.to_owned())
-            .push(" UNION ALL SELECT 'zone', name, NULL, NULL FROM sim_zones WHERE id = ")
-            .push_bind(zone_id.clone());
-        for c in &changes {
-            read.push(
-                " UNION ALL SELECT 'record', body, name, type FROM sim_records WHERE zone_id = ",
-            )
-            .push_bind(zone_id.clone())
-            .push(" AND name = ")
-            .push_bind(c.name.clone())
-            .push(" AND type = ")
-            .push_bind(c.ty.clone());
-        }
-        let now = self.now();
-        let propagation_ms = self.settings.dns_propagation_ms;
-        let change_id = self.new_change_id();
-        let token = token.to_owned();
-        let request = request.to_string();
-        // Decided on the writer's thread, inside the commit: nothing changes between the read
-        // and the writes. `None` (already done under this token, no such zone, a batch to
-        // refuse) writes nothing, and the ordinary path answers.
-        let decide = move |rows: Vec<Vec<Value>>| {
-            let text =
-                |row: &[Value], i: usize| row.get(i).and_then(Value::as_str).map(str::to_owned);
+        let changes = parse_changes(request).ok()?;
+        let keys: Vec<(String, String, String)> = changes
+            .iter()
+            .map(|c| (zone_id.clone(), c.name.clone(), c.ty.clone()))
+            .collect();
+        for _ in 0..READ_TRIES {
+            // What memory lacks, read before deciding: the token always, the zone and the
+            // record sets the first time.
+            let (reading, generation, zone_known, missing) = {
+                let mut state = self.memory.lock();
+                let answered = self.store.behind_answered();
+                if !state.ready(self.store.behind_epoch()?, answered)
+                    || state.queued.len() >= MAX_QUEUED
+                {
+                    return None;
+                }
+                if let Some(answer) = state.tokens.get(token) {
+                    return Some(Ok(answer.clone()));
+                }
+                *state.reads.entry(answered).or_default() += 1;
+                let reading = Reading {
+                    memory: &self.memory,
+                    answered,
+                };
+                let missing: Vec<&(String, String, String)> = keys
+                    .iter()
+                    .filter(|k| !state.records.contains_key(*k))
+                    .collect();
+                (
+                    reading,
+                    state.generation,
+                    state.zones.contains_key(&zone_id),
+                    missing,
+                )
+            };
+            let mut read =
+                Sql::new("SELECT 'done', NULL, NULL, NULL FROM sim_effects WHERE token = ");
+            read.push_bind(token.to_owned());
+            if !zone_known {
+                read.push(" UNION ALL SELECT 'zone', name, NULL, NULL FROM sim_zones WHERE id = ")
+                    .push_bind(zone_id.clone());
+            }
+            for (zone, name, ty) in &missing {
+                read.push(
+                    " UNION ALL SELECT 'record', body, name, type FROM sim_records WHERE zone_id = ",
+                )
+                .push_bind(zone.clone())
+                .push(" AND name = ")
+                .push_bind(name.clone())
+                .push(" AND type = ")
+                .push_bind(ty.clone());
+            }
+            let rows = self.store.fetch_all(read).await.ok()?;
             let mut zone_name = None;
-            let mut olds: Vec<Option<String>> = vec![None; changes.len()];
+            let mut found: HashMap<(String, String), String> = HashMap::new();
             for row in &rows {
-                match row.first().and_then(Value::as_str) {
-                    Some("done") => return None,
-                    Some("zone") => zone_name = text(row, 1),
+                let kind: String = row.try_get(0).ok()?;
+                match kind.as_str() {
+                    // Answered before, in the database: the ordinary path answers it again.
+                    "done" => return None,
+                    "zone" => zone_name = row.try_get::<Option<String>, _>(1).ok()?,
                     _ => {
-                        let (name, ty) = (text(row, 2)?, text(row, 3)?);
-                        if let Some(i) = changes.iter().position(|c| c.name == name && c.ty == ty) {
-                            olds[i] = text(row, 1);
-                        }
+                        let body: String = row.try_get(1).ok()?;
+                        let name: String = row.try_get(2).ok()?;
+                        let ty: String = row.try_get(3).ok()?;
+                        found.insert((name, ty), body);
                     }
                 }
             }
-            let plan = ChangePlan::new(
-                &zone_id,
-                &zone_name?,
-                changes.clone(),
-                &olds,
-                change_id.clone(),
-            )
-            .ok()?;
+            let mut state = self.memory.lock();
+            // Still counted as reading here, so nothing this read may have missed is forgotten.
+            let epoch = self
+                .store
+                .behind_epoch()
+                .filter(|epoch| state.ready(*epoch, self.store.behind_answered()));
+            reading.end(&mut state);
+            let epoch = epoch?;
+            if state.generation != generation {
+                // Emptied while this call read (an ordinary call, a failed write): read again.
+                continue;
+            }
+            if let Some(answer) = state.tokens.get(token) {
+                return Some(Ok(answer.clone()));
+            }
+            // What was read fills only what memory still lacks: a record set decided while
+            // this call read is newer than what it read.
+            if !zone_known {
+                state.zones.entry(zone_id.clone()).or_insert(zone_name);
+            }
+            for key in &missing {
+                let body = found.remove(&(key.1.clone(), key.2.clone()));
+                state.records.entry((*key).clone()).or_insert(body);
+            }
+            let zone_name = state.zones.get(&zone_id).cloned().flatten()?;
+            let olds: Vec<Option<String>> = keys
+                .iter()
+                .map(|k| state.records.get(k).cloned().flatten())
+                .collect();
+            let now = self.now();
+            let propagation_ms = self.settings.dns_propagation_ms;
+            let change_id = self.new_change_id();
+            // A batch to refuse is worded by the ordinary path.
+            let plan =
+                ChangePlan::new(&zone_id, &zone_name, changes, &olds, change_id.clone()).ok()?;
             let answer = plan.answer(propagation_ms);
             let mut sql = Sql::default();
             for statement in plan.writes(now, propagation_ms) {
@@ -128,13 +335,25 @@ impl SimulatedCloud {
             sql.push_statement(
                 "INSERT INTO sim_effects (token, op, request, response, at_ms) VALUES ($1, $2, $3, $4, $5)",
             )
-            .bind(token.clone())
+            .bind(token.to_owned())
             .bind("dns.change-records".to_owned())
-            .bind(request.clone())
+            .bind(request.to_string())
             .bind(answer.to_string())
             .bind(now);
-            Some((sql, answer))
-        };
-        Ok(self.store.commit_decided(read, decide).await?.map(Ok))
+            // Queued under the lock, so the writes reach the writer in the order decided.
+            let number = self.store.write_behind(sql, epoch).ok()?;
+            for (key, body) in keys.into_iter().zip(plan.bodies()) {
+                state.records.insert(key, body);
+            }
+            state.tokens.insert(token.to_owned(), answer.clone());
+            state
+                .changes
+                .insert(change_id.clone(), now + propagation_ms);
+            state
+                .queued
+                .push_back((number, token.to_owned(), change_id));
+            return Some(Ok(answer));
+        }
+        None
     }
 }

@@ -299,10 +299,12 @@ impl Seed {
 pub struct SimulatedCloud {
     /// The store's writer.
     pool: AnyPool,
-    /// For reads outside a transaction and guarded group commits (SQLite, `fast.rs`).
+    /// For reads on the calling thread and writes behind answers (SQLite, `fast.rs`).
     store: capstan_store::Store,
     clock: Arc<dyn Clock>,
     settings: SimulationSettings,
+    /// The DNS as decided in memory, written behind its answers (SQLite, `fast.rs`).
+    memory: Arc<fast::Memory>,
 }
 
 pub(crate) fn unavailable(e: sqlx::Error) -> CapabilityError {
@@ -344,6 +346,7 @@ impl SimulatedCloud {
             store: store.clone(),
             clock,
             settings,
+            memory: Arc::default(),
         };
         let seeded: Option<String> =
             sqlx::query_scalar("SELECT id FROM sim_objects WHERE kind = 'meta' AND id = 'seeded'")
@@ -382,6 +385,7 @@ impl SimulatedCloud {
 
     /// Adds a seed's objects to the simulation (existing objects of the same id are replaced).
     pub async fn seed(&self, seed: &Seed) -> Result<(), SeedError> {
+        let _exclusive = self.memory.exclusive(&self.store).await;
         let mut tx = SimTx::begin(&self.pool).await?;
         let now = self.now();
         for zone in &seed.zones {
@@ -490,6 +494,8 @@ impl SimulatedCloud {
 
     /// The whole simulated state, for operators (`GET /v1/admin/simulator`) and tests.
     pub async fn snapshot(&self) -> Result<Value, sqlx::Error> {
+        // What the fast path answered is in the database once its writes are answered.
+        self.store.settle_behind().await;
         let mut tx = SimTx::begin(&self.pool).await?;
         let zones = sqlx::query("SELECT id, name FROM sim_zones ORDER BY name")
             .fetch_all(tx.conn().await?)
@@ -568,6 +574,8 @@ impl CapabilityProvider for SimulatedCloud {
         if let Some(answer) = self.fast(op, request, token).await {
             return answer;
         }
+        // The fast path steps aside, and this call reads what it decided.
+        let _exclusive = self.memory.exclusive(&self.store).await;
         let mut tx = SimTx::begin(&self.pool).await.map_err(unavailable)?;
         if !token.is_empty() {
             tx.statement("SELECT response FROM sim_effects WHERE token = $1")

@@ -133,6 +133,63 @@ async fn concurrent_changes_of_one_record_set_each_see_the_state_before_them() {
     assert_eq!(e.code, "invalid-change-batch");
 }
 
+/// A DNS change is decided in memory and answered before its writes commit (SQLite): the next
+/// change of the record set sees it, polling it answers at once, the ordinary path and the
+/// snapshot see it (they wait for the writes behind answers), and once those are committed a
+/// simulation with an empty memory (a restart) answers its token as before and sees its record.
+#[tokio::test]
+async fn a_change_decided_in_memory_is_seen_everywhere_and_survives_a_fresh_memory() {
+    let (cloud, _clock, _dir) = cloud().await;
+    let zone = ok(
+        &cloud,
+        "dns.find-zone",
+        json!({"domain": "example.com"}),
+        "",
+    )
+    .await;
+    let set = |v: &str| json!({"name": "mem.example.com", "type_": "Txt", "ttl": 60, "values": [v], "alias_target": null});
+    let change = |v: &str| json!({"zone_id": zone["id"], "changes": [{"Upsert": set(v)}]});
+    let first = ok(&cloud, "dns.change-records", change("one"), "mem-1").await;
+    let second = ok(&cloud, "dns.change-records", change("two"), "mem-2").await;
+    assert_eq!(second["prior"][0]["values"], json!(["one"]));
+    let poll = json!({"change_id": second["change_id"]});
+    assert_eq!(
+        ok(&cloud, "dns.get-change", poll.clone(), "").await,
+        "Pending"
+    );
+    let records = ok(
+        &cloud,
+        "dns.list-records",
+        json!({"zone_id": zone["id"], "name": "mem.example.com"}),
+        "",
+    )
+    .await;
+    assert_eq!(
+        records[0]["values"],
+        json!(["two"]),
+        "the ordinary path sees it"
+    );
+    let snapshot = cloud.snapshot().await.unwrap();
+    assert_eq!(snapshot["effects"], 2);
+
+    let fresh = SimulatedCloud::new(
+        &cloud.store,
+        cloud.clock.clone(),
+        SimulationSettings::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        ok(&fresh, "dns.change-records", change("one"), "mem-1").await,
+        first,
+        "a token answered before answers the same"
+    );
+    assert_eq!(ok(&fresh, "dns.get-change", poll, "").await, "Pending");
+    let third = ok(&fresh, "dns.change-records", change("three"), "mem-3").await;
+    assert_eq!(third["prior"][0]["values"], json!(["two"]));
+    assert_eq!(fresh.snapshot().await.unwrap()["effects"], 3);
+}
+
 async fn ok(cloud: &SimulatedCloud, op: &str, request: Value, token: &str) -> Value {
     cloud
         .call(op, &request, token)
