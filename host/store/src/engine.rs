@@ -874,54 +874,6 @@ impl Store {
         let sql = sql.checked(guards, Check::Holds("a guard did not hold"));
         self.grouped(sql, false).await.map(drop)
     }
-
-    /// Reads, decides and writes inside the next group commit, SQLite only. `read`'s statements
-    /// run in the group's transaction and `decide` gets their rows (every column, as JSON values:
-    /// text, integer, real or null); it answers the statements to write and the value to return,
-    /// or `None` to write nothing (the answer is then `Ok(None)`). Nothing else writes between
-    /// the read and the writes, so no guard is needed, and the caller waits for one commit
-    /// instead of a read and then a guarded commit ([`Store::commit_guarded`]).
-    ///
-    /// `decide` runs on the writer's thread while the group's transaction is open: it must be
-    /// quick and must not block. It may run more than once (when another caller's part fails the
-    /// group runs again without that part); what its last run wrote and answered is what
-    /// commits. A write that fails (a unique key) answers its error and writes nothing.
-    pub async fn commit_decided<T, F>(&self, read: Sql, decide: F) -> Result<Option<T>, StoreError>
-    where
-        T: Send + 'static,
-        F: Fn(Vec<Vec<Value>>) -> Option<(Sql, T)> + Send + 'static,
-    {
-        if self.backend() != Backend::Sqlite {
-            return Err(StoreError::Unavailable(
-                "decided group commits are SQLite's; PostgreSQL callers use a transaction"
-                    .to_owned(),
-            ));
-        }
-        let decided = std::sync::Arc::new(std::sync::Mutex::new(None));
-        let slot = decided.clone();
-        let reads = read.into_statements();
-        let part = crate::writer::Part::Decided(Box::new(move |conn| {
-            let mut rows = Vec::new();
-            for statement in &reads {
-                rows.extend(crate::writer::rows(conn, statement).map_err(crate::writer::failed)?);
-            }
-            let (writes, value) = match decide(rows) {
-                Some((writes, value)) => (writes, Some(value)),
-                None => (Sql::default(), None),
-            };
-            let returned = crate::writer::run_statements(conn, writes.statements())?;
-            *slot
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = value;
-            Ok(returned)
-        }));
-        self.grouped_part(part, false).await?;
-        let value = decided
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take();
-        Ok(value)
-    }
 }
 
 impl Store {

@@ -50,14 +50,9 @@ const LINGER: Duration = Duration::from_millis(1);
 /// next group instead; other statements on the pool wait at most this long.
 const SLICE: Duration = Duration::from_millis(25);
 
-/// One caller's part of a group.
+/// One caller's part of a group: statements, guards marked ([`Statement::check`]).
 pub(crate) enum Part {
-    /// Statements, guards marked ([`Statement::check`]).
     Statements(Vec<Statement>),
-    /// Code that reads and writes inside the group's transaction on the writer's connection
-    /// ([`crate::Store::commit_decided`]). It may run more than once (the group runs again
-    /// when another part fails); only its last run commits.
-    Decided(Box<dyn Fn(&Connection) -> Answer + Send>),
 }
 
 /// A part's answer: the first column of every row its statements returned, guards aside.
@@ -520,7 +515,6 @@ fn fail_waiting(
 fn run_part(conn: &Connection, part: &Part) -> Answer {
     match part {
         Part::Statements(statements) => run_statements(conn, statements),
-        Part::Decided(decide) => decide(conn),
     }
 }
 
@@ -551,39 +545,6 @@ fn run(conn: &Connection, statement: &Statement) -> rusqlite::Result<Vec<Returne
         returned.push(row.get::<_, Returned>(0)?);
     }
     Ok(returned)
-}
-
-/// Runs a (reading) statement and returns every column of every row as a JSON value: text,
-/// integer, real or null (a blob is refused: nothing reads one this way).
-pub(crate) fn rows(
-    conn: &Connection,
-    statement: &Statement,
-) -> rusqlite::Result<Vec<Vec<serde_json::Value>>> {
-    let mut prepared = conn.prepare_cached(&statement.text)?;
-    bind(&mut prepared, statement)?;
-    let columns = prepared.column_count();
-    let mut rows = prepared.raw_query();
-    let mut out = Vec::new();
-    while let Some(row) = rows.next()? {
-        let mut values = Vec::with_capacity(columns);
-        for i in 0..columns {
-            values.push(match row.get_ref(i)? {
-                ValueRef::Null => serde_json::Value::Null,
-                ValueRef::Integer(n) => n.into(),
-                ValueRef::Real(f) => f.into(),
-                ValueRef::Text(t) => String::from_utf8_lossy(t).into_owned().into(),
-                ValueRef::Blob(_) => {
-                    return Err(rusqlite::Error::InvalidColumnType(
-                        i,
-                        "a blob (not read as JSON)".to_owned(),
-                        rusqlite::types::Type::Blob,
-                    ));
-                }
-            });
-        }
-        out.push(values);
-    }
-    Ok(out)
 }
 
 /// Binds the statement's values to its prepared form (also used by `reader.rs`).
