@@ -1064,9 +1064,11 @@ async fn a_commit_recording_an_answer_whose_write_behind_failed_is_refused_and_r
         2,
         "the first change was asked twice under one token: {tokens:?}"
     );
-    // The first activation's writes behind answers: the failed one, and the second change's
-    // (refused); the replay's: both changes again.
-    assert_eq!(w.cloud.0.lock().unwrap().written_behind, 4);
+    // The first activation wrote two (the failed one, then the second change's: refused if it
+    // was decided before the failure moved the epoch, committed if after, in which case the
+    // replay is answered that change from the cloud's memory); the replay wrote the rest.
+    let written = w.cloud.0.lock().unwrap().written_behind;
+    assert!((3..=4).contains(&written), "{written}");
     let committed: Vec<String> = sqlx::query_scalar("SELECT token FROM sim_effects ORDER BY token")
         .fetch_all(&mut *w.store.read().await.unwrap())
         .await

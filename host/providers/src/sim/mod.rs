@@ -575,7 +575,7 @@ impl CapabilityProvider for SimulatedCloud {
             return answer;
         }
         // The fast path steps aside, and this call reads what it decided.
-        let _exclusive = self.memory.exclusive(&self.store).await;
+        let mut exclusive = Some(self.memory.exclusive(&self.store).await);
         let mut tx = SimTx::begin(&self.pool).await.map_err(unavailable)?;
         if !token.is_empty() {
             tx.statement("SELECT response FROM sim_effects WHERE token = $1")
@@ -589,8 +589,10 @@ impl CapabilityProvider for SimulatedCloud {
             }
         }
         if let Some(fault) = self.fault(&mut tx, op, request).await? {
-            // Commit the hit count before waiting, so the single writer is not held.
+            // Commit the hit count before waiting, so the single writer is not held, and let
+            // the fast path serve other calls while this one waits.
             tx.commit().await.map_err(unavailable)?;
+            drop(exclusive.take());
             if fault.latency_ms > 0 {
                 tokio::time::sleep(std::time::Duration::from_millis(fault.latency_ms)).await;
             }
@@ -604,6 +606,7 @@ impl CapabilityProvider for SimulatedCloud {
                 }
                 None => {}
             }
+            exclusive = Some(self.memory.exclusive(&self.store).await);
             tx = SimTx::begin(&self.pool).await.map_err(unavailable)?;
         }
         let answer = match Capability::of_op(op) {
@@ -631,6 +634,7 @@ impl CapabilityProvider for SimulatedCloud {
             tx.done().await.map_err(unavailable)?;
         }
         tx.commit().await.map_err(unavailable)?;
+        drop(exclusive);
         Ok(answer)
     }
 }
