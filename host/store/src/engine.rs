@@ -774,6 +774,7 @@ impl Store {
             events,
             requires,
             done: Some(done),
+            queued_at: std::time::Instant::now(),
         })?;
         answer.await.unwrap_or_else(|_| Err(interrupted()))
     }
@@ -811,6 +812,7 @@ impl Store {
             events: false,
             requires: Some(epoch),
             done: None,
+            queued_at: std::time::Instant::now(),
         };
         if let Err(e) = self.enqueue(job) {
             // Never queued: counted as answered (and failed) so that nothing waits for it.
@@ -832,7 +834,12 @@ impl Store {
     /// the writer's own memory waits for to see them.
     pub async fn settle_behind(&self) {
         if self.backend() == Backend::Sqlite {
-            self.inner.behind.settled().await;
+            let nudge = || {
+                if let Ok(writer) = self.group_writer() {
+                    writer.nudge();
+                }
+            };
+            self.inner.behind.settled(nudge).await;
         }
     }
 

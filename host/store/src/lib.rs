@@ -796,6 +796,34 @@ mod tests {
         assert!(!ids.contains(&"gdup".to_owned()), "{ids:?}");
     }
 
+    /// A write behind its answer that no other part comes to keep company still commits on its
+    /// own (nobody settles it, nothing else is queued), and one queued just before a part someone
+    /// waits for is committed by the time that part is answered.
+    #[tokio::test]
+    async fn a_write_behind_its_answer_commits_with_company_or_alone() {
+        use capstan_core::store::EngineStore as _;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&format!("sqlite://{}/c.db", dir.path().display()))
+            .await
+            .unwrap();
+        let epoch = store.behind_epoch().unwrap();
+        let first = store.write_behind(insert_zone("galone"), epoch).unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            while store.behind_answered() < first {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+        })
+        .await
+        .expect("a write behind its answer alone is committed");
+        store.write_behind(insert_zone("gbefore"), epoch).unwrap();
+        store
+            .commit_guarded(insert_zone("gwaited"), 0)
+            .await
+            .unwrap();
+        assert_eq!(store.behind_answered(), first + 1);
+        assert_eq!(zones(&store).await, ["galone", "gbefore", "gwaited"]);
+    }
+
     /// Writes behind their answers commit in the order queued and before whatever is queued
     /// after them; `settle_behind` waits for them. One that fails moves the epoch: from then on
     /// what named the old epoch is refused unrun (writes behind answers decided on it, commits

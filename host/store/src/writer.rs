@@ -45,6 +45,12 @@ const PREPARED: usize = 512;
 /// the pool's connection) and costs sqlx's writers at most this much.
 const LINGER: Duration = Duration::from_millis(1);
 
+/// The longest writes behind their answers wait, when nothing else is queued, for a part that
+/// someone waits for to commit with: nobody waits for them, so committing each on its own (a
+/// `COMMIT` and its WAL pages apiece: ten per execution alone) buys nothing. A part someone waits
+/// for, a transaction waiting for the writer pool, or a caller settling them ends the wait.
+const BEHIND_COMPANY: Duration = Duration::from_millis(2);
+
 /// The longest a session keeps the writer pool's connection while callers keep coming. A
 /// transaction waiting for that connection ([`crate::Store::begin_write`]) ends the session at the
 /// next group instead; other statements on the pool wait at most this long.
@@ -68,6 +74,8 @@ pub(crate) struct Job {
     /// Who waits for the answer; `None`: a write behind its answer ([`Behind`]), which nobody
     /// waits for: if it fails, the epoch moves.
     pub(crate) done: Option<tokio::sync::oneshot::Sender<Answer>>,
+    /// When it was queued (how long writes behind answers have waited for company).
+    pub(crate) queued_at: Instant,
 }
 
 /// Writes made behind their answers ([`crate::Store::write_behind`]): a caller that decided in
@@ -84,6 +92,9 @@ pub(crate) struct Behind {
     queued: AtomicU64,
     /// Of those, how many the writer has answered (committed or failed), in queue order.
     answered: tokio::sync::watch::Sender<u64>,
+    /// Callers waiting for them ([`Behind::settled`]): the writer commits them without waiting
+    /// for company.
+    settling: AtomicUsize,
 }
 
 impl Default for Behind {
@@ -92,7 +103,17 @@ impl Default for Behind {
             epoch: AtomicU64::new(0),
             queued: AtomicU64::new(0),
             answered: tokio::sync::watch::Sender::new(0),
+            settling: AtomicUsize::new(0),
         }
+    }
+}
+
+/// Counts a caller settling writes behind answers while it lives.
+struct Settling<'a>(&'a AtomicUsize);
+
+impl Drop for Settling<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -114,9 +135,16 @@ impl Behind {
         *self.answered.borrow()
     }
 
-    /// Returns once every write behind its answer queued before the call is answered.
-    pub(crate) async fn settled(&self) {
+    /// Returns once every write behind its answer queued before the call is answered; `nudge`
+    /// wakes the writer, which then commits them without waiting for company.
+    pub(crate) async fn settled(&self, nudge: impl FnOnce()) {
         let target = self.queued.load(Ordering::Acquire);
+        if self.answered() >= target {
+            return;
+        }
+        self.settling.fetch_add(1, Ordering::AcqRel);
+        let _settling = Settling(&self.settling);
+        nudge();
         let mut answered = self.answered.subscribe();
         let _ = answered.wait_for(|n| *n >= target).await;
     }
@@ -239,10 +267,16 @@ impl GroupWriter {
     /// Queues a job for the next group; true when no session is open, and the caller must open
     /// one ([`GroupWriter::session`]) while it holds the writer pool's connection.
     pub(crate) fn enqueue(&self, job: Job) -> bool {
+        // A write behind its answer does not wake the thread: it waits for company anyway, and
+        // the thread finds it when its wait ends (at most [`LINGER`] or [`BEHIND_COMPANY`]).
+        let waited = job.done.is_some();
         let (parked, open) = {
             let mut queue = self.shared.queue();
             queue.jobs.push(job);
-            (queue.parked, std::mem::replace(&mut queue.open, true))
+            (
+                queue.parked && waited,
+                std::mem::replace(&mut queue.open, true),
+            )
         };
         // Woken after the lock is let go: the thread, woken while the caller still held it,
         // often ran at once on the caller's core and blocked on that lock (~100 such switches a
@@ -252,6 +286,13 @@ impl GroupWriter {
             self.shared.arrived.notify_one();
         }
         !open
+    }
+
+    /// Wakes the thread if it waits (a caller settles writes behind answers).
+    pub(crate) fn nudge(&self) {
+        if self.shared.queue().parked {
+            self.shared.arrived.notify_one();
+        }
     }
 
     /// Runs one session on the thread (the caller holds the writer pool's connection until it
@@ -308,16 +349,29 @@ fn run_session(
         let jobs = {
             let mut queue = shared.queue();
             let give_up = Instant::now() + LINGER;
-            while queue.jobs.is_empty() {
+            loop {
                 let now = Instant::now();
-                if now >= give_up {
-                    queue.open = false;
-                    return Ended::Drained;
-                }
+                let wait_until = match queue.jobs.first() {
+                    None if now >= give_up => {
+                        queue.open = false;
+                        return Ended::Drained;
+                    }
+                    None => give_up,
+                    // Only writes behind answers: they wait a little for company.
+                    Some(oldest)
+                        if queue.jobs.iter().all(|job| job.done.is_none())
+                            && now < oldest.queued_at + BEHIND_COMPANY
+                            && shared.behind.settling.load(Ordering::Acquire) == 0
+                            && wanted.load(Ordering::Relaxed) == 0 =>
+                    {
+                        oldest.queued_at + BEHIND_COMPANY
+                    }
+                    Some(_) => break,
+                };
                 queue.parked = true;
                 queue = shared
                     .arrived
-                    .wait_timeout(queue, give_up - now)
+                    .wait_timeout(queue, wait_until - now)
                     .unwrap_or_else(PoisonError::into_inner)
                     .0;
                 queue.parked = false;
