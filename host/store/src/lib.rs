@@ -301,6 +301,10 @@ impl Store {
         count_write();
         // Counted while it waits, so a group writer session hands the connection over soon.
         let _waiting = Waiting::new(&self.inner.writer_wanted);
+        // A group writer waiting for company for writes behind answers commits them now.
+        if let Some(Ok(writer)) = self.inner.group_writer.get() {
+            writer.nudge();
+        }
         self.writer.begin_with(self.backend.begin_write()).await
     }
 

@@ -398,21 +398,23 @@ fn run_session(
         {
             events.send_modify(|n| *n = n.wrapping_add(1));
         }
+        // Writes behind answers are counted before anyone is answered: a caller answered next
+        // finds every write queued ahead of it counted.
         let mut behind = 0;
-        for ((_, done), answer) in waiters.into_iter().zip(answers) {
-            match done {
-                Some(done) => {
-                    let _ = done.send(answer);
+        for ((_, done), answer) in waiters.iter().zip(&answers) {
+            if done.is_none() {
+                if let Err(error) = answer {
+                    tracing::warn!(%error, "a write made behind its answer failed");
                 }
-                None => {
-                    if let Err(error) = answer {
-                        tracing::warn!(%error, "a write made behind its answer failed");
-                    }
-                    behind += 1;
-                }
+                behind += 1;
             }
         }
         shared.behind.count_answered(behind);
+        for ((_, done), answer) in waiters.into_iter().zip(answers) {
+            if let Some(done) = done {
+                let _ = done.send(answer);
+            }
+        }
         if started.elapsed() >= SLICE || wanted.load(Ordering::Relaxed) > 0 {
             return Ended::SliceUsed;
         }
