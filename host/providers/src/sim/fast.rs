@@ -4,10 +4,10 @@
 //! it, each one cost its caller a commit's wait and the writer a commit of its own: ten of an
 //! execution's thirteen commit waits (BENCHMARKS.md, session 18). So a DNS change is decided
 //! here, in memory, and answered at once; its writes are queued for the group writer
-//! ([`capstan_store::Store::write_behind`]) and commit with whatever the writer takes next — in
-//! practice the caller's own next commit, which is queued after them and so is durable only if
-//! they are. A crash before they commit loses the answer with them, and the replay asks again
-//! under the same token.
+//! ([`capstan_store::Store::write_behind`]), where they wait for company and commit with the
+//! caller's own next commit, which is queued after them and so is durable only if they are. A
+//! crash before they commit loses the answer with them, and the replay asks again under the same
+//! token.
 //!
 //! What memory holds ([`Memory`]): the zones and record sets changes have read or written (the
 //! database's state plus every change decided since, committed or not), and the answers and
@@ -19,10 +19,10 @@
 //! and writes, which first waits for the writes queued behind answers and afterwards empties
 //! memory, while the fast path steps aside ([`Memory::exclusive`]).
 //!
-//! If a write behind an answer fails, the store's epoch moves ([`capstan_store::Store::write_behind`]):
-//! the commits that recorded answers given since the epoch their activation began under are
-//! refused (their runs replay those calls), and memory, decided on what the failed write said,
-//! is emptied before the next decision.
+//! If a write behind an answer fails, the store's epoch moves
+//! ([`capstan_store::Store::write_behind`]): the commits of activations begun under the old epoch
+//! are refused (their runs replay their calls), and memory, which decided on what the failed
+//! write said, is emptied before the next decision.
 
 use super::dns::{ChangePlan, parse_changes};
 use super::{SimulatedCloud, s};

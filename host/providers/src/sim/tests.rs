@@ -71,8 +71,8 @@ async fn dns_changes_go_insync_after_the_propagation_delay_and_repeat_tokens_cha
 }
 
 /// Concurrent changes of one record set each see the state just before them (on SQLite each DNS
-/// change reads, decides and writes inside a group commit; on PostgreSQL in a transaction), and a
-/// batch that names one record set twice is refused.
+/// change is decided in memory under one lock and written behind its answer; on PostgreSQL in a
+/// transaction), and a batch that names one record set twice is refused.
 #[tokio::test]
 async fn concurrent_changes_of_one_record_set_each_see_the_state_before_them() {
     let (cloud, _clock, _dir) = cloud().await;
