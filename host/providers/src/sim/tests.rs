@@ -190,6 +190,108 @@ async fn a_change_decided_in_memory_is_seen_everywhere_and_survives_a_fresh_memo
     assert_eq!(fresh.snapshot().await.unwrap()["effects"], 3);
 }
 
+/// Changes decided in memory and changes on the ordinary path (here: those whose value fits a
+/// latency-only fault rule) of one record set form one chain, one after the other and all at
+/// once: the ordinary path waits for the writes behind earlier answers before it reads, and
+/// memory is emptied after it, so neither side decides on a stale prior.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fast_and_ordinary_changes_of_one_record_set_form_one_chain() {
+    let dir = tempfile::tempdir().unwrap();
+    let store =
+        capstan_store::Store::open(&capstan_store::testing::fresh_database_url(dir.path()).await)
+            .await
+            .unwrap();
+    let settings = SimulationSettings {
+        faults: vec![FaultRule {
+            op: "dns.change-records".to_owned(),
+            pattern: Some("ordinary-*".to_owned()),
+            error: None,
+            code: "unused".to_owned(),
+            times: None,
+            latency_ms: 0,
+        }],
+        ..SimulationSettings::default()
+    };
+    let cloud = SimulatedCloud::new(&store, Arc::new(ManualClock::new(1_000_000)), settings)
+        .await
+        .unwrap();
+    let zone = ok(
+        &cloud,
+        "dns.find-zone",
+        json!({"domain": "example.com"}),
+        "",
+    )
+    .await;
+    let change = |name: &str, value: &str| json!({"zone_id": zone["id"], "changes": [{"Upsert": {"name": name, "type_": "Txt", "ttl": 60, "values": [value], "alias_target": null}}]});
+    let prior = |answer: &Value| answer["prior"][0]["values"][0].as_str().map(str::to_owned);
+
+    // One after the other: each change's prior is the value just before it.
+    let values = [
+        "fast-a",
+        "fast-b",
+        "ordinary-c",
+        "fast-d",
+        "ordinary-e",
+        "ordinary-f",
+        "fast-g",
+    ];
+    let mut before: Option<String> = None;
+    for (i, value) in values.iter().enumerate() {
+        let answer = ok(
+            &cloud,
+            "dns.change-records",
+            change("seq.example.com", value),
+            &format!("seq-{i}"),
+        )
+        .await;
+        assert_eq!(prior(&answer), before, "change {value}");
+        before = Some((*value).to_owned());
+    }
+
+    // All at once.
+    let calls = (0..30).map(|i| {
+        let cloud = cloud.clone();
+        let value = if i % 3 == 0 {
+            format!("ordinary-{i}")
+        } else {
+            format!("fast-{i}")
+        };
+        let request = change("mixed.example.com", &value);
+        async move {
+            cloud
+                .call("dns.change-records", &request, &format!("mixed-{i}"))
+                .await
+        }
+    });
+    let answers = futures_util::future::join_all(calls.map(tokio::spawn)).await;
+    let mut replaced = Vec::new();
+    let mut firsts = 0;
+    for answer in answers {
+        let answer = answer.unwrap().expect("every change succeeds");
+        match prior(&answer) {
+            None => firsts += 1,
+            Some(value) => replaced.push(value),
+        }
+    }
+    assert_eq!(firsts, 1, "one change came first");
+    replaced.sort();
+    replaced.dedup();
+    assert_eq!(replaced.len(), 29, "each value replaced once: {replaced:?}");
+    let records = ok(
+        &cloud,
+        "dns.list-records",
+        json!({"zone_id": zone["id"], "name": "mixed.example.com"}),
+        "",
+    )
+    .await;
+    let last = records[0]["values"][0].as_str().unwrap().to_owned();
+    assert!(
+        !replaced.contains(&last),
+        "the last value written is the one left"
+    );
+    assert_eq!(cloud.snapshot().await.unwrap()["effects"], 37);
+}
+
 async fn ok(cloud: &SimulatedCloud, op: &str, request: Value, token: &str) -> Value {
     cloud
         .call(op, &request, token)
