@@ -86,7 +86,7 @@ impl JournalHost {
                         .as_ref()
                         .map(|r| field(r, "token").to_owned())
                         .unwrap_or_default();
-                    self.effect(st, seq, op, request, token, now).await
+                    self.effect(st, seq, op, request, token, false, now).await
                 }
                 EntryStatus::Waiting => self.resume_wait(st, seq, op, request, now).await,
             };
@@ -278,10 +278,12 @@ impl JournalHost {
             }
             op if is_effect(op) => {
                 let token = effect_token(&st.run, seq);
-                return self.effect(st, seq, op, request, token, now).await;
+                // Past the journal in the run's first activation: no attempt has asked it yet.
+                let first = st.run.activations == 1;
+                return self.effect(st, seq, op, request, token, first, now).await;
             }
             op if op.contains('.') => {
-                let (answer, stopped) = self.provide(st, op, &request, "").await;
+                let (answer, stopped) = self.provide(st, op, &request, "", false).await;
                 let response = match answer {
                     Ok(v) => ok(v),
                     Err(e) => err(&e),
@@ -299,6 +301,8 @@ impl JournalHost {
     }
 
     /// Performs a side effect under its idempotency token, records its answer and receipt.
+    /// `first`: no earlier attempt can have used the token ([`crate::Providers::call_first`]).
+    #[allow(clippy::too_many_arguments)]
     async fn effect(
         &self,
         st: &mut Activation,
@@ -306,9 +310,10 @@ impl JournalHost {
         op: &'static str,
         request: Value,
         token: String,
+        first: bool,
         now: Millis,
     ) -> Result<Value, Interrupt> {
-        let (answer, stopped) = self.provide(st, op, &request, &token).await;
+        let (answer, stopped) = self.provide(st, op, &request, &token, first).await;
         let response = match answer {
             Ok(v) => {
                 st.pending.push(Write::InsertReceipt(Arc::new(Receipt {
@@ -344,8 +349,9 @@ impl JournalHost {
         op: &str,
         request: &Value,
         token: &str,
+        first: bool,
     ) -> (Result<Value, CapabilityError>, Option<Interrupt>) {
-        let call = self.inner.provide(op, request, token);
+        let call = self.inner.provide(op, request, token, first);
         if st.pending.is_empty() {
             return (call.await, None);
         }

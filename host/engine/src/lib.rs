@@ -40,6 +40,19 @@ use std::time::Duration;
 pub trait Providers: Send + Sync {
     /// The `Ok` payload of the WIT result, or the capability error.
     async fn call(&self, op: &str, request: &Value, token: &str) -> Result<Value, CapabilityError>;
+
+    /// [`Providers::call`] of a side effect whose `token` no earlier attempt can have used: the
+    /// first attempt of a live call in a run's first activation. A provider that looks tokens up
+    /// before acting may skip the lookup (it must still refuse to record a token twice). By
+    /// default the same as `call`.
+    async fn call_first(
+        &self,
+        op: &str,
+        request: &Value,
+        token: &str,
+    ) -> Result<Value, CapabilityError> {
+        self.call(op, request, token).await
+    }
 }
 
 /// Exponential backoff with jitter.
@@ -312,16 +325,24 @@ impl Inner {
     }
 
     /// A provider call with retries of transient errors under the backoff policy.
+    /// `first`: no earlier attempt can have used `token` ([`Providers::call_first`]); only the
+    /// first attempt here is asked so.
     pub async fn provide(
         &self,
         op: &str,
         request: &Value,
         token: &str,
+        first: bool,
     ) -> Result<Value, CapabilityError> {
         let policy = self.config.retry_policy(op);
         let mut attempt = 0;
         loop {
-            match self.providers.call(op, request, token).await {
+            let answer = if first && attempt == 0 {
+                self.providers.call_first(op, request, token).await
+            } else {
+                self.providers.call(op, request, token).await
+            };
+            match answer {
                 Err(e) if e.is_transient() && attempt + 1 < policy.max_attempts => {
                     let delay = policy.delay_ms(attempt);
                     tracing::debug!(op, attempt, delay, error = %e, "retrying a transient provider error");
@@ -358,7 +379,9 @@ impl Inner {
                     format!("unknown condition {condition}"),
                 ));
             };
-        self.provide(op, &request, "").await.map(|v| holds(&v))
+        self.provide(op, &request, "", false)
+            .await
+            .map(|v| holds(&v))
     }
 }
 
@@ -1853,7 +1876,7 @@ impl Engine {
             let result = match effects::compensation(&receipt.op, &receipt.request, &ok) {
                 Compensation::Call { op, request } => self
                     .inner
-                    .provide(op, &request, &format!("rollback:{}", receipt.id))
+                    .provide(op, &request, &format!("rollback:{}", receipt.id), false)
                     .await
                     .map(|answer| json!({"compensation": op, "request": request, "response": answer})),
                 Compensation::Nothing => Ok(json!({"compensation": null, "note": "the effect changed nothing"})),

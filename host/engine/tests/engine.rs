@@ -1069,6 +1069,13 @@ async fn a_commit_recording_an_answer_whose_write_behind_failed_is_refused_and_r
     // replay is answered that change from the cloud's memory); the replay wrote the rest.
     let written = w.cloud.0.lock().unwrap().written_behind;
     assert!((3..=4).contains(&written), "{written}");
+    // The first activation asked each change as new; the replay did not.
+    let asked_first = w.cloud.0.lock().unwrap().asked_first.clone();
+    let mut ids: Vec<String> = receipts.iter().map(|r| r.id.clone()).collect();
+    ids.sort();
+    let mut firsts = asked_first.clone();
+    firsts.sort();
+    assert_eq!(firsts, ids, "{asked_first:?}");
     let committed: Vec<String> = sqlx::query_scalar("SELECT token FROM sim_effects ORDER BY token")
         .fetch_all(&mut *w.store.read().await.unwrap())
         .await

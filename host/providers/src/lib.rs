@@ -25,6 +25,17 @@ use std::sync::Arc;
 #[async_trait]
 pub trait CapabilityProvider: Send + Sync + std::fmt::Debug {
     async fn call(&self, op: &str, request: &Value, token: &str) -> Result<Value, CapabilityError>;
+
+    /// [`CapabilityProvider::call`] of a token no earlier attempt can have used
+    /// ([`capstan_engine::Providers::call_first`]). By default the same as `call`.
+    async fn call_first(
+        &self,
+        op: &str,
+        request: &Value,
+        token: &str,
+    ) -> Result<Value, CapabilityError> {
+        self.call(op, request, token).await
+    }
 }
 
 /// The providers of a node, one per capability.
@@ -58,16 +69,31 @@ impl ProviderSet {
     }
 }
 
+impl ProviderSet {
+    fn route(&self, op: &str) -> Result<&Arc<dyn CapabilityProvider>, CapabilityError> {
+        Capability::of_op(op)
+            .and_then(|c| self.routes.get(&c))
+            .ok_or_else(|| {
+                CapabilityError::permanent(
+                    "not-configured",
+                    format!("no provider is configured for {op}"),
+                )
+            })
+    }
+}
+
 #[async_trait]
 impl Providers for ProviderSet {
     async fn call(&self, op: &str, request: &Value, token: &str) -> Result<Value, CapabilityError> {
-        let provider = Capability::of_op(op).and_then(|c| self.routes.get(&c));
-        match provider {
-            Some(provider) => provider.call(op, request, token).await,
-            None => Err(CapabilityError::permanent(
-                "not-configured",
-                format!("no provider is configured for {op}"),
-            )),
-        }
+        self.route(op)?.call(op, request, token).await
+    }
+
+    async fn call_first(
+        &self,
+        op: &str,
+        request: &Value,
+        token: &str,
+    ) -> Result<Value, CapabilityError> {
+        self.route(op)?.call_first(op, request, token).await
     }
 }

@@ -78,6 +78,8 @@ pub struct Cloud {
     pub written_behind: u32,
     /// The epoch each token's answer was given in (with `behind`).
     pub answered_in: HashMap<String, u64>,
+    /// Tokens asked through `call_first` (the engine says no attempt used them before).
+    pub asked_first: Vec<String>,
 }
 
 #[derive(Clone, Default)]
@@ -105,6 +107,16 @@ impl FakeCloud {
 
 #[async_trait]
 impl Providers for FakeCloud {
+    async fn call_first(
+        &self,
+        op: &str,
+        request: &Value,
+        token: &str,
+    ) -> Result<Value, CapabilityError> {
+        self.0.lock().unwrap().asked_first.push(token.to_owned());
+        self.call(op, request, token).await
+    }
+
     async fn call(&self, op: &str, request: &Value, token: &str) -> Result<Value, CapabilityError> {
         let mut cloud = self.0.lock().unwrap();
         if let Some((left, error)) = cloud.fail.get_mut(op)

@@ -12,9 +12,10 @@
 //! What memory holds ([`Memory`]): the zones and record sets changes have read or written (the
 //! database's state plus every change decided since, committed or not), and the answers and
 //! change ids whose writes are queued and not yet answered by the writer. What it does not hold
-//! is read on the calling thread first (`Store::fetch_all`): the token, always (an answer
-//! committed by an earlier process or by the ordinary path); the zone and record sets, the
-//! first time. Anything unusual (a fault rule fits the call, a token already answered in the
+//! is read on the calling thread first (`Store::fetch_all`): the token (an answer committed by
+//! an earlier process or by the ordinary path), unless the engine says no earlier attempt can
+//! have used it ([`capstan_engine::Providers::call_first`]); the zone and record sets, the first
+//! time. Anything unusual (a fault rule fits the call, a token already answered in the
 //! database, an error to report, PostgreSQL) takes the ordinary path: one transaction that reads
 //! and writes, which first waits for the writes queued behind answers and afterwards empties
 //! memory, while the fast path steps aside ([`Memory::exclusive`]).
@@ -170,11 +171,13 @@ impl Memory {
 
 impl SimulatedCloud {
     /// The answer, or `None` to take the ordinary path.
+    /// `first`: see [`capstan_engine::Providers::call_first`].
     pub(super) async fn fast(
         &self,
         op: &str,
         request: &Value,
         token: &str,
+        first: bool,
     ) -> Option<Result<Value, CapabilityError>> {
         // A call that a fault rule fits takes the ordinary path, which counts and applies faults.
         if self.store.backend() != Backend::Sqlite
@@ -184,7 +187,9 @@ impl SimulatedCloud {
         }
         match op {
             "dns.get-change" if token.is_empty() => self.get_change(request).await,
-            "dns.change-records" if !token.is_empty() => self.change_records(request, token).await,
+            "dns.change-records" if !token.is_empty() => {
+                self.change_records(request, token, first).await
+            }
             _ => None,
         }
     }
@@ -217,10 +222,14 @@ impl SimulatedCloud {
         })))
     }
 
+    /// `first`: no earlier attempt can have used the token, so the database is not asked for
+    /// it (were that wrong, the write behind would fail on the token's primary key, the epoch
+    /// would move and the run would replay).
     async fn change_records(
         &self,
         request: &Value,
         token: &str,
+        first: bool,
     ) -> Option<Result<Value, CapabilityError>> {
         let zone_id = s(request, "zone_id").to_owned();
         let changes = parse_changes(request).ok()?;
@@ -258,24 +267,45 @@ impl SimulatedCloud {
                     missing,
                 )
             };
-            let mut read =
-                Sql::new("SELECT 'done', NULL, NULL, NULL FROM sim_effects WHERE token = ");
-            read.push_bind(token.to_owned());
+            // One statement, its parts told apart by their first column.
+            let mut read = Sql::default();
+            let mut parts = 0;
+            let mut part = |read: &mut Sql, text: &str| {
+                if parts > 0 {
+                    read.push(" UNION ALL ");
+                }
+                parts += 1;
+                read.push(text);
+            };
+            if !first {
+                part(
+                    &mut read,
+                    "SELECT 'done', NULL, NULL, NULL FROM sim_effects WHERE token = ",
+                );
+                read.push_bind(token.to_owned());
+            }
             if !zone_known {
-                read.push(" UNION ALL SELECT 'zone', name, NULL, NULL FROM sim_zones WHERE id = ")
-                    .push_bind(zone_id.clone());
+                part(
+                    &mut read,
+                    "SELECT 'zone', name, NULL, NULL FROM sim_zones WHERE id = ",
+                );
+                read.push_bind(zone_id.clone());
             }
             for (zone, name, ty) in &missing {
-                read.push(
-                    " UNION ALL SELECT 'record', body, name, type FROM sim_records WHERE zone_id = ",
-                )
-                .push_bind(zone.clone())
-                .push(" AND name = ")
-                .push_bind(name.clone())
-                .push(" AND type = ")
-                .push_bind(ty.clone());
+                part(
+                    &mut read,
+                    "SELECT 'record', body, name, type FROM sim_records WHERE zone_id = ",
+                );
+                read.push_bind(zone.clone())
+                    .push(" AND name = ")
+                    .push_bind(name.clone())
+                    .push(" AND type = ")
+                    .push_bind(ty.clone());
             }
-            let rows = self.store.fetch_all(read).await.ok()?;
+            let rows = match parts {
+                0 => Vec::new(),
+                _ => self.store.fetch_all(read).await.ok()?,
+            };
             let mut zone_name = None;
             let mut found: HashMap<(String, String), String> = HashMap::new();
             for row in &rows {

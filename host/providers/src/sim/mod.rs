@@ -571,7 +571,30 @@ impl SimulatedCloud {
 #[async_trait]
 impl CapabilityProvider for SimulatedCloud {
     async fn call(&self, op: &str, request: &Value, token: &str) -> Result<Value, CapabilityError> {
-        if let Some(answer) = self.fast(op, request, token).await {
+        self.answer(op, request, token, false).await
+    }
+
+    async fn call_first(
+        &self,
+        op: &str,
+        request: &Value,
+        token: &str,
+    ) -> Result<Value, CapabilityError> {
+        self.answer(op, request, token, true).await
+    }
+}
+
+impl SimulatedCloud {
+    /// The fast path where it applies, else one transaction (`first`: see
+    /// [`capstan_engine::Providers::call_first`]).
+    async fn answer(
+        &self,
+        op: &str,
+        request: &Value,
+        token: &str,
+        first: bool,
+    ) -> Result<Value, CapabilityError> {
+        if let Some(answer) = self.fast(op, request, token, first).await {
             return answer;
         }
         // The fast path steps aside, and this call reads what it decided.

@@ -292,6 +292,63 @@ async fn fast_and_ordinary_changes_of_one_record_set_form_one_chain() {
     assert_eq!(cloud.snapshot().await.unwrap()["effects"], 37);
 }
 
+/// A change asked as the first use of its token skips the token's lookup (SQLite). Were the
+/// engine wrong about that, the token's primary key catches it: the second write behind an answer
+/// for the token fails, the epoch moves (so no commit recording that answer lands), and the
+/// token then answers what it answered the first time.
+#[tokio::test]
+async fn a_token_asked_first_twice_is_caught_by_its_key() {
+    use capstan_core::store::EngineStore as _;
+    let (cloud, _clock, _dir) = cloud().await;
+    let zone = ok(
+        &cloud,
+        "dns.find-zone",
+        json!({"domain": "example.com"}),
+        "",
+    )
+    .await;
+    let request = json!({"zone_id": zone["id"], "changes": [{"Upsert": {"name": "first.example.com", "type_": "Txt", "ttl": 60, "values": ["one"], "alias_target": null}}]});
+    let first = cloud
+        .call_first("dns.change-records", &request, "first-1")
+        .await
+        .unwrap();
+    assert_eq!(cloud.snapshot().await.unwrap()["effects"], 1);
+    let epoch = cloud.store.behind_epoch();
+
+    // A fresh memory (as after a restart) told, wrongly, that the token is new.
+    let fresh = SimulatedCloud::new(
+        &cloud.store,
+        cloud.clock.clone(),
+        SimulationSettings::default(),
+    )
+    .await
+    .unwrap();
+    let wrong = fresh
+        .call_first("dns.change-records", &request, "first-1")
+        .await
+        .unwrap();
+    cloud.store.settle_behind().await;
+    if let Some(epoch) = epoch {
+        assert_ne!(
+            wrong["change_id"], first["change_id"],
+            "decided again, unread"
+        );
+        assert_eq!(
+            cloud.store.behind_epoch(),
+            Some(epoch + 1),
+            "its write failed on the key"
+        );
+    } else {
+        assert_eq!(wrong, first, "PostgreSQL looks every token up");
+    }
+    assert_eq!(
+        ok(&fresh, "dns.change-records", request, "first-1").await,
+        first,
+        "the token answers what it answered first"
+    );
+    assert_eq!(fresh.snapshot().await.unwrap()["effects"], 1);
+}
+
 async fn ok(cloud: &SimulatedCloud, op: &str, request: Value, token: &str) -> Value {
     cloud
         .call(op, &request, token)
