@@ -8,6 +8,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use axum::serve::ListenerExt as _;
 use axum::{Json, Router};
 use capstan_api::keys::Peppers;
 use capstan_api::partner::PartnerState;
@@ -363,9 +364,15 @@ pub async fn serve(
                 Ok(tls) => Box::pin(crate::tls::serve_tls(tls, router, stopped(stop_rx.clone()))),
                 Err(e) => Box::pin(async move { Err(e) }),
             },
+            // TCP_NODELAY: without it, Nagle's algorithm holds a small write (an SSE event, a
+            // webhook-sized response) while an earlier segment awaits its ACK, which the peer
+            // may delay by up to 40 ms: event streams delivered events tens of milliseconds
+            // late under load (BENCHMARKS.md, session 20).
             None => Box::pin(
                 axum::serve(
-                    listener,
+                    listener.tap_io(|tcp| {
+                        let _ = tcp.set_nodelay(true);
+                    }),
                     router.into_make_service_with_connect_info::<std::net::SocketAddr>(),
                 )
                 .with_graceful_shutdown(stopped(stop_rx.clone()))
@@ -377,7 +384,12 @@ pub async fn serve(
     let sandbox = one(sandbox, sandbox_router(app.clone()));
     let redirect = match redirect {
         Some(l) => Box::pin(
-            axum::serve(l, crate::tls::redirect_router(main_addr.port()))
+            axum::serve(
+                l.tap_io(|tcp| {
+                    let _ = tcp.set_nodelay(true);
+                }),
+                crate::tls::redirect_router(main_addr.port()),
+            )
                 .with_graceful_shutdown(stopped(stop_rx.clone()))
                 .into_future(),
         ) as std::pin::Pin<Box<dyn Future<Output = std::io::Result<()>> + Send>>,

@@ -62,6 +62,8 @@ impl TlsListener {
                 if tx.is_closed() {
                     return;
                 }
+                // As on plain TCP (`serve.rs`): small writes (SSE events) go out at once.
+                let _ = tcp.set_nodelay(true);
                 let (acceptor, tx) = (acceptor.clone(), tx.clone());
                 tokio::spawn(async move {
                     match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await
