@@ -40,6 +40,13 @@ const CORE_INSTANCES_PER_COMPONENT: u32 = 32;
 const MEMORIES_PER_COMPONENT: u32 = 4;
 const TABLES_PER_COMPONENT: u32 = 8;
 
+/// The most of a slot's memory (and of each table) left resident, zeroed, between activations
+/// where only written pages are reset (see [`Runtime::new`]). The workflows here write far less
+/// than this per activation (with it, `madvise` left the profile), so a slot keeps what its last
+/// activation wrote; a guest that writes more has the rest `madvise`d away as before. Resident
+/// memory is bounded by this times the slots in use (`runtime.instance_pool`).
+const KEEP_RESIDENT: usize = 4 << 20;
+
 /// Sandbox limits and caching, per [`Runtime`].
 #[derive(Debug, Clone)]
 pub struct RuntimeConfig {
@@ -132,10 +139,23 @@ impl Runtime {
             .cranelift_opt_level(wasmtime::OptLevel::Speed);
         let n = config.instance_pool;
         if n > 0 {
-            // Nothing is kept resident between activations (wasmtime's default): resetting a
-            // slot with `madvise` and faulting in the few pages an activation touches measured
-            // cheaper than a `memset` of the first MiB (BENCHMARKS.md, session 12).
             let mut pool = PoolingAllocationConfig::new();
+            // A slot is reset, when its instance is dropped, by zeroing what the activation
+            // wrote. By default wasmtime `madvise`s the whole memory away: on a machine with
+            // more than one core the kernel then flushes the other cores' TLBs (an
+            // inter-processor interrupt, costly under a hypervisor), and the next activation in
+            // the slot faults every page in again — 12 % of the server's CPU at 32 executions in
+            // flight (BENCHMARKS.md, session 20). Where the kernel can say which pages were
+            // written (`PAGEMAP_SCAN`, Linux ≥ 6.7), only those are zeroed with `memset` and
+            // they stay resident (at most `KEEP_RESIDENT` per memory or table; above that,
+            // `madvise` as before). Elsewhere, `memset` would have to zero the whole first
+            // `KEEP_RESIDENT` bytes, which measured dearer than `madvise` (session 12): nothing
+            // is kept resident there.
+            if PoolingAllocationConfig::is_pagemap_scan_available() {
+                pool.pagemap_scan(wasmtime::Enabled::Yes)
+                    .linear_memory_keep_resident(KEEP_RESIDENT)
+                    .table_keep_resident(KEEP_RESIDENT);
+            }
             pool.total_component_instances(n)
                 .total_core_instances(n.saturating_mul(CORE_INSTANCES_PER_COMPONENT))
                 .total_memories(n.saturating_mul(MEMORIES_PER_COMPONENT))

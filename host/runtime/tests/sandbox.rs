@@ -506,6 +506,44 @@ impl HostCalls for OverlapHost {
 }
 
 #[tokio::test]
+async fn an_activation_in_a_reused_slot_starts_from_a_fresh_memory() {
+    // One slot: every activation reuses it, reset by whatever the host offers (only the written
+    // pages zeroed where the kernel can tell which they are, `madvise` elsewhere).
+    let pooled = Runtime::new(RuntimeConfig {
+        memory_limit_bytes: 32 << 20,
+        fuel_per_activation: 200_000_000,
+        max_wasm_stack_bytes: 256 << 10,
+        cache_dir: Some(repo().join("target/component-cache-tests")),
+        instance_pool: 1,
+    })
+    .unwrap();
+    let workflow = pooled
+        .load_file(
+            &component("guest-fixtures/fixture-misbehave.wasm"),
+            &grants(&[("fixture-misbehave", &[Capability::Dns])]),
+        )
+        .await
+        .unwrap();
+    for seed in 0..3 {
+        let activation = workflow
+            .activate(
+                &pooled,
+                Box::new(FakeHost::default()),
+                seed,
+                r#"{"action":"remember"}"#,
+            )
+            .await;
+        let Activation::Completed(Ok(output)) = activation else {
+            panic!("activation {seed} completes: {activation:?}");
+        };
+        assert_eq!(
+            output, "\"0 0\"",
+            "activation {seed}: nothing the one before it wrote is seen"
+        );
+    }
+}
+
+#[tokio::test]
 async fn activations_beyond_the_instance_pool_wait_for_a_slot_instead_of_failing() {
     let pooled = Runtime::new(RuntimeConfig {
         memory_limit_bytes: 32 << 20,
