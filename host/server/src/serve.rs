@@ -390,8 +390,8 @@ pub async fn serve(
                 }),
                 crate::tls::redirect_router(main_addr.port()),
             )
-                .with_graceful_shutdown(stopped(stop_rx.clone()))
-                .into_future(),
+            .with_graceful_shutdown(stopped(stop_rx.clone()))
+            .into_future(),
         ) as std::pin::Pin<Box<dyn Future<Output = std::io::Result<()>> + Send>>,
         None => Box::pin(async { Ok(()) }),
     };
