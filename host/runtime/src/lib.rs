@@ -144,8 +144,8 @@ impl Runtime {
             // wrote. By default wasmtime `madvise`s the whole memory away: on a machine with
             // more than one core the kernel then flushes the other cores' TLBs (an
             // inter-processor interrupt, costly under a hypervisor), and the next activation in
-            // the slot faults every page in again — 12 % of the server's CPU at 32 executions in
-            // flight (BENCHMARKS.md, session 20). Where the kernel can say which pages were
+            // the slot faults in again every page it touches — about a tenth of the server's CPU
+            // at 32 executions in flight (BENCHMARKS.md, session 20). Where the kernel can say which pages were
             // written (`PAGEMAP_SCAN`, Linux ≥ 6.7), only those are zeroed with `memset` and
             // they stay resident (at most `KEEP_RESIDENT` per memory or table; above that,
             // `madvise` as before). Elsewhere, `memset` would have to zero the whole first

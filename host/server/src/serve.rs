@@ -365,7 +365,7 @@ pub async fn serve(
                 Err(e) => Box::pin(async move { Err(e) }),
             },
             // TCP_NODELAY: without it, Nagle's algorithm holds a small write (an SSE event, a
-            // webhook-sized response) while an earlier segment awaits its ACK, which the peer
+            // response written in pieces) while an earlier segment awaits its ACK, which the peer
             // may delay by up to 40 ms: event streams delivered events tens of milliseconds
             // late under load (BENCHMARKS.md, session 20).
             None => Box::pin(
