@@ -414,3 +414,4 @@ pub async fn until_status(
     }
     panic!("execution {id} never reached {statuses:?}; last: {last:#}");
 }
+pub mod realservers;

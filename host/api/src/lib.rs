@@ -67,8 +67,8 @@ pub struct ApiServices {
     pub store: Store,
     pub clock: Arc<dyn Clock>,
     pub config: Arc<ApiConfig>,
-    /// The embedded simulated cloud, when it serves (for `GET /v1/admin/simulator`).
-    pub simulator: Option<capstan_providers::SimulatedCloud>,
+    /// The embedded simulated cloud's state, when it serves (for `GET /v1/admin/simulator`).
+    pub simulator: Option<Arc<dyn capstan_core::Inspect>>,
     /// Token buckets per API key.
     pub limiter: Arc<ratelimit::RateLimiter>,
     /// The admin proxy's upstream, when configured.

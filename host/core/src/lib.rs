@@ -10,14 +10,19 @@
 //! - `execution` — execution and stage statuses and the status machine.
 //! - `store` — [`store::EngineStore`], the engine's storage contract, and its records.
 //! - `ids` — UUIDv7 identifiers (time-ordered, so lists sort by creation).
+//! - `secrets` — the at-rest keyring (AES-256-GCM) that seals webhook secrets and certificate keys.
+//! - `providers` — [`Providers`], the one seam every capability provider implements.
 
 pub mod clock;
 pub mod execution;
 pub mod ids;
+pub mod providers;
+pub mod secrets;
 pub mod store;
 pub mod workflow;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use providers::{Inspect, Providers};
 pub use execution::{ExecutionStatus, StageStatus};
 pub use workflow::{
     CancelMode, Capability, CapabilityError, CapabilityGrants, ErrorKind, RecoveryOperation,

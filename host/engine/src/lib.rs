@@ -22,7 +22,6 @@ pub mod effects;
 pub mod events;
 mod host;
 
-use async_trait::async_trait;
 use capstan_core::execution::{ExecutionStatus, StageStatus};
 use capstan_core::store::*;
 use capstan_core::{CancelMode, CapabilityError, Clock, ErrorKind};
@@ -34,26 +33,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-/// The outside world: one call per capability operation (`dns.change-records`, ...). A side
-/// effect must treat a repeated `token` as the same request (answer it again, do it once).
-#[async_trait]
-pub trait Providers: Send + Sync {
-    /// The `Ok` payload of the WIT result, or the capability error.
-    async fn call(&self, op: &str, request: &Value, token: &str) -> Result<Value, CapabilityError>;
-
-    /// [`Providers::call`] of a side effect whose `token` no earlier attempt can have used: the
-    /// first attempt of a live call in a run's first activation. A provider that looks tokens up
-    /// before acting may skip the lookup (it must still refuse to record a token twice). By
-    /// default the same as `call`.
-    async fn call_first(
-        &self,
-        op: &str,
-        request: &Value,
-        token: &str,
-    ) -> Result<Value, CapabilityError> {
-        self.call(op, request, token).await
-    }
-}
+/// The outside world, declared once in `capstan-core` and re-exported for the engine's users.
+pub use capstan_core::Providers;
 
 /// Exponential backoff with jitter.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]

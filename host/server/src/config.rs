@@ -85,6 +85,9 @@ pub struct Settings {
     pub api_key_lifetime_days: i64,
     /// The simulated cloud.
     pub simulator: SimulatorSettings,
+    /// Real providers per capability (`[providers.dns] kind = "rfc2136"`, docs/providers.md); a
+    /// capability with no table is served by the simulated cloud.
+    pub providers: std::collections::BTreeMap<Capability, capstan_adapters::ProviderSettings>,
     /// Per-capability retries of transient provider errors within one call, replacing the
     /// engine's default (4 attempts, 200 ms doubling to 5 s, 20 % jitter):
     /// `[provider_retry.maps] initial_ms = 500, max_ms = 10000, max_attempts = 6`.
@@ -197,6 +200,7 @@ impl Default for Settings {
             lease_ms: 30_000,
             api_key_lifetime_days: 90,
             simulator: SimulatorSettings::default(),
+            providers: std::collections::BTreeMap::new(),
             provider_retry: std::collections::BTreeMap::new(),
             rate_limit: capstan_api::ratelimit::RateLimit::default(),
             admin_proxy_upstream: None,

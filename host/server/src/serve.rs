@@ -31,6 +31,8 @@ use tokio::net::TcpListener;
 pub struct App {
     pub store: Store,
     pub registry: Arc<Registry>,
+    /// The provider serving each capability (for `/readyz`).
+    pub providers: Arc<ProviderSet>,
     pub api: ApiState,
     /// The partner API of the main listener (production) and of the sandbox listener.
     pub production: PartnerState,
@@ -76,10 +78,22 @@ impl App {
         }
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let cloud = SimulatedCloud::new(&store, clock.clone(), settings.simulator.clone()).await?;
+        let providers = Arc::new(
+            providers(
+                settings,
+                cloud.clone(),
+                &capstan_adapters::Node {
+                    store: store.clone(),
+                    clock: clock.clone(),
+                    keyring: keyring.clone(),
+                },
+            )
+            .await?,
+        );
         let engine = Engine::new(
             Arc::new(store.clone()),
             registry.runtime.clone(),
-            Arc::new(ProviderSet::all(Arc::new(cloud.clone()))),
+            providers.clone(),
             clock.clone(),
             EngineConfig {
                 workers: settings.workers,
@@ -118,7 +132,7 @@ impl App {
             store: store.clone(),
             clock,
             config: Arc::new(config),
-            simulator: Some(cloud),
+            simulator: Some(Arc::new(cloud)),
             limiter: Arc::new(capstan_api::ratelimit::RateLimiter::new(
                 settings.rate_limit,
             )),
@@ -155,6 +169,7 @@ impl App {
         Ok(Self {
             store,
             registry,
+            providers,
             production: partner(Environment::Production),
             sandbox: partner(Environment::Sandbox),
             api,
@@ -167,6 +182,30 @@ impl App {
             },
         })
     }
+}
+
+/// The node's providers: the simulated cloud for every capability, replaced by the real adapter
+/// of each `[providers.<capability>]` table. A table that cannot serve stops start-up with the key
+/// at fault.
+pub async fn providers(
+    settings: &Settings,
+    cloud: SimulatedCloud,
+    node: &capstan_adapters::Node,
+) -> anyhow::Result<ProviderSet> {
+    let mut set = ProviderSet::all(Arc::new(cloud));
+    for (capability, table) in &settings.providers {
+        if !capstan_providers::INFRASTRUCTURE.contains(capability) {
+            anyhow::bail!(
+                "providers.{}: only dns, registrar, certificates, cdn, maps, functions and ticketing have providers",
+                capability.as_str()
+            );
+        }
+        if let Some(provider) = capstan_adapters::build(*capability, table, node).await? {
+            tracing::info!(capability = capability.as_str(), kind = provider.kind(), "provider configured");
+            set = set.with(*capability, provider);
+        }
+    }
+    Ok(set)
 }
 
 /// The documented error body: `{"error": code, "message": text}`.
@@ -295,19 +334,26 @@ struct Readiness {
     database: String,
     workflows: Vec<WorkflowSummary>,
     failed_workflows: Vec<FailedFile>,
+    /// Each configured real provider and whether its service answers.
+    providers: Vec<capstan_providers::ProviderReadiness>,
 }
 
-/// Ready when the database answers; the body lists the loaded workflows and the files that failed.
+/// Ready when the database answers; the body lists the loaded workflows, the files that failed
+/// and whether each configured real provider answers.
 async fn readyz(State(app): State<App>) -> Response {
     let database = match tokio::time::timeout(Duration::from_secs(2), app.store.ping()).await {
         Ok(Ok(())) => "ok".to_owned(),
         Ok(Err(e)) => format!("unreachable: {e}"),
         Err(_) => "unreachable: no answer within 2 s".to_owned(),
     };
+    let providers = app.providers.readiness(Duration::from_secs(2)).await;
+    // Reported, not required: a provider that is down fails (and pauses) the executions that
+    // need it, while the node keeps serving everything else.
     let ready = database == "ok";
     let body = Readiness {
         status: if ready { "ready" } else { "not_ready" },
         database,
+        providers,
         workflows: app.registry.summaries(),
         failed_workflows: app.registry.failures.clone(),
     };

@@ -4,7 +4,7 @@
 
 pub mod delivery;
 pub mod safety;
-pub mod secrets;
+pub use capstan_core::secrets;
 
 use crate::ApiState;
 use crate::auth::Caller;

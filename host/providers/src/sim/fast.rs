@@ -14,7 +14,7 @@
 //! change ids whose writes are queued and not yet answered by the writer. What it does not hold
 //! is read on the calling thread first (`Store::fetch_all`): the token (an answer committed by
 //! an earlier process or by the ordinary path), unless the engine says no earlier attempt can
-//! have used it ([`capstan_engine::Providers::call_first`]); the zone and record sets, the first
+//! have used it ([`capstan_core::Providers::call_first`]); the zone and record sets, the first
 //! time. Anything unusual (a fault rule fits the call, a token already answered in the
 //! database, an error to report, PostgreSQL) takes the ordinary path: one transaction that reads
 //! and writes, which first waits for the writes queued behind answers and afterwards empties
@@ -171,7 +171,7 @@ impl Memory {
 
 impl SimulatedCloud {
     /// The answer, or `None` to take the ordinary path.
-    /// `first`: see [`capstan_engine::Providers::call_first`].
+    /// `first`: see [`capstan_core::Providers::call_first`].
     pub(super) async fn fast(
         &self,
         op: &str,

@@ -9,9 +9,8 @@ mod fast;
 mod services;
 mod tx;
 
-use crate::CapabilityProvider;
 use async_trait::async_trait;
-use capstan_core::{Capability, CapabilityError, Clock};
+use capstan_core::{Capability, CapabilityError, Clock, Inspect, Providers};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sqlx::{AnyPool, Row};
@@ -329,6 +328,8 @@ fn record_type(text: &str) -> Option<&'static str> {
         "AAAA" => Some("Aaaa"),
         "CNAME" => Some("Cname"),
         "TXT" => Some("Txt"),
+        "MX" => Some("Mx"),
+        "CAA" => Some("Caa"),
         _ => None,
     }
 }
@@ -399,7 +400,7 @@ impl SimulatedCloud {
         for r in &seed.records {
             let ty = record_type(&r.record_type).ok_or_else(|| {
                 SeedError::Invalid(format!(
-                    "record {}: type must be A, AAAA, CNAME or TXT, not {}",
+                    "record {}: type must be A, AAAA, CNAME, TXT, MX or CAA, not {}",
                     r.name, r.record_type
                 ))
             })?;
@@ -569,7 +570,7 @@ impl SimulatedCloud {
 }
 
 #[async_trait]
-impl CapabilityProvider for SimulatedCloud {
+impl Providers for SimulatedCloud {
     async fn call(&self, op: &str, request: &Value, token: &str) -> Result<Value, CapabilityError> {
         self.answer(op, request, token, false).await
     }
@@ -582,11 +583,24 @@ impl CapabilityProvider for SimulatedCloud {
     ) -> Result<Value, CapabilityError> {
         self.answer(op, request, token, true).await
     }
+
+    fn kind(&self) -> &'static str {
+        "simulated"
+    }
+}
+
+#[async_trait]
+impl Inspect for SimulatedCloud {
+    async fn snapshot(&self) -> Result<Value, String> {
+        SimulatedCloud::snapshot(self)
+            .await
+            .map_err(|e| e.to_string())
+    }
 }
 
 impl SimulatedCloud {
     /// The fast path where it applies, else one transaction (`first`: see
-    /// [`capstan_engine::Providers::call_first`]).
+    /// [`capstan_core::Providers::call_first`]).
     async fn answer(
         &self,
         op: &str,

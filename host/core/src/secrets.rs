@@ -1,5 +1,5 @@
-//! At-rest encryption of webhook signing secrets (DESIGN.md §6): AES-256-GCM under a local,
-//! versioned keyring read from `CAPSTAN_SECRET_KEYS="1:<base64 of 32 bytes>,2:<...>"`.
+//! At-rest encryption of secrets (webhook signing secrets, certificate private keys; DESIGN.md
+//! §6): AES-256-GCM under a local, versioned keyring read from `CAPSTAN_SECRET_KEYS="1:<base64 of 32 bytes>,2:<...>"`.
 //!
 //! A sealed secret is stored as `(kms_key_id, sealed)`: `kms_key_id` is `local:<version>` and
 //! `sealed` is `base64(nonce(12) || ciphertext || tag(16))`. The highest version encrypts; every
@@ -169,7 +169,7 @@ impl Keyring {
             },
         ) {
             Ok(ciphertext) => ciphertext,
-            // AES-GCM refuses only plaintexts over 64 GiB; webhook secrets are short strings.
+            // AES-GCM refuses only plaintexts over 64 GiB; secrets and private keys are small.
             Err(_) => panic!("AES-256-GCM refused a {}-byte plaintext", plaintext.len()),
         };
         let mut out = Vec::with_capacity(NONCE_LEN + sealed.len());

@@ -1,0 +1,116 @@
+//! # capstan-adapters
+//!
+//! Real providers behind the one seam of `capstan-core` ([`capstan_core::Providers`]), chosen per
+//! capability by the operator's `[providers.<capability>]` tables ([`ProviderSettings`]); a
+//! capability with no table is served by the simulated cloud. Each adapter reads the prior state
+//! before changing anything (receipts restore it exactly), maps the engine's idempotency token to
+//! what its protocol offers (the token ledger where the protocol has nothing), classifies errors
+//! as transient or permanent, and never logs, journals or returns a secret. See docs/providers.md.
+//!
+//! # Layout
+//! - `lib.rs` — [`ProviderSettings`] and [`build`], which turns them into providers.
+//! - `secret.rs` — secrets from files or environment variables.
+//! - `ledger.rs` — the token ledger (`provider_effects`) shared by the adapters.
+//! - `model.rs` — the WIT records of `dns` and `certificates`, typed.
+//! - `rfc2136.rs` — DNS by RFC 2136 dynamic update signed with TSIG (BIND, Knot, PowerDNS).
+//! - `acme.rs` — certificates by ACME v2 with DNS-01 (Let's Encrypt, Pebble, any RFC 8555 CA).
+//!
+//! It must not know the engine or the simulated cloud: both meet adapters only through the trait.
+
+pub mod acme;
+mod ledger;
+pub mod model;
+pub mod rfc2136;
+mod secret;
+
+use capstan_core::{Capability, Clock, Providers, secrets::Keyring};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+pub use acme::AcmeSettings;
+pub use rfc2136::Rfc2136Settings;
+
+/// `[providers.<capability>]`: which implementation serves a capability, and its settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum ProviderSettings {
+    /// The embedded simulated cloud (what a capability with no table gets).
+    Simulated,
+    /// DNS by RFC 2136 dynamic update with TSIG.
+    Rfc2136(Rfc2136Settings),
+    /// Certificates by ACME v2 with DNS-01 challenges.
+    Acme(AcmeSettings),
+}
+
+impl ProviderSettings {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ProviderSettings::Simulated => "simulated",
+            ProviderSettings::Rfc2136(_) => "rfc2136",
+            ProviderSettings::Acme(_) => "acme",
+        }
+    }
+
+    /// The capabilities this kind can serve.
+    fn serves(&self, capability: Capability) -> bool {
+        match self {
+            ProviderSettings::Simulated => true,
+            ProviderSettings::Rfc2136(_) => capability == Capability::Dns,
+            ProviderSettings::Acme(_) => capability == Capability::Certificates,
+        }
+    }
+}
+
+/// A provider configuration that cannot serve: the message names the key.
+#[derive(Debug, thiserror::Error)]
+#[error("providers.{capability}.{key}: {message}")]
+pub struct SettingsError {
+    pub capability: String,
+    pub key: String,
+    pub message: String,
+}
+
+impl SettingsError {
+    pub(crate) fn new(capability: Capability, key: &str, message: impl Into<String>) -> Self {
+        Self {
+            capability: capability.as_str().to_owned(),
+            key: key.to_owned(),
+            message: message.into(),
+        }
+    }
+}
+
+/// What adapters need of the node: its database (token ledger, certificate store), its clock and
+/// the secret keyring that seals what they keep.
+#[derive(Debug, Clone)]
+pub struct Node {
+    pub store: capstan_store::Store,
+    pub clock: Arc<dyn Clock>,
+    pub keyring: Keyring,
+}
+
+/// The real provider `settings` describe for `capability`, or `None` for the simulated cloud.
+/// Checks everything that can be checked without the network: a bad value stops start-up with
+/// the key that holds it.
+pub async fn build(
+    capability: Capability,
+    settings: &ProviderSettings,
+    node: &Node,
+) -> Result<Option<Arc<dyn Providers>>, SettingsError> {
+    if !settings.serves(capability) {
+        return Err(SettingsError::new(
+            capability,
+            "kind",
+            format!(
+                "`{}` cannot serve {}: rfc2136 serves dns, acme serves certificates, simulated serves any",
+                settings.kind(),
+                capability.as_str()
+            ),
+        ));
+    }
+    Ok(match settings {
+        ProviderSettings::Simulated => None,
+        ProviderSettings::Rfc2136(s) => Some(Arc::new(rfc2136::Rfc2136::new(s, node)?)),
+        ProviderSettings::Acme(s) => Some(Arc::new(acme::Acme::new(s, node).await?)),
+    })
+}
