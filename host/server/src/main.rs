@@ -102,6 +102,24 @@ enum Command {
         #[command(subcommand)]
         command: SimulatorCommand,
     },
+    /// Certificates the ACME provider obtained (docs/providers.md).
+    Certificates {
+        #[command(subcommand)]
+        command: CertificatesCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum CertificatesCommand {
+    /// Write an issued certificate's chain (`fullchain.pem`) and private key (`privkey.pem`, mode
+    /// 0600) into DIR: the one way a key leaves Capstan's sealed store.
+    Export {
+        /// The certificate's arn (its ACME order URL).
+        arn: String,
+        /// Directory to write into (created if missing).
+        #[arg(long)]
+        out: std::path::PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -528,6 +546,27 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
                 "{}",
                 serde_json::to_string_pretty(&cloud.snapshot().await?)?
             );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Certificates {
+            command: CertificatesCommand::Export { arn, out },
+        } => {
+            let store = capstan_store::Store::open(&settings.database).await?;
+            let keyring = capstan_server::serve::secret_keys()?;
+            let (chain, key) = capstan_adapters::acme::export(&store, &keyring, &arn)
+                .await
+                .map_err(|e| anyhow::anyhow!(e))?;
+            std::fs::create_dir_all(&out)?;
+            std::fs::write(out.join("fullchain.pem"), chain)?;
+            let key_path = out.join("privkey.pem");
+            let mut options = std::fs::OpenOptions::new();
+            options.write(true).create(true).truncate(true);
+            {
+                use std::os::unix::fs::OpenOptionsExt as _;
+                options.mode(0o600);
+            }
+            std::io::Write::write_all(&mut options.open(&key_path)?, key.as_bytes())?;
+            eprintln!("wrote {} and {}", out.join("fullchain.pem").display(), key_path.display());
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench { quick, only } => {
