@@ -21,6 +21,10 @@ setup:
     # schemathesis (`st`) fuzzes the live server from /v1/openapi.json (tests/tests/openapi.rs).
     python3 -c 'import schemathesis' 2>/dev/null && command -v st >/dev/null \
         || python3 -m pip install --quiet --disable-pip-version-check 'schemathesis==4.32.5'
+    # Real servers of the provider tests (tests/tests/providers.rs): Knot DNS and Pebble.
+    if ! command -v knotd >/dev/null 2>&1 && [ ! -x /usr/sbin/knotd ] || ! command -v kdig >/dev/null 2>&1 || ! command -v pebble >/dev/null 2>&1; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq knot knot-dnsutils pebble >/dev/null
+    fi
     # pyenv only puts a new console script (`st`) on PATH after a rehash.
     if command -v pyenv >/dev/null 2>&1; then pyenv rehash; fi
 

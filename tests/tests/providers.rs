@@ -45,7 +45,10 @@ struct World {
 
 impl World {
     fn start(tables: &str) -> Self {
-        let home = home_with(&["workflows/add-certificate.wasm"], &format!("{BASE}{tables}"));
+        let home = home_with(
+            &["workflows/add-certificate.wasm"],
+            &format!("{BASE}{tables}"),
+        );
         let key = key_for(
             home.path(),
             "ops",
@@ -112,13 +115,22 @@ impl World {
     }
 
     async fn settle(&self, id: &str) -> Value {
-        self.until(id, &["succeeded", "failed", "canceled", "rolled_back", "paused"])
-            .await
+        self.until(
+            id,
+            &["succeeded", "failed", "canceled", "rolled_back", "paused"],
+        )
+        .await
     }
 }
 
 fn uuid_like() -> String {
-    format!("{:x}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos())
+    format!(
+        "{:x}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    )
 }
 
 fn stage<'a>(execution: &'a Value, name: &str) -> &'a Value {
@@ -139,7 +151,12 @@ async fn add_certificate_on_knot_and_pebble_issues_a_chain_that_verifies_and_rol
     let secret = knot.write_secret_file(secrets.path());
     let account = secrets.path().join("acme-account.json");
     // A challenge record left by someone else: the validation replaces it, rollback restores it.
-    knot.update_add(&knot.name("_acme-challenge.api"), 120, "TXT", "\"left-by-an-operator\"");
+    knot.update_add(
+        &knot.name("_acme-challenge.api"),
+        120,
+        "TXT",
+        "\"left-by-an-operator\"",
+    );
     let w = World::start(&format!(
         "{}{}",
         dns_table(&knot, &secret),
@@ -159,15 +176,27 @@ async fn add_certificate_on_knot_and_pebble_issues_a_chain_that_verifies_and_rol
         .trigger(json!({"domain": format!("api.{ZONE}"), "subjectAlternativeNames": [format!("www.{ZONE}")]}))
         .await;
     let e = w.settle(&id).await;
-    assert_eq!(e["status"], "succeeded", "{e:#}\nknot: {}\npebble: {}", knot.log(), pebble.log());
+    assert_eq!(
+        e["status"],
+        "succeeded",
+        "{e:#}\nknot: {}\npebble: {}",
+        knot.log(),
+        pebble.log()
+    );
     let arn = stage(&e, "request")["outputJson"]["arn"]
         .as_str()
         .expect("arn")
         .to_owned();
-    assert!(arn.starts_with("https://127.0.0.1"), "the arn is the order URL: {arn}");
+    assert!(
+        arn.starts_with("https://127.0.0.1"),
+        "the arn is the order URL: {arn}"
+    );
 
     // The published challenge records are in the zone as Knot serves them.
-    assert_eq!(knot.query(&knot.name("_acme-challenge.www"), "TXT").len(), 1);
+    assert_eq!(
+        knot.query(&knot.name("_acme-challenge.www"), "TXT").len(),
+        1
+    );
     assert_ne!(
         knot.query(&knot.name("_acme-challenge.api"), "TXT"),
         vec!["\"left-by-an-operator\"".to_owned()]
@@ -178,15 +207,27 @@ async fn add_certificate_on_knot_and_pebble_issues_a_chain_that_verifies_and_rol
     let out = w.home.path().join("export");
     capstan_e2e::cli(
         w.home.path(),
-        &["certificates", "export", &arn, "--out", out.to_str().unwrap()],
+        &[
+            "certificates",
+            "export",
+            &arn,
+            "--out",
+            out.to_str().unwrap(),
+        ],
     );
     let chain = std::fs::read_to_string(out.join("fullchain.pem")).unwrap();
-    assert!(pem_certs(&chain).len() >= 2, "leaf and intermediate: {chain}");
+    assert!(
+        pem_certs(&chain).len() >= 2,
+        "leaf and intermediate: {chain}"
+    );
     verify_chain(&chain, &pebble.issuing_root_pem().await).expect("the chain verifies");
     let key = std::fs::read_to_string(out.join("privkey.pem")).unwrap();
     assert!(key.contains("PRIVATE KEY"));
     let api = serde_json::to_string(&w.execution(&id).await).unwrap();
-    assert!(!api.contains(key.lines().nth(1).unwrap()), "the key never leaves through the API");
+    assert!(
+        !api.contains(key.lines().nth(1).unwrap()),
+        "the key never leaves through the API"
+    );
     assert_eq!(
         pebble.orders_of_credentials(&account).await.len(),
         1,
@@ -194,7 +235,9 @@ async fn add_certificate_on_knot_and_pebble_issues_a_chain_that_verifies_and_rol
     );
 
     // Rollback: the certificate is revoked, the replaced record is back, the new one is gone.
-    let (status, body) = w.post(&format!("/v1/executions/{id}/rollback"), json!({})).await;
+    let (status, body) = w
+        .post(&format!("/v1/executions/{id}/rollback"), json!({}))
+        .await;
     assert!(status.is_success(), "{status} {body}");
     let rolled = w.until(&id, &["rolled_back", "failed"]).await;
     assert_eq!(rolled["status"], "rolled_back", "{rolled:#}");
@@ -202,7 +245,10 @@ async fn add_certificate_on_knot_and_pebble_issues_a_chain_that_verifies_and_rol
         knot.query(&knot.name("_acme-challenge.api"), "TXT"),
         vec!["\"left-by-an-operator\"".to_owned()]
     );
-    assert!(knot.query(&knot.name("_acme-challenge.www"), "TXT").is_empty());
+    assert!(
+        knot.query(&knot.name("_acme-challenge.www"), "TXT")
+            .is_empty()
+    );
 }
 
 #[tokio::test]
@@ -223,7 +269,10 @@ async fn a_wrong_tsig_key_fails_the_stage_with_a_permanent_error_that_names_the_
         "names the key: {error:#}"
     );
     let text = serde_json::to_string(&e).unwrap();
-    assert!(!text.contains("d3JvbmctdHNpZy1zZWNyZXQ"), "the secret never shows");
+    assert!(
+        !text.contains("d3JvbmctdHNpZy1zZWNyZXQ"),
+        "the secret never shows"
+    );
     assert_eq!(knot.soa_serial(), serial, "nothing changed in the zone");
 }
 
@@ -236,11 +285,16 @@ async fn a_stopped_dns_server_pauses_the_execution_and_resume_carries_on_once_it
     knot.stop();
     let id = w.trigger(json!({"domain": format!("api.{ZONE}")})).await;
     let e = w.settle(&id).await;
-    assert_eq!(e["status"], "paused", "transient errors retried, then paused: {e:#}");
+    assert_eq!(
+        e["status"], "paused",
+        "transient errors retried, then paused: {e:#}"
+    );
     assert_eq!(stage(&e, "validation")["errorJson"]["error"], "unavailable");
 
     knot.restart();
-    let (status, body) = w.post(&format!("/v1/executions/{id}/resume"), json!({})).await;
+    let (status, body) = w
+        .post(&format!("/v1/executions/{id}/resume"), json!({}))
+        .await;
     assert!(status.is_success(), "{status} {body}");
     // The validation stage finishes; the simulated certificate then waits for its record in the
     // simulated DNS, which a real zone never feeds (certificates need the acme provider here).
@@ -248,7 +302,8 @@ async fn a_stopped_dns_server_pauses_the_execution_and_resume_carries_on_once_it
     assert_eq!(stage(&e, "validation")["status"], "succeeded", "{e:#}");
     // The simulated certificate's validation record is in the real zone.
     assert_eq!(
-        knot.query(&knot.name("_capstan-validation.api"), "CNAME").len(),
+        knot.query(&knot.name("_capstan-validation.api"), "CNAME")
+            .len(),
         1,
         "{:?}",
         knot.records()

@@ -333,7 +333,10 @@ impl Acme {
                 .intend(
                     token,
                     "certificates.request-certificate",
-                    &json!(Intent { names: names.clone(), arn: None }),
+                    &json!(Intent {
+                        names: names.clone(),
+                        arn: None
+                    }),
                     self.now(),
                 )
                 .await?;
@@ -362,7 +365,10 @@ impl Acme {
                 .intend(
                     token,
                     "certificates.request-certificate",
-                    &json!(Intent { names: names.clone(), arn: Some(arn.clone()) }),
+                    &json!(Intent {
+                        names: names.clone(),
+                        arn: Some(arn.clone())
+                    }),
                     self.now(),
                 )
                 .await?;
@@ -415,7 +421,12 @@ impl Acme {
         let answer = serde_json::to_value(row.view()).map_err(storage)?;
         if !token.is_empty() {
             self.ledger
-                .done(token, "certificates.request-certificate", &answer, self.now())
+                .done(
+                    token,
+                    "certificates.request-certificate",
+                    &answer,
+                    self.now(),
+                )
                 .await?;
         }
         Ok(answer)
@@ -437,10 +448,9 @@ impl Acme {
 
     /// One step of the order behind `arn`, and the certificate as it stands after it.
     async fn describe(&self, arn: &str) -> Answer {
-        let row = self
-            .row(arn)
-            .await?
-            .ok_or_else(|| CapabilityError::permanent("not-found", format!("no certificate {arn}")))?;
+        let row = self.row(arn).await?.ok_or_else(|| {
+            CapabilityError::permanent("not-found", format!("no certificate {arn}"))
+        })?;
         if row.status != CertificateStatus::PendingValidation {
             return serde_json::to_value(row.view()).map_err(storage);
         }
@@ -526,13 +536,13 @@ impl Acme {
                     .as_ref()
                     .map(ToString::to_string)
                     .unwrap_or_else(|| "the CA marked the order invalid".to_owned());
-                self.set_status(arn, CertificateStatus::Failed, Some(&why)).await?;
+                self.set_status(arn, CertificateStatus::Failed, Some(&why))
+                    .await?;
             }
         }
-        let row = self
-            .row(arn)
-            .await?
-            .ok_or_else(|| CapabilityError::permanent("not-found", format!("no certificate {arn}")))?;
+        let row = self.row(arn).await?.ok_or_else(|| {
+            CapabilityError::permanent("not-found", format!("no certificate {arn}"))
+        })?;
         serde_json::to_value(row.view()).map_err(storage)
     }
 
@@ -548,10 +558,9 @@ impl Acme {
     }
 
     async fn delete(&self, arn: &str) -> Answer {
-        let row = self
-            .row(arn)
-            .await?
-            .ok_or_else(|| CapabilityError::permanent("not-found", format!("no certificate {arn}")))?;
+        let row = self.row(arn).await?.ok_or_else(|| {
+            CapabilityError::permanent("not-found", format!("no certificate {arn}"))
+        })?;
         match row.status {
             CertificateStatus::Issued => {
                 let chain = self.chain(&row).await?;
@@ -570,10 +579,13 @@ impl Acme {
                     Ok(()) => {}
                     // Revoked already (a repeat after a crash): nothing more to do.
                     Err(instant_acme::Error::Api(p))
-                        if p.r#type.as_deref().is_some_and(|t| t.ends_with(":alreadyRevoked")) => {}
+                        if p.r#type
+                            .as_deref()
+                            .is_some_and(|t| t.ends_with(":alreadyRevoked")) => {}
                     Err(e) => return Err(acme_error(e)),
                 }
-                self.set_status(arn, CertificateStatus::Revoked, None).await?;
+                self.set_status(arn, CertificateStatus::Revoked, None)
+                    .await?;
             }
             CertificateStatus::PendingValidation | CertificateStatus::Failed => {
                 // Nothing was issued: the order expires at the CA by itself.
@@ -593,11 +605,12 @@ impl Acme {
     }
 
     async fn chain(&self, row: &Row_) -> Result<String, CapabilityError> {
-        let r = sqlx::query("SELECT chain_sealed, kms_key_id FROM acme_certificates WHERE arn = $1")
-            .bind(&row.arn)
-            .fetch_one(self.ledger.pool())
-            .await
-            .map_err(storage)?;
+        let r =
+            sqlx::query("SELECT chain_sealed, kms_key_id FROM acme_certificates WHERE arn = $1")
+                .bind(&row.arn)
+                .fetch_one(self.ledger.pool())
+                .await
+                .map_err(storage)?;
         let sealed: Option<String> = r.try_get(0).map_err(storage)?;
         let kms: Option<String> = r.try_get(1).map_err(storage)?;
         let (Some(sealed), Some(kms)) = (sealed, kms) else {
@@ -630,7 +643,9 @@ pub async fn export(
     let kms: Option<String> = r.try_get(2).map_err(|e| e.to_string())?;
     let status: String = r.try_get(3).map_err(|e| e.to_string())?;
     let (Some(chain), Some(key), Some(kms)) = (chain, key, kms) else {
-        return Err(format!("certificate {arn} is {status}: it has no chain to export"));
+        return Err(format!(
+            "certificate {arn} is {status}: it has no chain to export"
+        ));
     };
     let open = |sealed: &str| -> Result<String, String> {
         let bytes = keyring

@@ -111,9 +111,13 @@ pub fn arg<T: serde::de::DeserializeOwned>(
     request: &serde_json::Value,
     name: &str,
 ) -> Result<T, CapabilityError> {
-    serde_json::from_value(request.get(name).cloned().unwrap_or(serde_json::Value::Null)).map_err(
-        |e| CapabilityError::permanent("invalid-request", format!("argument `{name}`: {e}")),
+    serde_json::from_value(
+        request
+            .get(name)
+            .cloned()
+            .unwrap_or(serde_json::Value::Null),
     )
+    .map_err(|e| CapabilityError::permanent("invalid-request", format!("argument `{name}`: {e}")))
 }
 
 /// Lower-case, without the trailing dot.

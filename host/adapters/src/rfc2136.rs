@@ -26,9 +26,9 @@ use async_trait::async_trait;
 use capstan_core::{Capability, CapabilityError, Clock, Providers};
 use futures_util::StreamExt as _;
 use hickory_client::client::Client;
+use hickory_client::proto::ProtoError;
 use hickory_client::proto::dnssec::rdata::tsig::TsigAlgorithm;
 use hickory_client::proto::dnssec::tsig::TSigner;
-use hickory_client::proto::ProtoError;
 use hickory_client::proto::op::{
     Message, MessageFinalizer, MessageType, MessageVerifier, OpCode, Query, ResponseCode,
     UpdateMessage,
@@ -120,7 +120,10 @@ fn unavailable(server: &str, e: impl std::fmt::Display) -> CapabilityError {
 
 fn name(text: &str) -> Result<Name, CapabilityError> {
     let mut n = Name::from_str(&model::bare(text)).map_err(|e| {
-        CapabilityError::permanent("invalid-change-batch", format!("`{text}` is not a DNS name: {e}"))
+        CapabilityError::permanent(
+            "invalid-change-batch",
+            format!("`{text}` is not a DNS name: {e}"),
+        )
     })?;
     n.set_fqdn(true);
     Ok(n)
@@ -198,28 +201,34 @@ fn canonical(t: RecordType, values: &[String]) -> Result<Vec<String>, Capability
 /// What an update answered, as a capability error when it is not NOERROR.
 fn refusal(code: ResponseCode, key: &str, zone: &Name) -> CapabilityError {
     match code {
-        ResponseCode::NotAuth | ResponseCode::BADKEY | ResponseCode::BADSIG | ResponseCode::BADTIME => {
-            CapabilityError::permanent(
-                "tsig-rejected",
-                format!(
-                    "the DNS server rejected TSIG key `{key}` for zone {zone} ({code}): check providers.dns.tsig_key_name, the secret and the server's key"
-                ),
-            )
-        }
+        ResponseCode::NotAuth
+        | ResponseCode::BADKEY
+        | ResponseCode::BADSIG
+        | ResponseCode::BADTIME => CapabilityError::permanent(
+            "tsig-rejected",
+            format!(
+                "the DNS server rejected TSIG key `{key}` for zone {zone} ({code}): check providers.dns.tsig_key_name, the secret and the server's key"
+            ),
+        ),
         ResponseCode::Refused => CapabilityError::permanent(
             "update-refused",
-            format!("the DNS server refused updates of zone {zone} under TSIG key `{key}`: check its update ACL"),
+            format!(
+                "the DNS server refused updates of zone {zone} under TSIG key `{key}`: check its update ACL"
+            ),
         ),
         ResponseCode::NotZone => CapabilityError::permanent(
             "invalid-change-batch",
             format!("a name of the change is not in zone {zone}"),
         ),
-        ResponseCode::YXRRSet | ResponseCode::NXRRSet | ResponseCode::YXDomain | ResponseCode::NXDomain => {
-            CapabilityError::transient(
-                "conflict",
-                format!("record sets of zone {zone} changed between the read and the update ({code}); the retry reads them again"),
-            )
-        }
+        ResponseCode::YXRRSet
+        | ResponseCode::NXRRSet
+        | ResponseCode::YXDomain
+        | ResponseCode::NXDomain => CapabilityError::transient(
+            "conflict",
+            format!(
+                "record sets of zone {zone} changed between the read and the update ({code}); the retry reads them again"
+            ),
+        ),
         ResponseCode::ServFail => CapabilityError::transient(
             "unavailable",
             format!("the DNS server failed to update zone {zone} (SERVFAIL)"),
@@ -314,9 +323,7 @@ impl Rfc2136 {
         let zones = s
             .zones
             .iter()
-            .map(|z| {
-                name(z).map_err(|e| SettingsError::new(dns, "zones", e.message))
-            })
+            .map(|z| name(z).map_err(|e| SettingsError::new(dns, "zones", e.message)))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self {
             server: with_port(&s.server),
@@ -342,12 +349,8 @@ impl Rfc2136 {
             .map_err(|e| unavailable(server, e))?
             .next()
             .ok_or_else(|| unavailable(server, "the name has no address"))?;
-        let (stream, handle) = TcpClientStream::new(
-            addr,
-            None,
-            Some(self.timeout),
-            TokioRuntimeProvider::new(),
-        );
+        let (stream, handle) =
+            TcpClientStream::new(addr, None, Some(self.timeout), TokioRuntimeProvider::new());
         let signer: Option<Arc<dyn MessageFinalizer>> = if signed {
             Some(self.signer.clone())
         } else {
@@ -370,7 +373,10 @@ impl Rfc2136 {
         match responses.next().await {
             Some(Ok(response)) => Ok(response.into_message()),
             Some(Err(e)) => Err(exchange_error(server, &self.key_name, e)),
-            None => Err(unavailable(server, "the connection closed without an answer")),
+            None => Err(unavailable(
+                server,
+                "the connection closed without an answer",
+            )),
         }
     }
 
@@ -397,12 +403,13 @@ impl Rfc2136 {
                 .filter(|r| r.record_type() == t && r.name() == owner)
                 .cloned()
                 .collect()),
-            ResponseCode::NotAuth | ResponseCode::Refused => Err(refusal(
-                answer.response_code(),
-                &self.key_name,
-                owner,
+            ResponseCode::NotAuth | ResponseCode::Refused => {
+                Err(refusal(answer.response_code(), &self.key_name, owner))
+            }
+            other => Err(unavailable(
+                server,
+                format!("answered {other} to a query of {owner}"),
             )),
-            other => Err(unavailable(server, format!("answered {other} to a query of {owner}"))),
         }
     }
 
@@ -428,7 +435,12 @@ impl Rfc2136 {
         }))
     }
 
-    async fn soa_serial(&self, client: &Client, server: &str, zone: &Name) -> Result<u32, CapabilityError> {
+    async fn soa_serial(
+        &self,
+        client: &Client,
+        server: &str,
+        zone: &Name,
+    ) -> Result<u32, CapabilityError> {
         let records = self.query(client, server, zone, WireType::SOA).await?;
         records
             .iter()
@@ -500,7 +512,11 @@ impl Rfc2136 {
                 if set.values.is_empty() {
                     return Err(CapabilityError::permanent(
                         "invalid-change-batch",
-                        format!("the upsert of {} {} has no values", set.type_.mnemonic(), set.name),
+                        format!(
+                            "the upsert of {} {} has no values",
+                            set.type_.mnemonic(),
+                            set.name
+                        ),
                     ));
                 }
                 canonical(set.type_, &set.values)?;
@@ -510,7 +526,11 @@ impl Rfc2136 {
             }) {
                 return Err(CapabilityError::permanent(
                     "invalid-change-batch",
-                    format!("the batch changes {} {} more than once", set.type_.mnemonic(), set.name),
+                    format!(
+                        "the batch changes {} {} more than once",
+                        set.type_.mnemonic(),
+                        set.name
+                    ),
                 ));
             }
         }
@@ -565,7 +585,8 @@ impl Rfc2136 {
                 // §2.4.2: the set exists with exactly these records.
                 Some(before) => {
                     for value in &before.values {
-                        let mut r = Record::from_rdata(owner.clone(), 0, rdata(before.type_, value)?);
+                        let mut r =
+                            Record::from_rdata(owner.clone(), 0, rdata(before.type_, value)?);
                         r.set_dns_class(DNSClass::IN);
                         message.add_pre_requisite(r);
                     }
@@ -625,19 +646,33 @@ impl Rfc2136 {
                         None if matches!(change, Change::Delete(_)) => {
                             return Err(CapabilityError::permanent(
                                 "invalid-change-batch",
-                                format!("no {} record {} to delete", set.type_.mnemonic(), set.name),
+                                format!(
+                                    "no {} record {} to delete",
+                                    set.type_.mnemonic(),
+                                    set.name
+                                ),
                             ));
                         }
                         None => {}
                     }
                 }
                 let intent = Intent {
-                    change_id: format!("C{}", capstan_core::ids::new_id().replace('-', "").to_ascii_uppercase()),
+                    change_id: format!(
+                        "C{}",
+                        capstan_core::ids::new_id()
+                            .replace('-', "")
+                            .to_ascii_uppercase()
+                    ),
                     prior,
                 };
                 if !token.is_empty() {
                     self.ledger
-                        .intend(token, "dns.change-records", &serde_json::to_value(&intent).unwrap_or_default(), self.now())
+                        .intend(
+                            token,
+                            "dns.change-records",
+                            &serde_json::to_value(&intent).unwrap_or_default(),
+                            self.now(),
+                        )
                         .await?;
                 }
                 intent
@@ -735,7 +770,8 @@ pub async fn txt_values(server: &str, owner: &str) -> Result<Vec<String>, Capabi
         .next()
         .ok_or_else(|| unavailable(&server, "the name has no address"))?;
     let timeout = Duration::from_secs(5);
-    let (stream, handle) = TcpClientStream::new(addr, None, Some(timeout), TokioRuntimeProvider::new());
+    let (stream, handle) =
+        TcpClientStream::new(addr, None, Some(timeout), TokioRuntimeProvider::new());
     let (client, background) = Client::with_timeout(stream, handle, timeout, None)
         .await
         .map_err(|e| unavailable(&server, e))?;
@@ -764,7 +800,10 @@ pub async fn txt_values(server: &str, owner: &str) -> Result<Vec<String>, Capabi
 
 fn with_port(server: &str) -> String {
     let s = server.trim();
-    if s.parse::<SocketAddr>().is_ok() || s.rsplit_once(':').is_some_and(|(h, p)| !h.ends_with(']') && !h.contains(':') && p.parse::<u16>().is_ok()) {
+    if s.parse::<SocketAddr>().is_ok()
+        || s.rsplit_once(':')
+            .is_some_and(|(h, p)| !h.ends_with(']') && !h.contains(':') && p.parse::<u16>().is_ok())
+    {
         s.to_owned()
     } else {
         format!("{s}:53")
@@ -793,7 +832,11 @@ impl Providers for Rfc2136 {
                 Ok(match self.zone_of(&domain) {
                     Some(zone) => {
                         let id = model::bare(&zone.to_string());
-                        serde_json::to_value(Zone { id: id.clone(), name: id }).unwrap_or_default()
+                        serde_json::to_value(Zone {
+                            id: id.clone(),
+                            name: id,
+                        })
+                        .unwrap_or_default()
                     }
                     None => Value::Null,
                 })
@@ -802,7 +845,11 @@ impl Providers for Rfc2136 {
                 "unsupported",
                 format!(
                     "RFC 2136 cannot {} zones: add the zone on the DNS server and to providers.dns.zones",
-                    if op == "dns.create-zone" { "create" } else { "delete" }
+                    if op == "dns.create-zone" {
+                        "create"
+                    } else {
+                        "delete"
+                    }
                 ),
             )),
             "dns.list-records" => self.list_records(request).await,
@@ -820,7 +867,10 @@ impl Providers for Rfc2136 {
     }
 
     async fn reachable(&self) -> Result<(), String> {
-        let client = self.connect(&self.server, true).await.map_err(|e| e.message)?;
+        let client = self
+            .connect(&self.server, true)
+            .await
+            .map_err(|e| e.message)?;
         for zone in &self.zones {
             self.soa_serial(&client, &self.server, zone)
                 .await

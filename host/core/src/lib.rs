@@ -22,8 +22,8 @@ pub mod store;
 pub mod workflow;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use providers::{Inspect, Providers};
 pub use execution::{ExecutionStatus, StageStatus};
+pub use providers::{Inspect, Providers};
 pub use workflow::{
     CancelMode, Capability, CapabilityError, CapabilityGrants, ErrorKind, RecoveryOperation,
     WorkflowDescriptor,

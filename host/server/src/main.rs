@@ -566,7 +566,11 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
                 options.mode(0o600);
             }
             std::io::Write::write_all(&mut options.open(&key_path)?, key.as_bytes())?;
-            eprintln!("wrote {} and {}", out.join("fullchain.pem").display(), key_path.display());
+            eprintln!(
+                "wrote {} and {}",
+                out.join("fullchain.pem").display(),
+                key_path.display()
+            );
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench { quick, only } => {

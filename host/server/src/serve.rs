@@ -201,7 +201,11 @@ pub async fn providers(
             );
         }
         if let Some(provider) = capstan_adapters::build(*capability, table, node).await? {
-            tracing::info!(capability = capability.as_str(), kind = provider.kind(), "provider configured");
+            tracing::info!(
+                capability = capability.as_str(),
+                kind = provider.kind(),
+                "provider configured"
+            );
             set = set.with(*capability, provider);
         }
     }

@@ -1,5 +1,4 @@
 use super::*;
-use capstan_core::Providers as _;
 use capstan_core::ManualClock;
 
 async fn cloud() -> (SimulatedCloud, ManualClock, tempfile::TempDir) {
@@ -772,7 +771,8 @@ async fn a_seed_file_replaces_the_demo_world_and_bad_seeds_are_refused_with_the_
     };
     let e = cloud.seed(&bad).await.unwrap_err();
     assert!(
-        e.to_string().contains("type must be A, AAAA, CNAME, TXT, MX or CAA"),
+        e.to_string()
+            .contains("type must be A, AAAA, CNAME, TXT, MX or CAA"),
         "{e}"
     );
 }
