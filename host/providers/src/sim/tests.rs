@@ -783,7 +783,7 @@ impl SeedRecordLike {
         super::SeedRecord {
             zone: "corp.test".into(),
             name: "x.corp.test".into(),
-            record_type: "MX".into(),
+            record_type: "SRV".into(),
             ttl: None,
             values: vec![],
         }
