@@ -33,7 +33,7 @@ use hickory_client::proto::op::{
     Message, MessageFinalizer, MessageType, MessageVerifier, OpCode, Query, ResponseCode,
     UpdateMessage,
 };
-use hickory_client::proto::rr::rdata::{TXT, caa::CAA};
+use hickory_client::proto::rr::rdata::TXT;
 use hickory_client::proto::rr::{DNSClass, Name, RData, Record, RecordType as WireType};
 use hickory_client::proto::runtime::TokioRuntimeProvider;
 use hickory_client::proto::serialize::txt::RDataParser as _;
@@ -176,15 +176,8 @@ fn value_of(data: &RData) -> String {
             .iter()
             .map(|c| String::from_utf8_lossy(c).into_owned())
             .collect(),
-        RData::CAA(caa) => caa_text(caa),
         other => other.to_string(),
     }
-}
-
-fn caa_text(caa: &CAA) -> String {
-    // hickory's Display of CAA differs between versions; the zone-file form is the stable one.
-    let text = caa.to_string();
-    text.trim().to_owned()
 }
 
 /// The comparable form of a record set's values: parsed and printed again, sorted.
