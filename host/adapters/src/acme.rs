@@ -265,9 +265,11 @@ impl Acme {
     }
 
     async fn row(&self, arn: &str) -> Result<Option<Row_>, CapabilityError> {
-        let row = sqlx::query(
-            "SELECT arn, token, names, status, validation, issued_ms, key_sealed, kms_key_id FROM acme_certificates WHERE arn = $1",
-        )
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            columns!(),
+            " FROM acme_certificates WHERE arn = $1"
+        ))
         .bind(arn)
         .fetch_optional(self.ledger.pool())
         .await
@@ -276,9 +278,11 @@ impl Acme {
     }
 
     async fn rows(&self) -> Result<Vec<Row_>, CapabilityError> {
-        let rows = sqlx::query(
-            "SELECT arn, token, names, status, validation, issued_ms, key_sealed, kms_key_id FROM acme_certificates ORDER BY requested_ms",
-        )
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            columns!(),
+            " FROM acme_certificates ORDER BY requested_ms"
+        ))
         .fetch_all(self.ledger.pool())
         .await
         .map_err(storage)?;
@@ -324,7 +328,15 @@ impl Acme {
                     if let Some(arn) = intent.arn
                         && let Some(row) = self.row(&arn).await?
                     {
-                        return self.answer_request(token, &row).await;
+                        // A crash after the order was stored: its validation records may not be.
+                        let validation = if row.validation.is_empty() {
+                            let account = self.account().await?;
+                            let mut order = account.order(arn.clone()).await.map_err(acme_error)?;
+                            Some(validation_of(&mut order).await?)
+                        } else {
+                            None
+                        };
+                        return self.answer_request(token, &arn, validation).await;
                     }
                 }
                 None => {}
@@ -373,51 +385,29 @@ impl Acme {
                 )
                 .await?;
         }
-        // One TXT record set per name, every challenge value of that name in it.
-        let mut validation: Vec<RecordSet> = Vec::new();
-        let mut authorizations = order.authorizations();
-        while let Some(authz) = authorizations.next().await {
-            let mut authz = authz.map_err(acme_error)?;
-            let Some(challenge) = authz.challenge(ChallengeType::Dns01) else {
-                return Err(CapabilityError::permanent(
-                    "acme-refused",
-                    "the CA offers no dns-01 challenge for a name of the order",
-                ));
-            };
-            let Identifier::Dns(host) = challenge.identifier().identifier.clone() else {
-                continue;
-            };
-            let record = format!("_acme-challenge.{}", model::bare(&host));
-            let value = challenge.key_authorization().dns_value();
-            match validation.iter_mut().find(|r| r.name == record) {
-                Some(set) => {
-                    if !set.values.contains(&value) {
-                        set.values.push(value);
-                    }
-                }
-                None => validation.push(RecordSet {
-                    name: record,
-                    type_: RecordType::Txt,
-                    ttl: Some(60),
-                    values: vec![value],
-                    alias_target: None,
-                }),
-            }
-        }
-        sqlx::query("UPDATE acme_certificates SET validation = $1 WHERE arn = $2")
-            .bind(serde_json::to_string(&validation).map_err(storage)?)
-            .bind(&arn)
-            .execute(self.ledger.pool())
-            .await
-            .map_err(storage)?;
-        let row = self
-            .row(&arn)
-            .await?
-            .ok_or_else(|| storage("the order just stored is gone"))?;
-        self.answer_request(token, &row).await
+        let validation = validation_of(&mut order).await?;
+        self.answer_request(token, &arn, Some(validation)).await
     }
 
-    async fn answer_request(&self, token: &str, row: &Row_) -> Answer {
+    /// Answers a request with the stored order, its validation records stored first when given.
+    async fn answer_request(
+        &self,
+        token: &str,
+        arn: &str,
+        validation: Option<Vec<RecordSet>>,
+    ) -> Answer {
+        if let Some(validation) = validation {
+            sqlx::query("UPDATE acme_certificates SET validation = $1 WHERE arn = $2")
+                .bind(serde_json::to_string(&validation).map_err(storage)?)
+                .bind(arn)
+                .execute(self.ledger.pool())
+                .await
+                .map_err(storage)?;
+        }
+        let row = self
+            .row(arn)
+            .await?
+            .ok_or_else(|| storage("the order just stored is gone"))?;
         let answer = serde_json::to_value(row.view()).map_err(storage)?;
         if !token.is_empty() {
             self.ledger
@@ -656,18 +646,62 @@ pub async fn export(
     Ok((open(&chain)?, open(&key)?))
 }
 
+/// The order's validation records: one TXT record set per name, every dns-01 challenge value of
+/// that name in it (a name and its wildcard share one).
+async fn validation_of(order: &mut instant_acme::Order) -> Result<Vec<RecordSet>, CapabilityError> {
+    let mut validation: Vec<RecordSet> = Vec::new();
+    let mut authorizations = order.authorizations();
+    while let Some(authz) = authorizations.next().await {
+        let mut authz = authz.map_err(acme_error)?;
+        let Some(challenge) = authz.challenge(ChallengeType::Dns01) else {
+            return Err(CapabilityError::permanent(
+                "acme-refused",
+                "the CA offers no dns-01 challenge for a name of the order",
+            ));
+        };
+        let Identifier::Dns(host) = challenge.identifier().identifier.clone() else {
+            continue;
+        };
+        let record = format!("_acme-challenge.{}", model::bare(&host));
+        let value = challenge.key_authorization().dns_value();
+        match validation.iter_mut().find(|r| r.name == record) {
+            Some(set) => {
+                if !set.values.contains(&value) {
+                    set.values.push(value);
+                }
+            }
+            None => validation.push(RecordSet {
+                name: record,
+                type_: RecordType::Txt,
+                ttl: Some(60),
+                values: vec![value],
+                alias_target: None,
+            }),
+        }
+    }
+    Ok(validation)
+}
+
+/// The columns [`decode`] reads, in its order (a macro, so statements stay static text).
+macro_rules! columns {
+    () => {
+        "arn, names, status, validation, issued_ms, key_sealed, kms_key_id"
+    };
+}
+use columns;
+
 fn decode(r: &sqlx::any::AnyRow) -> Result<Row_, CapabilityError> {
-    let names: String = r.try_get(2).map_err(storage)?;
-    let status: String = r.try_get(3).map_err(storage)?;
-    let validation: String = r.try_get(4).map_err(storage)?;
+    let names: String = r.try_get(1).map_err(storage)?;
+    let status: String = r.try_get(2).map_err(storage)?;
+    let validation: String = r.try_get(3).map_err(storage)?;
     Ok(Row_ {
         arn: r.try_get(0).map_err(storage)?,
         names: serde_json::from_str(&names).map_err(storage)?,
         status: status_of(&status),
         validation: serde_json::from_str(&validation).map_err(storage)?,
-        issued_ms: r.try_get(5).map_err(storage)?,
-        key_sealed: r.try_get(6).map_err(storage)?,
-        kms_key_id: r.try_get(7).map_err(storage)?,
+        issued_ms: r.try_get(4).map_err(storage)?,
+        key_sealed: r.try_get(5).map_err(storage)?,
+        kms_key_id: r.try_get(6).map_err(storage)?,
     })
 }
 

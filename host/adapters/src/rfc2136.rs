@@ -20,7 +20,7 @@
 //!   a permanent `alias-unsupported` error names Route 53 as the provider that has them.
 
 use crate::ledger::{Entry, Ledger, storage};
-use crate::model::{self, Change, ChangeReceipt, ChangeStatus, RecordSet, RecordType, Zone, arg};
+use crate::model::{self, Change, ChangeReceipt, ChangeStatus, RecordSet, RecordType, arg};
 use crate::{Node, SettingsError};
 use async_trait::async_trait;
 use capstan_core::{Capability, CapabilityError, Clock, Providers};
@@ -337,23 +337,12 @@ impl Rfc2136 {
 
     /// A TCP connection to `server`, signing every message with the key when `signed`.
     async fn connect(&self, server: &str, signed: bool) -> Result<Client, CapabilityError> {
-        let addr: SocketAddr = tokio::net::lookup_host(server)
-            .await
-            .map_err(|e| unavailable(server, e))?
-            .next()
-            .ok_or_else(|| unavailable(server, "the name has no address"))?;
-        let (stream, handle) =
-            TcpClientStream::new(addr, None, Some(self.timeout), TokioRuntimeProvider::new());
         let signer: Option<Arc<dyn MessageFinalizer>> = if signed {
             Some(self.signer.clone())
         } else {
             None
         };
-        let (client, background) = Client::with_timeout(stream, handle, self.timeout, signer)
-            .await
-            .map_err(|e| unavailable(server, e))?;
-        tokio::spawn(background);
-        Ok(client)
+        connect(server, self.timeout, signer).await
     }
 
     async fn exchange(
@@ -381,14 +370,9 @@ impl Rfc2136 {
         owner: &Name,
         t: WireType,
     ) -> Result<Vec<Record>, CapabilityError> {
-        let mut message = Message::new();
-        message
-            .set_id(rand_id())
-            .set_message_type(MessageType::Query)
-            .set_op_code(OpCode::Query)
-            .set_recursion_desired(false)
-            .add_query(Query::query(owner.clone(), t));
-        let answer = self.exchange(client, server, message).await?;
+        let answer = self
+            .exchange(client, server, query_message(owner, t))
+            .await?;
         match answer.response_code() {
             ResponseCode::NoError | ResponseCode::NXDomain => Ok(answer
                 .answers()
@@ -478,7 +462,7 @@ impl Rfc2136 {
                 sets.push(set);
             }
         }
-        Ok(serde_json::to_value(sets).unwrap_or_default())
+        serde_json::to_value(sets).map_err(storage)
     }
 
     /// Checks a batch as RFC 2136 can carry it: names in the zone, no alias, each set once.
@@ -663,7 +647,7 @@ impl Rfc2136 {
                         .intend(
                             token,
                             "dns.change-records",
-                            &serde_json::to_value(&intent).unwrap_or_default(),
+                            &serde_json::to_value(&intent).map_err(storage)?,
                             self.now(),
                         )
                         .await?;
@@ -757,27 +741,12 @@ impl Rfc2136 {
 /// challenge record resolves).
 pub async fn txt_values(server: &str, owner: &str) -> Result<Vec<String>, CapabilityError> {
     let server = with_port(server);
-    let addr: SocketAddr = tokio::net::lookup_host(&server)
-        .await
-        .map_err(|e| unavailable(&server, e))?
-        .next()
-        .ok_or_else(|| unavailable(&server, "the name has no address"))?;
-    let timeout = Duration::from_secs(5);
-    let (stream, handle) =
-        TcpClientStream::new(addr, None, Some(timeout), TokioRuntimeProvider::new());
-    let (client, background) = Client::with_timeout(stream, handle, timeout, None)
-        .await
-        .map_err(|e| unavailable(&server, e))?;
-    tokio::spawn(background);
+    let client = connect(&server, Duration::from_secs(5), None).await?;
     let owner = name(owner)?;
-    let mut message = Message::new();
-    message
-        .set_id(rand_id())
-        .set_message_type(MessageType::Query)
-        .set_op_code(OpCode::Query)
-        .set_recursion_desired(false)
-        .add_query(Query::query(owner.clone(), WireType::TXT));
-    let mut responses = client.send(DnsRequest::new(message, DnsRequestOptions::default()));
+    let mut responses = client.send(DnsRequest::new(
+        query_message(&owner, WireType::TXT),
+        DnsRequestOptions::default(),
+    ));
     let answer = match responses.next().await {
         Some(Ok(r)) => r.into_message(),
         Some(Err(e)) => return Err(unavailable(&server, e)),
@@ -791,24 +760,56 @@ pub async fn txt_values(server: &str, owner: &str) -> Result<Vec<String>, Capabi
         .collect())
 }
 
+/// A TCP connection to `server` (`host:port`), its messages finalized by `signer` if any.
+async fn connect(
+    server: &str,
+    timeout: Duration,
+    signer: Option<Arc<dyn MessageFinalizer>>,
+) -> Result<Client, CapabilityError> {
+    let addr: SocketAddr = tokio::net::lookup_host(server)
+        .await
+        .map_err(|e| unavailable(server, e))?
+        .next()
+        .ok_or_else(|| unavailable(server, "the name has no address"))?;
+    let (stream, handle) =
+        TcpClientStream::new(addr, None, Some(timeout), TokioRuntimeProvider::new());
+    let (client, background) = Client::with_timeout(stream, handle, timeout, signer)
+        .await
+        .map_err(|e| unavailable(server, e))?;
+    tokio::spawn(background);
+    Ok(client)
+}
+
+/// A non-recursive query of `owner`/`t`.
+fn query_message(owner: &Name, t: WireType) -> Message {
+    let mut message = Message::new();
+    message
+        .set_id(rand_id())
+        .set_message_type(MessageType::Query)
+        .set_op_code(OpCode::Query)
+        .set_recursion_desired(false)
+        .add_query(Query::query(owner.clone(), t));
+    message
+}
+
+/// `host:port` as given, `:53` added where no port is (`ns1.example.net`, `192.0.2.1`, `::1`).
 fn with_port(server: &str) -> String {
     let s = server.trim();
-    if s.parse::<SocketAddr>().is_ok()
-        || s.rsplit_once(':')
-            .is_some_and(|(h, p)| !h.ends_with(']') && !h.contains(':') && p.parse::<u16>().is_ok())
-    {
-        s.to_owned()
-    } else {
-        format!("{s}:53")
+    if s.parse::<SocketAddr>().is_ok() {
+        return s.to_owned();
+    }
+    if let Ok(ip) = s.parse::<std::net::IpAddr>() {
+        return SocketAddr::new(ip, 53).to_string();
+    }
+    match s.rsplit_once(':') {
+        Some((_, port)) if port.parse::<u16>().is_ok() => s.to_owned(),
+        _ => format!("{s}:53"),
     }
 }
 
+/// A message id nobody can predict (RFC 5452).
 fn rand_id() -> u16 {
-    (uuid_bits() & 0xffff) as u16
-}
-
-fn uuid_bits() -> u128 {
-    uuid::Uuid::new_v4().as_u128()
+    (uuid::Uuid::new_v4().as_u128() & 0xffff) as u16
 }
 
 fn base64_decode(text: &str) -> Option<Vec<u8>> {
@@ -825,11 +826,7 @@ impl Providers for Rfc2136 {
                 Ok(match self.zone_of(&domain) {
                     Some(zone) => {
                         let id = model::bare(&zone.to_string());
-                        serde_json::to_value(Zone {
-                            id: id.clone(),
-                            name: id,
-                        })
-                        .unwrap_or_default()
+                        json!({"id": id, "name": id})
                     }
                     None => Value::Null,
                 })

@@ -145,11 +145,11 @@ impl Runtime {
             // more than one core the kernel then flushes the other cores' TLBs (an
             // inter-processor interrupt, costly under a hypervisor), and the next activation in
             // the slot faults in again every page it touches — about a tenth of the server's CPU
-            // at 32 executions in flight (BENCHMARKS.md, session 20). Where the kernel can say which pages were
-            // written (`PAGEMAP_SCAN`, Linux ≥ 6.7), only those are zeroed with `memset` and
+            // at 32 executions in flight (BENCHMARKS.md, "Where the executions waited"). Where the
+            // kernel can say which pages were written (`PAGEMAP_SCAN`, Linux ≥ 6.7), only those are zeroed with `memset` and
             // they stay resident (at most `KEEP_RESIDENT` per memory or table; above that,
-            // `madvise` as before). Elsewhere, `memset` would have to zero the whole first
-            // `KEEP_RESIDENT` bytes, which measured dearer than `madvise` (session 12): nothing
+            // `madvise`). Elsewhere, `memset` would have to zero the whole first
+            // `KEEP_RESIDENT` bytes, which measured dearer than `madvise` for 64 MiB memories: nothing
             // is kept resident there.
             if PoolingAllocationConfig::is_pagemap_scan_available() {
                 pool.pagemap_scan(wasmtime::Enabled::Yes)

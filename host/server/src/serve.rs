@@ -417,7 +417,7 @@ pub async fn serve(
             // TCP_NODELAY: without it, Nagle's algorithm holds a small write (an SSE event, a
             // response written in pieces) while an earlier segment awaits its ACK, which the peer
             // may delay by up to 40 ms: event streams delivered events tens of milliseconds
-            // late under load (BENCHMARKS.md, session 20).
+            // late under load (measured in BENCHMARKS.md).
             None => Box::pin(
                 axum::serve(
                     listener.tap_io(|tcp| {
