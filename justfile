@@ -92,6 +92,12 @@ run: build
     echo "just run: try  curl -s -H \"Partner-Auth: $pk\" 'localhost:8080/api/public/v2/products/?cityCode=ROME&limit=2'" >&2
     exec $bin serve
 
+# The real provider path on localhost: Knot DNS (zone capstan.test, TSIG) and Pebble on free
+# ports, and `capstan serve` on 127.0.0.1:8080 routed to them (docs/providers.md). Ctrl-C stops all.
+run-real: build-guests
+    cargo build --quiet -p capstan
+    cargo run --quiet -p capstan-e2e --bin real-path
+
 # PostgreSQL for the tests (idempotent): installs Debian's server if missing, trusts 127.0.0.1, starts it, creates database `test`.
 postgres:
     #!/usr/bin/env bash

@@ -18,20 +18,23 @@ pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// The `capstan` binary of this build profile.
+/// The `capstan` binary of this build profile: beside a binary of this crate
+/// (`target/<profile>/`), one directory up from a test (`target/<profile>/deps/`).
 pub fn capstan_bin() -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>");
-    let bin = profile_dir.join("capstan");
-    assert!(
-        bin.is_file(),
-        "{} is missing: run `cargo build -p capstan` (just test does)",
-        bin.display()
-    );
-    bin
+    let dir = exe.parent().expect("the executable's directory");
+    let candidates = [Some(dir), dir.parent()];
+    let found = candidates
+        .iter()
+        .flatten()
+        .map(|d| d.join("capstan"))
+        .find(|bin| bin.is_file());
+    found.unwrap_or_else(|| {
+        panic!(
+            "no capstan binary beside {}: run `cargo build -p capstan` (just test does)",
+            exe.display()
+        )
+    })
 }
 
 /// A built guest component under `target/`.
@@ -415,3 +418,21 @@ pub async fn until_status(
     panic!("execution {id} never reached {statuses:?}; last: {last:#}");
 }
 pub mod realservers;
+
+/// A validator for one of the document's schemas in `tests/schemas/`.
+pub fn schema(name: &str) -> jsonschema::Validator {
+    let path = repo().join("tests/schemas").join(name);
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("read the schema"))
+            .expect("the schema is JSON");
+    jsonschema::validator_for(&schema).expect("the schema compiles")
+}
+
+/// Asserts `value` is valid under `validator`, listing every error with where it is.
+pub fn assert_valid(validator: &jsonschema::Validator, value: &serde_json::Value) {
+    let errors: Vec<String> = validator
+        .iter_errors(value)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(errors.is_empty(), "{errors:?}\nin {value:#}");
+}

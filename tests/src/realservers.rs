@@ -237,6 +237,18 @@ zone:
         }
     }
 
+    /// `[providers.dns]` routing Capstan's `dns` to this server, its TSIG secret read from
+    /// `secret_file` ([`Knot::write_secret_file`]).
+    pub fn provider_table(&self, secret_file: &Path) -> String {
+        format!(
+            "[providers.dns]\nkind = \"rfc2136\"\nserver = \"{}\"\ntsig_key_name = \"{}\"\ntsig_secret_file = {:?}\nzones = [\"{}\"]\n",
+            self.addr(),
+            self.key_name(),
+            secret_file.display().to_string(),
+            self.zone().trim_end_matches('.')
+        )
+    }
+
     pub fn key_name(&self) -> &str {
         Self::KEY_NAME
     }
@@ -608,6 +620,19 @@ impl Pebble {
     }
 
     /// `https://127.0.0.1:<port>/dir`.
+    /// `[providers.certificates]` routing Capstan's `certificates` to this CA, checking
+    /// challenge records on `knot` before answering them; the account is kept in `account`.
+    pub fn provider_table(&self, knot: &Knot, account: &Path) -> String {
+        format!(
+            "[providers.certificates]\nkind = \"acme\"\ndirectory_url = \"{}\"\ncontact = \"mailto:ops@{}\"\naccount_key_file = {:?}\ndirectory_ca_file = {:?}\ncheck_dns_server = \"{}\"\n",
+            self.directory_url(),
+            knot.zone().trim_end_matches('.'),
+            account.display().to_string(),
+            self.listener_ca_pem_path().display().to_string(),
+            knot.addr()
+        )
+    }
+
     pub fn directory_url(&self) -> String {
         format!("https://127.0.0.1:{}/dir", self.acme_port)
     }

@@ -4,37 +4,21 @@
 //! is checked with `kdig`, never through Capstan's own view.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use capstan_e2e::realservers::{Knot, Pebble, pem_certs, verify_chain};
-use capstan_e2e::{Server, home_with, key_for};
+use capstan_e2e::realservers::{Knot, Pebble, pem_certs, san_names, verify_chain};
+use capstan_e2e::{Server, assert_valid, home_with, key_for, schema};
 use reqwest::{Client, StatusCode};
 use serde_json::{Value, json};
-use std::path::Path;
 use std::time::Duration;
 
 const ZONE: &str = "capstan.test";
 
-/// `[providers.dns]` for `knot`, with the TSIG secret in `secret_file`.
-fn dns_table(knot: &Knot, secret_file: &Path) -> String {
+/// Fast polling so a test does not wait on the engine's production backoff; `simulator` goes
+/// into the `[simulator]` table.
+fn base(simulator: &str) -> String {
     format!(
-        "[providers.dns]\nkind = \"rfc2136\"\nserver = \"{}\"\ntsig_key_name = \"{}\"\ntsig_secret_file = {:?}\nzones = [\"{ZONE}\"]\n",
-        knot.addr(),
-        knot.key_name(),
-        secret_file.display().to_string()
+        "workers = 4\nlease_ms = 3000\n[simulator]\ncertificate_issue_ms = 0\ndns_propagation_ms = 0\ncdn_deploy_ms = 0\n{simulator}[provider_retry.dns]\ninitial_ms = 50\nmax_ms = 100\nmax_attempts = 3\n"
     )
 }
-
-fn acme_table(pebble: &Pebble, knot: &Knot, account: &Path) -> String {
-    format!(
-        "[providers.certificates]\nkind = \"acme\"\ndirectory_url = \"{}\"\ncontact = \"mailto:ops@{ZONE}\"\naccount_key_file = {:?}\ndirectory_ca_file = {:?}\ncheck_dns_server = \"{}\"\n",
-        pebble.directory_url(),
-        account.display().to_string(),
-        pebble.listener_ca_pem_path().display().to_string(),
-        knot.addr()
-    )
-}
-
-/// Fast polling so a test does not wait on the engine's production backoff.
-const BASE: &str = "workers = 4\nlease_ms = 3000\n[simulator]\ncertificate_issue_ms = 0\ndns_propagation_ms = 0\n[provider_retry.dns]\ninitial_ms = 50\nmax_ms = 100\nmax_attempts = 3\n";
 
 struct World {
     server: Server,
@@ -44,16 +28,24 @@ struct World {
 }
 
 impl World {
+    /// A server running add-certificate with `tables` added to the configuration.
     fn start(tables: &str) -> Self {
-        let home = home_with(
+        Self::start_with(
             &["workflows/add-certificate.wasm"],
-            &format!("{BASE}{tables}"),
-        );
-        let key = key_for(
-            home.path(),
-            "ops",
             &["workflows:add-certificate", "admin:read"],
-        );
+            "",
+            tables,
+        )
+    }
+
+    fn start_with(
+        components: &[&str],
+        permissions: &[&str],
+        simulator: &str,
+        tables: &str,
+    ) -> Self {
+        let home = home_with(components, &format!("{}{tables}", base(simulator)));
+        let key = key_for(home.path(), "ops", permissions);
         let server = Server::start(home.path());
         Self {
             server,
@@ -61,6 +53,13 @@ impl World {
             c: Client::new(),
             home,
         }
+    }
+
+    /// SIGKILLs the server and starts another on the same home.
+    fn kill_and_restart(&mut self) {
+        self.server.child.kill().unwrap();
+        self.server.child.wait().unwrap();
+        self.server = Server::start(self.home.path());
     }
 
     async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
@@ -76,9 +75,13 @@ impl World {
     }
 
     async fn trigger(&self, body: Value) -> String {
+        self.trigger_workflow("add-certificate", body).await
+    }
+
+    async fn trigger_workflow(&self, workflow: &str, body: Value) -> String {
         let r = self
             .c
-            .post(format!("{}/v1/workflows/add-certificate", self.server.base))
+            .post(format!("{}/v1/workflows/{workflow}", self.server.base))
             .bearer_auth(&self.key)
             .header("Idempotency-Key", uuid_like())
             .json(&body)
@@ -159,8 +162,8 @@ async fn add_certificate_on_knot_and_pebble_issues_a_chain_that_verifies_and_rol
     );
     let w = World::start(&format!(
         "{}{}",
-        dns_table(&knot, &secret),
-        acme_table(&pebble, &knot, &account)
+        knot.provider_table(&secret),
+        pebble.provider_table(&knot, &account)
     ));
 
     let ready = capstan_e2e::get_json(&w.c, &format!("{}/readyz", w.server.base), "").await;
@@ -171,6 +174,30 @@ async fn add_certificate_on_knot_and_pebble_issues_a_chain_that_verifies_and_rol
         .map(|p| (p["kind"].as_str().unwrap(), p["status"].as_str().unwrap()))
         .collect();
     assert_eq!(kinds, [("rfc2136", "ok"), ("acme", "ok")], "{ready:#}");
+    // Each grant names what serves it, in /readyz and in `capstan workflows list`.
+    let listed: Value = serde_json::from_str(&capstan_e2e::cli(
+        w.home.path(),
+        &["workflows", "list", "--json"],
+    ))
+    .unwrap();
+    for grants in [
+        &ready["workflows"][0]["capabilities"],
+        &listed["workflows"][0]["capabilities"],
+    ] {
+        let grants = grants.as_array().unwrap();
+        for expected in [
+            json!({"name": "dns", "implementation": "rfc2136"}),
+            json!({"name": "certificates", "implementation": "acme"}),
+            json!({"name": "convergence", "implementation": "host"}),
+        ] {
+            assert!(grants.contains(&expected), "{expected} in {grants:?}");
+        }
+    }
+    let table = capstan_e2e::cli(w.home.path(), &["workflows", "list"]);
+    assert!(
+        table.contains("dns=rfc2136") && table.contains("certificates=acme"),
+        "{table}"
+    );
 
     let id = w
         .trigger(json!({"domain": format!("api.{ZONE}"), "subjectAlternativeNames": [format!("www.{ZONE}")]}))
@@ -258,7 +285,7 @@ async fn a_wrong_tsig_key_fails_the_stage_with_a_permanent_error_that_names_the_
     let wrong = secrets.path().join("wrong.tsig");
     std::fs::write(&wrong, "d3JvbmctdHNpZy1zZWNyZXQtMDEyMzQ1Njc4OWFiY2Q=").unwrap();
     let serial = knot.soa_serial();
-    let w = World::start(&dns_table(&knot, &wrong));
+    let w = World::start(&knot.provider_table(&wrong));
     let id = w.trigger(json!({"domain": format!("api.{ZONE}")})).await;
     let e = w.settle(&id).await;
     assert_eq!(e["status"], "failed", "permanent, not paused: {e:#}");
@@ -281,7 +308,7 @@ async fn a_stopped_dns_server_pauses_the_execution_and_resume_carries_on_once_it
     let mut knot = Knot::start(ZONE);
     let secrets = tempfile::tempdir().unwrap();
     let secret = knot.write_secret_file(secrets.path());
-    let w = World::start(&dns_table(&knot, &secret));
+    let w = World::start(&knot.provider_table(&secret));
     knot.stop();
     let id = w.trigger(json!({"domain": format!("api.{ZONE}")})).await;
     let e = w.settle(&id).await;
@@ -308,4 +335,208 @@ async fn a_stopped_dns_server_pauses_the_execution_and_resume_carries_on_once_it
         "{:?}",
         knot.records()
     );
+}
+
+#[tokio::test]
+async fn onboard_domain_on_knot_and_pebble_routes_below_the_apex_and_rollback_restores_the_zone() {
+    let knot = Knot::start(ZONE);
+    let pebble = Pebble::start(knot.addr()).await;
+    let secrets = tempfile::tempdir().unwrap();
+    let secret = knot.write_secret_file(secrets.path());
+    let account = secrets.path().join("acme-account.json");
+    // An address record the routing replaces with a CNAME; rollback brings it back.
+    knot.update_add(&knot.name("www"), 300, "A", "192.0.2.10");
+    let seed = secrets.path().join("seed.json");
+    std::fs::write(
+        &seed,
+        json!({
+            "tickets": [{"id": "OPS-7", "title": format!("Onboard {ZONE}")}],
+            "mapsKeys": [{"id": "web", "displayName": "Web key", "capacity": 50}]
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let w = World::start_with(
+        &["workflows/onboard-domain.wasm"],
+        &["workflows:onboard-domain", "admin:read"],
+        &format!("seed_file = {:?}\n", seed.display().to_string()),
+        &format!(
+            "{}{}",
+            knot.provider_table(&secret),
+            pebble.provider_table(&knot, &account)
+        ),
+    );
+
+    let id = w
+        .trigger_workflow(
+            "onboard-domain",
+            json!({"domain": ZONE, "ticketId": "OPS-7"}),
+        )
+        .await;
+    let e = w.settle(&id).await;
+    assert_eq!(
+        e["status"],
+        "succeeded",
+        "{e:#}\nknot: {}\npebble: {}",
+        knot.log(),
+        pebble.log()
+    );
+    let o = &e["outcome"];
+    assert_valid(&schema("domain-onboarding-outcome.schema.json"), o);
+    assert_eq!(o["certificate"]["state"], "created", "{o:#}");
+    let arn = o["certificate"]["arn"].as_str().unwrap().to_owned();
+    assert!(arn.starts_with("https://127.0.0.1"), "an ACME order: {arn}");
+    assert_eq!(o["distributions"]["proxy"]["state"], "created");
+    assert_eq!(o["distributions"]["cms"]["state"], "created");
+    assert_eq!(o["ticketing"]["state"], "updated");
+    // RFC 2136 has no alias records: the apex is the platform team's to route, so the
+    // onboarding asks for assistance naming it and the distribution to point at.
+    assert_eq!(o["status"], "assistance-required", "{o:#}");
+    let reasons = o["assistance"]["reasons"].as_array().unwrap();
+    assert_eq!(reasons.len(), 1, "{reasons:#?}");
+    assert_eq!(reasons[0]["code"], "route-manually");
+    assert_eq!(reasons[0]["audience"], "platform");
+    assert_eq!(reasons[0]["resources"], json!([ZONE]));
+
+    // Below the apex the names are CNAMEs to their distributions, as Knot answers them.
+    let www = knot.query(&knot.name("www"), "CNAME");
+    assert_eq!(www.len(), 1, "{:?}", knot.records());
+    assert!(www[0].ends_with(".cdn.sim.capstan.dev."), "{www:?}");
+    assert!(
+        reasons[0]["action"]
+            .as_str()
+            .unwrap()
+            .contains(www[0].trim_end_matches('.'))
+    );
+    assert!(
+        knot.query(&knot.name("www"), "A")
+            .iter()
+            .all(|a| !a.contains("192.0.2.10"))
+    );
+    let cms = knot.query(&knot.name("cms"), "CNAME");
+    assert_eq!(cms.len(), 1);
+    assert_ne!(cms, www, "each distribution has its own name");
+
+    // The certificate covers the three names and chains to Pebble's root of this start.
+    let out = w.home.path().join("export");
+    capstan_e2e::cli(
+        w.home.path(),
+        &[
+            "certificates",
+            "export",
+            &arn,
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    let chain = std::fs::read_to_string(out.join("fullchain.pem")).unwrap();
+    verify_chain(&chain, &pebble.issuing_root_pem().await).expect("the chain verifies");
+    let mut names = san_names(&pem_certs(&chain)[0]);
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            ZONE.to_owned(),
+            format!("cms.{ZONE}"),
+            format!("www.{ZONE}")
+        ],
+        "{chain}"
+    );
+
+    // Rollback: the records the onboarding added are gone, the one it replaced is back.
+    let (status, body) = w
+        .post(&format!("/v1/executions/{id}/rollback"), json!({}))
+        .await;
+    assert!(status.is_success(), "{status} {body}");
+    let rolled = w.until(&id, &["rolled_back", "failed"]).await;
+    assert_eq!(rolled["status"], "rolled_back", "{rolled:#}");
+    assert!(knot.query(&knot.name("www"), "CNAME").is_empty());
+    assert!(knot.query(&knot.name("cms"), "CNAME").is_empty());
+    assert_eq!(knot.query(&knot.name("www"), "A"), ["192.0.2.10"]);
+    for name in [ZONE.to_owned(), knot.name("www"), knot.name("cms")] {
+        assert!(
+            knot.query(&format!("_acme-challenge.{name}"), "TXT")
+                .is_empty(),
+            "{name}: {:?}",
+            knot.records()
+        );
+    }
+}
+
+#[tokio::test]
+async fn sigkill_of_the_server_in_the_middle_of_an_acme_order_still_ends_with_one_order() {
+    let knot = Knot::start(ZONE);
+    let pebble = Pebble::start(knot.addr()).await;
+    let secrets = tempfile::tempdir().unwrap();
+    let secret = knot.write_secret_file(secrets.path());
+    let account = secrets.path().join("acme-account.json");
+    let mut w = World::start(&format!(
+        "{}{}",
+        knot.provider_table(&secret),
+        pebble.provider_table(&knot, &account)
+    ));
+    let id = w
+        .trigger(json!({"domain": format!("api.{ZONE}"), "subjectAlternativeNames": [format!("www.{ZONE}")]}))
+        .await;
+
+    // First kill: the CA holds the order, the execution is still on its way.
+    for _ in 0..3000 {
+        if pebble.orders_created() > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(pebble.orders_created(), 1, "{}", pebble.log());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let before = w.execution(&id).await;
+    assert!(
+        ["queued", "running", "waiting"].contains(&before["status"].as_str().unwrap()),
+        "killed mid-order: {before:#}"
+    );
+    w.kill_and_restart();
+
+    // Second kill, if the execution gets that far first: while it waits on issuance.
+    let mut killed_in_issuance = false;
+    for _ in 0..600 {
+        let e = w.execution(&id).await;
+        if e["status"] == "succeeded" {
+            break;
+        }
+        let issuing = e["stages"]
+            .as_array()
+            .is_some_and(|s| s.iter().any(|s| s["stageName"] == "issuance"));
+        if issuing {
+            w.kill_and_restart();
+            killed_in_issuance = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let e = w.settle(&id).await;
+    assert_eq!(e["status"], "succeeded", "{e:#}\npebble: {}", pebble.log());
+    assert_eq!(
+        pebble.orders_of_credentials(&account).await.len(),
+        1,
+        "one order for the token (killed in issuance too: {killed_in_issuance})"
+    );
+    assert_eq!(pebble.orders_created(), 1, "no order on any account either");
+    assert_eq!(pebble.issued_serials().len(), 1, "one certificate issued");
+    let arn = stage(&e, "request")["outputJson"]["arn"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let out = w.home.path().join("export");
+    capstan_e2e::cli(
+        w.home.path(),
+        &[
+            "certificates",
+            "export",
+            &arn,
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    let chain = std::fs::read_to_string(out.join("fullchain.pem")).unwrap();
+    verify_chain(&chain, &pebble.issuing_root_pem().await).expect("the chain verifies");
 }

@@ -4,7 +4,7 @@
 //! AddSubdomainPlan, and rollback is checked by comparing simulator snapshots.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use capstan_e2e::{Server, home_with, key_for, repo};
+use capstan_e2e::{Server, assert_valid, home_with, key_for, schema};
 use reqwest::{Client, StatusCode};
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -25,20 +25,6 @@ const PERMISSIONS: [&str; 6] = [
     "workflows:update-function-version",
     "admin:read",
 ];
-
-fn schema(name: &str) -> jsonschema::Validator {
-    let path = repo().join("tests/schemas").join(name);
-    let schema: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    jsonschema::validator_for(&schema).unwrap()
-}
-
-fn assert_valid(validator: &jsonschema::Validator, value: &Value) {
-    let errors: Vec<String> = validator
-        .iter_errors(value)
-        .map(|e| format!("{} at {}", e, e.instance_path()))
-        .collect();
-    assert!(errors.is_empty(), "{errors:?}\nin {value:#}");
-}
 
 struct World {
     server: Server,

@@ -94,6 +94,15 @@ fn acme_error(e: instant_acme::Error) -> CapabilityError {
                 CapabilityError::permanent("acme-refused", text)
             }
         }
+        // Keys and URLs that cannot work, or a server without a feature: no retry helps.
+        instant_acme::Error::Crypto
+        | instant_acme::Error::KeyRejected
+        | instant_acme::Error::InvalidUri(_)
+        | instant_acme::Error::Unsupported(_)
+        | instant_acme::Error::Str(_) => {
+            CapabilityError::permanent("acme-failed", format!("ACME: {e}"))
+        }
+        // The network, a timeout, or an answer garbled on the way (a proxy's error page).
         _ => CapabilityError::transient("unavailable", format!("the ACME server: {e}")),
     }
 }
@@ -759,5 +768,83 @@ impl Providers for Acme {
 
     async fn reachable(&self) -> Result<(), String> {
         self.account().await.map(|_| ()).map_err(|e| e.message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn problem(kind: &str, status: u16) -> instant_acme::Error {
+        instant_acme::Error::Api(
+            serde_json::from_value(json!({"type": kind, "detail": "no", "status": status}))
+                .unwrap(),
+        )
+    }
+
+    #[test]
+    fn the_ca_s_refusals_are_permanent_and_its_troubles_transient() {
+        for (kind, status, transient, code) in [
+            (
+                "urn:ietf:params:acme:error:rejectedIdentifier",
+                400,
+                false,
+                "acme-refused",
+            ),
+            (
+                "urn:ietf:params:acme:error:unauthorized",
+                403,
+                false,
+                "acme-refused",
+            ),
+            (
+                "urn:ietf:params:acme:error:malformed",
+                400,
+                false,
+                "acme-refused",
+            ),
+            (
+                "urn:ietf:params:acme:error:badNonce",
+                400,
+                true,
+                "unavailable",
+            ),
+            (
+                "urn:ietf:params:acme:error:rateLimited",
+                429,
+                true,
+                "unavailable",
+            ),
+            (
+                "urn:ietf:params:acme:error:serverInternal",
+                500,
+                true,
+                "unavailable",
+            ),
+            ("about:blank", 503, true, "unavailable"),
+        ] {
+            let e = acme_error(problem(kind, status));
+            assert_eq!(e.is_transient(), transient, "{kind}: {e:?}");
+            assert_eq!(e.code, code, "{kind}");
+            assert!(e.message.contains("no"), "the CA's detail is kept: {e:?}");
+        }
+    }
+
+    #[test]
+    fn the_network_is_transient_and_what_no_retry_mends_is_permanent() {
+        let network = acme_error(instant_acme::Error::Other(Box::new(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "connection refused",
+        ))));
+        assert!(network.is_transient(), "{network:?}");
+        for e in [
+            instant_acme::Error::KeyRejected,
+            instant_acme::Error::Unsupported("profiles"),
+            instant_acme::Error::Crypto,
+        ] {
+            let e = acme_error(e);
+            assert!(!e.is_transient(), "{e:?}");
+            assert_eq!(e.code, "acme-failed");
+        }
     }
 }

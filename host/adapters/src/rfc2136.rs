@@ -869,3 +869,136 @@ impl Providers for Rfc2136 {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each value read back as the server would print it, then read again, stays the same.
+    #[test]
+    fn values_round_trip_through_record_data() {
+        let long = "v".repeat(600);
+        for (t, value, printed) in [
+            (RecordType::A, "192.0.2.1", "192.0.2.1"),
+            (RecordType::Aaaa, "2001:db8::1", "2001:db8::1"),
+            (
+                RecordType::Cname,
+                "d1.cdn.example.net",
+                "d1.cdn.example.net.",
+            ),
+            (
+                RecordType::Cname,
+                "d1.cdn.example.net.",
+                "d1.cdn.example.net.",
+            ),
+            (
+                RecordType::Txt,
+                "v=spf1 -all \"quoted\"",
+                "v=spf1 -all \"quoted\"",
+            ),
+            (RecordType::Txt, "", ""),
+            (RecordType::Txt, long.as_str(), long.as_str()),
+            (
+                RecordType::Mx,
+                "10 mail.example.net.",
+                "10 mail.example.net.",
+            ),
+            (
+                RecordType::Caa,
+                "0 issue \"letsencrypt.org\"",
+                "0 issue \"letsencrypt.org\"",
+            ),
+        ] {
+            let data = rdata(t, value).unwrap_or_else(|e| panic!("{value}: {e:?}"));
+            let back = value_of(&data);
+            assert_eq!(back, printed, "{t:?} {value}");
+            assert_eq!(value_of(&rdata(t, &back).unwrap()), printed, "{t:?} again");
+        }
+        // A long TXT value goes on the wire as 255-byte strings.
+        let RData::TXT(txt) = rdata(RecordType::Txt, &long).unwrap() else {
+            panic!("TXT")
+        };
+        let sizes: Vec<usize> = txt.txt_data().iter().map(|c| c.len()).collect();
+        assert_eq!(sizes, [255, 255, 90]);
+    }
+
+    #[test]
+    fn a_value_that_is_not_of_its_type_is_refused_naming_it() {
+        for (t, value) in [
+            (RecordType::A, "2001:db8::1"),
+            (RecordType::Aaaa, "192.0.2.1"),
+            (RecordType::Mx, "mail.example.net."),
+            (RecordType::A, "not an address"),
+        ] {
+            let e = rdata(t, value).unwrap_err();
+            assert_eq!(e.code, "invalid-change-batch");
+            assert!(!e.is_transient());
+            assert!(e.message.contains(value), "{e:?}");
+        }
+    }
+
+    #[test]
+    fn sets_compare_without_order_case_or_repeats() {
+        let a = canonical(RecordType::Cname, &["D1.CDN.example.net".to_owned()]).unwrap();
+        assert_eq!(
+            a,
+            canonical(RecordType::Cname, &["d1.cdn.example.net.".to_owned()]).unwrap()
+        );
+        let ips = |v: &[&str]| {
+            canonical(
+                RecordType::A,
+                &v.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+            )
+            .unwrap()
+        };
+        assert_eq!(
+            ips(&["192.0.2.2", "192.0.2.1", "192.0.2.2"]),
+            ips(&["192.0.2.1", "192.0.2.2"])
+        );
+        assert_ne!(ips(&["192.0.2.1"]), ips(&["192.0.2.1", "192.0.2.2"]));
+    }
+
+    #[test]
+    fn answers_are_classified_so_a_retry_only_follows_what_a_retry_can_mend() {
+        let zone = Name::from_str("example.net.").unwrap();
+        for (code, transient, expected) in [
+            (ResponseCode::BADKEY, false, "tsig-rejected"),
+            (ResponseCode::BADSIG, false, "tsig-rejected"),
+            (ResponseCode::NotAuth, false, "tsig-rejected"),
+            (ResponseCode::Refused, false, "update-refused"),
+            (ResponseCode::NotZone, false, "invalid-change-batch"),
+            (ResponseCode::YXRRSet, true, "conflict"),
+            (ResponseCode::NXRRSet, true, "conflict"),
+            (ResponseCode::ServFail, true, "unavailable"),
+            (ResponseCode::FormErr, false, "update-failed"),
+        ] {
+            let e = refusal(code, "capstan", &zone);
+            assert_eq!(e.is_transient(), transient, "{code}");
+            assert_eq!(e.code, expected, "{code}");
+            assert!(e.message.contains("example.net"), "{e:?}");
+        }
+        let key = refusal(ResponseCode::BADKEY, "capstan", &zone);
+        assert!(key.message.contains("`capstan`"), "names the key: {key:?}");
+
+        let unsigned = exchange_error("ns1:53", "capstan", "tsig verification failed");
+        assert_eq!(unsigned.code, "tsig-rejected");
+        assert!(!unsigned.is_transient());
+        let down = exchange_error("ns1:53", "capstan", "connection refused");
+        assert_eq!(down.code, "unavailable");
+        assert!(down.is_transient());
+    }
+
+    #[test]
+    fn a_server_without_a_port_gets_53() {
+        for (given, expected) in [
+            ("ns1.example.net", "ns1.example.net:53"),
+            ("ns1.example.net:5353", "ns1.example.net:5353"),
+            ("192.0.2.53", "192.0.2.53:53"),
+            ("192.0.2.53:5300", "192.0.2.53:5300"),
+            ("2001:db8::53", "[2001:db8::53]:53"),
+            ("[2001:db8::53]:5300", "[2001:db8::53]:5300"),
+        ] {
+            assert_eq!(with_port(given), expected);
+        }
+    }
+}

@@ -58,12 +58,16 @@ pub fn compensation(op: &str, request: &Value, ok: &Value) -> Compensation {
             let same = |a: &Value, b: &Value| {
                 a.get("name") == b.get("name") && a.get("type_") == b.get("type_")
             };
+            // Undone in reverse: servers apply a batch in order (RFC 2136 §3.4.2), and an
+            // address record put back before the CNAME that replaced it is gone would be
+            // ignored beside it.
             let mut changes = Vec::new();
             for change in request
                 .get("changes")
                 .and_then(Value::as_array)
                 .into_iter()
                 .flatten()
+                .rev()
             {
                 if let Some(set) = change.get("Upsert") {
                     match prior.iter().find(|p| same(p, set)) {
@@ -155,7 +159,23 @@ mod tests {
         assert_eq!(op, "dns.change-records");
         assert_eq!(
             request["changes"],
-            json!([{"Upsert": old}, {"Delete": new_b}])
+            json!([{"Delete": new_b}, {"Upsert": old}])
+        );
+    }
+
+    #[test]
+    fn a_record_that_gave_way_to_a_cname_comes_back_after_the_cname_goes() {
+        let a = json!({"name": "www.example.com", "type_": "A", "ttl": 60, "values": ["192.0.2.1"], "alias_target": null});
+        let cname = json!({"name": "www.example.com", "type_": "Cname", "ttl": 300, "values": ["d1.cdn.example.net"], "alias_target": null});
+        let request = json!({"zone_id": "Z1", "changes": [{"Delete": a}, {"Upsert": cname}]});
+        let ok = json!({"change_id": "C1", "zone_id": "Z1", "status": "Pending", "prior": [a]});
+        let Compensation::Call { request, .. } = compensation("dns.change-records", &request, &ok)
+        else {
+            panic!()
+        };
+        assert_eq!(
+            request["changes"],
+            json!([{"Delete": cname}, {"Upsert": a}])
         );
     }
 

@@ -311,7 +311,20 @@ const ENV_KEYS: [&str; 22] = [
     "booking",
 ];
 
+/// The implementation of a capability the host serves itself (convergence, booking, …).
+pub const HOST_SERVED: &str = "host";
+
 impl Settings {
+    /// What serves `capability`: the kind of its `[providers.*]` table, the simulated cloud for
+    /// an infrastructure capability without one, the host for the rest.
+    pub fn implementation(&self, capability: Capability) -> &'static str {
+        match self.providers.get(&capability) {
+            Some(table) => table.kind(),
+            None if capstan_providers::INFRASTRUCTURE.contains(&capability) => "simulated",
+            None => HOST_SERVED,
+        }
+    }
+
     /// Layers defaults, the file, the environment and the flags.
     pub fn load(
         file: Option<&std::path::Path>,

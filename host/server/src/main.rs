@@ -648,25 +648,30 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
             command: WorkflowsCommand::List { json },
         } => {
             let registry = Registry::load(&settings).await?;
-            let summaries = registry.summaries();
+            let summaries = registry.summaries(|c| settings.implementation(c));
             if json {
                 let body = serde_json::json!({"workflows": summaries, "failedWorkflows": registry.failures});
                 println!("{}", serde_json::to_string_pretty(&body)?);
             } else {
                 println!(
-                    "{:<26} {:<9} {:<14} {:<40} STAGES",
-                    "NAME", "VERSION", "DIGEST", "CAPABILITIES"
+                    "{:<26} {:<9} {:<14} {:<60} STAGES",
+                    "NAME", "VERSION", "DIGEST", "CAPABILITIES (IMPLEMENTATION)"
                 );
                 for w in &summaries {
+                    let grants: Vec<String> = w
+                        .capabilities
+                        .iter()
+                        .map(|g| format!("{}={}", g.name, g.implementation))
+                        .collect();
                     println!(
-                        "{:<26} {:<9} {:<14} {:<40} {}",
+                        "{:<26} {:<9} {:<14} {:<60} {}",
                         w.name,
                         w.version,
                         &w.digest[..12],
-                        if w.capabilities.is_empty() {
+                        if grants.is_empty() {
                             "-".to_owned()
                         } else {
-                            w.capabilities.join(",")
+                            grants.join(",")
                         },
                         w.stages.join(" → ")
                     );

@@ -2,6 +2,7 @@
 //! the files that failed and why (shown by `capstan workflows list` and `/readyz`).
 
 use crate::config::Settings;
+use capstan_core::Capability;
 use capstan_runtime::{LoadReport, LoadedWorkflow, Runtime, RuntimeConfig};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -16,9 +17,19 @@ pub struct WorkflowSummary {
     pub digest: String,
     pub file: String,
     pub stages: Vec<String>,
-    pub capabilities: Vec<String>,
+    /// What it is granted, each with what serves it.
+    pub capabilities: Vec<Grant>,
     pub cached: bool,
     pub load_millis: f64,
+}
+
+/// A granted capability and its implementation: the kind of its `[providers.*]` table
+/// (`rfc2136`, `acme`), `simulated`, or `host` for what the host itself serves (convergence,
+/// booking, …).
+#[derive(Debug, Clone, Serialize)]
+pub struct Grant {
+    pub name: String,
+    pub implementation: &'static str,
 }
 
 /// A file that did not load.
@@ -86,7 +97,11 @@ impl Registry {
         })
     }
 
-    pub fn summaries(&self) -> Vec<WorkflowSummary> {
+    /// The loaded workflows, each grant with what serves it (`implementation` of a capability).
+    pub fn summaries(
+        &self,
+        implementation: impl Fn(Capability) -> &'static str,
+    ) -> Vec<WorkflowSummary> {
         self.workflows
             .values()
             .map(|w| WorkflowSummary {
@@ -98,7 +113,10 @@ impl Registry {
                 capabilities: w
                     .capabilities
                     .iter()
-                    .map(|c| c.as_str().to_owned())
+                    .map(|c| Grant {
+                        name: c.as_str().to_owned(),
+                        implementation: implementation(*c),
+                    })
                     .collect(),
                 cached: !w.stats.compiled,
                 load_millis: w.stats.elapsed.as_secs_f64() * 1e3,

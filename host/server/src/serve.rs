@@ -2,7 +2,7 @@
 //! stop, then drain in-flight requests. The router is built apart from serving (`router`) so
 //! tests can drive it on a listener of their own (port 0).
 
-use crate::config::Settings;
+use crate::config::{HOST_SERVED, Settings};
 use crate::registry::{FailedFile, Registry, WorkflowSummary};
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -358,7 +358,9 @@ async fn readyz(State(app): State<App>) -> Response {
         status: if ready { "ready" } else { "not_ready" },
         database,
         providers,
-        workflows: app.registry.summaries(),
+        workflows: app
+            .registry
+            .summaries(|c| app.providers.kind_of(c).unwrap_or(HOST_SERVED)),
         failed_workflows: app.registry.failures.clone(),
     };
     let status = if ready {

@@ -10,7 +10,10 @@
 //! 4. `distributions` — the proxy distribution (aliases `domain`, `www.domain`) and, when `isCms`, the
 //!    CMS distribution (`cms.domain`): created, updated (aliases and certificate), or adopted as they are.
 //! 5. `routing` — alias records for every alias to its distribution (a conflicting CNAME is removed);
-//!    waits until the change is in sync.
+//!    where the DNS provider has no alias records (`alias-unsupported`, RFC 2136), a CNAME to the
+//!    distribution's domain name instead, replacing the name's A/AAAA/CNAME; a name that cannot hold
+//!    a CNAME (the zone apex, or one with other data) becomes a `route-manually` reason for the
+//!    platform. Waits until the change is in sync.
 //! 6. `cleanup` — certificates issued for exactly this domain that the onboarding no longer uses:
 //!    deleted when nothing uses them (`completed`; `already-clean` when they vanished meanwhile);
 //!    `manual-required` when one is still attached somewhere (`remainingAttachments`) or is the

@@ -496,13 +496,82 @@ pub struct Routing {
     pub reasons: Vec<Reason>,
 }
 
-fn points_to(record: &RecordSet, target: &AliasTarget) -> bool {
-    record.type_ == RecordType::A
-        && record.alias_target.as_ref().is_some_and(|t| {
-            t.dns_name.eq_ignore_ascii_case(&target.dns_name)
-                && t.hosted_zone_id == target.hosted_zone_id
-        })
+/// A DNS name without its trailing dot, for comparison.
+fn bare(name: &str) -> &str {
+    name.strip_suffix('.').unwrap_or(name)
 }
+
+/// Whether `record` routes its name to `target`: an alias A record, or (where the DNS provider
+/// has no aliases) a CNAME to the distribution's domain name.
+fn points_to(record: &RecordSet, target: &AliasTarget) -> bool {
+    match record.type_ {
+        RecordType::A => record.alias_target.as_ref().is_some_and(|t| {
+            bare(&t.dns_name).eq_ignore_ascii_case(bare(&target.dns_name))
+                && t.hosted_zone_id == target.hosted_zone_id
+        }),
+        RecordType::Cname => {
+            record.values.len() == 1
+                && bare(&record.values[0]).eq_ignore_ascii_case(bare(&target.dns_name))
+        }
+        _ => false,
+    }
+}
+
+/// One name to point at a distribution, with what the zone holds there now.
+struct Route<'a> {
+    name: &'a str,
+    target: &'a AliasTarget,
+    current: Vec<RecordSet>,
+}
+
+impl Route<'_> {
+    /// An alias A record; a CNAME cannot live beside it, so one goes in the same atomic change.
+    fn alias(&self, changes: &mut Vec<Change>) {
+        changes.extend(
+            self.current
+                .iter()
+                .filter(|r| r.type_ == RecordType::Cname)
+                .cloned()
+                .map(Change::Delete),
+        );
+        changes.push(Change::Upsert(RecordSet {
+            name: self.name.to_owned(),
+            type_: RecordType::A,
+            ttl: None,
+            values: Vec::new(),
+            alias_target: Some(self.target.clone()),
+        }));
+    }
+
+    /// A CNAME to the distribution's domain name, replacing the address records and CNAME the
+    /// name holds; `None` where a CNAME cannot stand: the zone apex (SOA and NS live there) or a
+    /// name holding other data (RFC 1034 §3.6.2).
+    fn cname(&self, zone: &Zone, changes: &mut Vec<Change>) -> Option<()> {
+        let routable = |r: &RecordSet| {
+            matches!(
+                r.type_,
+                RecordType::A | RecordType::Aaaa | RecordType::Cname
+            )
+        };
+        if bare(self.name).eq_ignore_ascii_case(bare(&zone.name))
+            || !self.current.iter().all(routable)
+        {
+            return None;
+        }
+        changes.extend(self.current.iter().cloned().map(Change::Delete));
+        changes.push(Change::Upsert(RecordSet {
+            name: self.name.to_owned(),
+            type_: RecordType::Cname,
+            ttl: Some(CNAME_TTL),
+            values: vec![bare(&self.target.dns_name).to_owned()],
+            alias_target: None,
+        }));
+        Some(())
+    }
+}
+
+/// TTL of a CNAME that stands in for an alias record (an alias has none of its own).
+const CNAME_TTL: u32 = 300;
 
 pub fn routing(
     ctx: &mut Ctx,
@@ -515,7 +584,7 @@ pub fn routing(
         records: Vec::new(),
         reasons: Vec::new(),
     };
-    let mut changes = Vec::new();
+    let mut routes = Vec::new();
     let mut unrouted = Vec::new();
     for dist in dists.both() {
         for name in &dist.aliases {
@@ -524,28 +593,21 @@ pub fn routing(
                 continue;
             };
             let current = ctx.dns().list_records(&zone.id, name)?;
-            if current.iter().any(|r| points_to(r, target)) {
-                continue;
+            if !current.iter().any(|r| points_to(r, target)) {
+                routes.push(Route {
+                    name,
+                    target,
+                    current,
+                });
             }
-            // A CNAME cannot live beside the alias record: it goes in the same atomic change.
-            changes.extend(
-                current
-                    .into_iter()
-                    .filter(|r| r.type_ == RecordType::Cname)
-                    .map(Change::Delete),
-            );
-            changes.push(Change::Upsert(RecordSet {
-                name: name.clone(),
-                type_: RecordType::A,
-                ttl: None,
-                values: Vec::new(),
-                alias_target: Some(target.clone()),
-            }));
-            routing.records.push(name.clone());
         }
     }
     if req.dry_run {
-        let names: Vec<String> = routing.records.drain(..).chain(unrouted).collect();
+        let names: Vec<String> = routes
+            .iter()
+            .map(|r| r.name.to_owned())
+            .chain(unrouted)
+            .collect();
         if !names.is_empty() {
             routing.reasons.push(
                 would(
@@ -558,8 +620,52 @@ pub fn routing(
         }
         return Ok(routing);
     }
-    if let (Some(zone), false) = (zone, changes.is_empty()) {
-        let receipt = ctx.dns().change_records(&zone.id, &changes)?;
+    let Some(zone) = zone.filter(|_| !routes.is_empty()) else {
+        return Ok(routing);
+    };
+    let mut changes = Vec::new();
+    for route in &routes {
+        route.alias(&mut changes);
+    }
+    let receipt = match ctx.dns().change_records(&zone.id, &changes) {
+        Ok(receipt) => {
+            routing.records = routes.iter().map(|r| r.name.to_owned()).collect();
+            Some(receipt)
+        }
+        // The DNS provider has no alias records (RFC 2136): CNAMEs where a CNAME can stand,
+        // and the rest is for the platform team to route.
+        Err(e) if e.code == "alias-unsupported" => {
+            changes.clear();
+            for route in &routes {
+                if route.cname(zone, &mut changes).is_some() {
+                    routing.records.push(route.name.to_owned());
+                } else {
+                    routing.reasons.push(
+                        Reason::new(
+                            Audience::Platform,
+                            "route-manually",
+                            format!(
+                                "point {} at {} (an ALIAS/ANAME record, or route dns to a provider with alias records)",
+                                route.name, route.target.dns_name
+                            ),
+                            format!(
+                                "{} cannot be a CNAME (zone apex or other records there) and the DNS provider has no alias records: {}",
+                                route.name, e.message
+                            ),
+                        )
+                        .on([route.name.to_owned()]),
+                    );
+                }
+            }
+            if changes.is_empty() {
+                None
+            } else {
+                Some(ctx.dns().change_records(&zone.id, &changes)?)
+            }
+        }
+        Err(e) => return Err(e),
+    };
+    if let Some(receipt) = receipt {
         ctx.convergence().await_converged(
             &Condition::DnsChangeInsync(receipt.change_id.clone()),
             DNS_TIMEOUT_MS,

@@ -62,6 +62,8 @@ struct World {
     keys: Vec<ApiKey>,
     tickets: Vec<Ticket>,
     faults: Vec<(String, Error)>,
+    /// A DNS provider without alias records (RFC 2136).
+    no_alias: bool,
     next: u32,
 }
 
@@ -188,6 +190,12 @@ impl World {
             "dns.change-records" => {
                 let zone = s(r, "zone_id");
                 let changes: Vec<Change> = serde_json::from_value(r["changes"].clone()).unwrap();
+                let alias = |c: &Change| match c {
+                    Change::Upsert(set) | Change::Delete(set) => set.alias_target.is_some(),
+                };
+                if self.no_alias && changes.iter().any(alias) {
+                    return Err(Error::permanent("alias-unsupported", "no alias records"));
+                }
                 let mut prior = vec![];
                 for change in changes {
                     let (set, upsert) = match change {
@@ -879,6 +887,97 @@ fn a_cname_in_the_way_is_replaced_in_the_same_change() {
     let routing = &report.calls("dns.change-records")[1].request["changes"];
     assert_eq!(routing[1]["Delete"]["name"], "www.example.com");
     assert_eq!(routing[2]["Upsert"]["name"], "www.example.com");
+}
+
+#[test]
+fn without_alias_records_names_below_the_apex_get_cnames_and_the_apex_is_for_the_platform() {
+    let mut world = World {
+        no_alias: true,
+        ..World::example()
+    };
+    let set = |name: &str, type_, value: &str| {
+        (
+            "ZEXAMPLE".to_owned(),
+            RecordSet {
+                name: name.into(),
+                type_,
+                ttl: Some(60),
+                values: vec![value.into()],
+                alias_target: None,
+            },
+        )
+    };
+    world
+        .records
+        .push(set("www.example.com", RecordType::A, "192.0.2.1"));
+    world
+        .records
+        .push(set("cms.example.com", RecordType::Txt, "keep me"));
+    let (report, world) = run(world, json!({"domain": "example.com", "ticketId": "OPS-1"}));
+    let o = outcome(&report);
+    assert_eq!(o.status, STATUS_ASSISTANCE_REQUIRED);
+    let manual: Vec<_> = o
+        .assistance
+        .reasons
+        .iter()
+        .filter(|r| r.code == "route-manually")
+        .collect();
+    assert_eq!(manual.len(), 2, "{:?}", o.assistance.reasons);
+    assert!(manual.iter().all(|r| r.audience == Audience::Platform));
+    let named: Vec<_> = manual
+        .iter()
+        .flat_map(|r| r.resources.clone().unwrap())
+        .collect();
+    assert_eq!(named, ["example.com", "cms.example.com"]);
+    assert!(
+        manual[0].action.contains(".cdn.sim.capstan.dev"),
+        "{:?}",
+        manual[1]
+    );
+
+    // www's address record gave way to a CNAME at the proxy distribution, in one change.
+    let w = world.borrow();
+    let www: Vec<_> = w
+        .records
+        .iter()
+        .filter(|(_, r)| r.name == "www.example.com")
+        .map(|(_, r)| r)
+        .collect();
+    assert_eq!(www.len(), 1, "{www:?}");
+    assert_eq!(www[0].type_, RecordType::Cname);
+    let proxy = w
+        .dists
+        .iter()
+        .find(|d| d.spec.aliases.contains(&"www.example.com".to_owned()))
+        .unwrap();
+    assert_eq!(www[0].values, std::slice::from_ref(&proxy.domain_name));
+    assert!(
+        w.records
+            .iter()
+            .any(|(_, r)| r.name == "cms.example.com" && r.type_ == RecordType::Txt),
+        "other data stays"
+    );
+    let routing = report.stage("routing").unwrap();
+    assert_eq!(routing.status, StageStatus::Succeeded);
+    drop(w);
+
+    // A second run finds www routed and asks for the rest again without changing anything.
+    let world = Rc::try_unwrap(world).ok().unwrap().into_inner();
+    let before: Vec<RecordSet> = world.records.iter().map(|(_, r)| r.clone()).collect();
+    let (again, world) = run(world, json!({"domain": "example.com"}));
+    assert_eq!(outcome(&again).status, STATUS_ASSISTANCE_REQUIRED);
+    assert_eq!(
+        again.calls("dns.change-records").len(),
+        1,
+        "only the refused alias attempt"
+    );
+    let after: Vec<RecordSet> = world
+        .borrow()
+        .records
+        .iter()
+        .map(|(_, r)| r.clone())
+        .collect();
+    assert_eq!(after, before);
 }
 
 #[test]

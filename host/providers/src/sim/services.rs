@@ -7,6 +7,9 @@ use capstan_core::CapabilityError;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
+/// Every certificate the simulator issues has an ARN that starts so.
+const CERTIFICATE_ARN_PREFIX: &str = "arn:sim:acm::certificate/";
+
 type Answer = Result<Value, CapabilityError>;
 
 fn not_found(what: impl std::fmt::Display) -> CapabilityError {
@@ -207,7 +210,7 @@ impl SimulatedCloud {
                         validation.push(record);
                     }
                 }
-                let arn = format!("arn:sim:acm::certificate/{}", capstan_core::ids::new_id());
+                let arn = format!("{CERTIFICATE_ARN_PREFIX}{}", capstan_core::ids::new_id());
                 let cert = json!({
                     "arn": arn, "domain": domain, "subject_alternative_names": sans,
                     "status": "PendingValidation", "validation_records": validation,
@@ -271,7 +274,13 @@ impl SimulatedCloud {
                 ));
             }
         }
-        if let Some(arn) = spec.get("certificate_arn").and_then(Value::as_str) {
+        // A certificate from another provider (an ACME order URL) is not the simulator's to
+        // check: it is taken as the operator's word, as a CDN takes an imported certificate.
+        if let Some(arn) = spec
+            .get("certificate_arn")
+            .and_then(Value::as_str)
+            .filter(|arn| arn.starts_with(CERTIFICATE_ARN_PREFIX))
+        {
             let cert = self.certificate(tx, arn).await.map_err(|_| {
                 CapabilityError::permanent("invalid-certificate", format!("no certificate {arn}"))
             })?;

@@ -461,6 +461,23 @@ async fn a_certificate_issues_once_its_validation_record_is_in_dns_and_a_cdn_nee
 }
 
 #[tokio::test]
+async fn a_cdn_checks_its_own_certificates_and_takes_another_provider_s_as_given() {
+    let (cloud, _clock, _dir) = cloud().await;
+    let spec = |arn: &str| json!({"spec": {"origin": "o.example.net", "aliases": ["a.example.com"], "certificate_arn": arn, "comment": ""}});
+    let missing = err(
+        &cloud,
+        "cdn.create-distribution",
+        spec("arn:sim:acm::certificate/missing"),
+        "t1",
+    )
+    .await;
+    assert_eq!(missing.code, "invalid-certificate");
+    let acme = "https://ca.example.net/acme/order/1/2";
+    let made = ok(&cloud, "cdn.create-distribution", spec(acme), "t2").await;
+    assert_eq!(made["spec"]["certificate_arn"], acme);
+}
+
+#[tokio::test]
 async fn maps_keys_fill_up_registrar_functions_and_tickets_behave() {
     let (cloud, _clock, _dir) = cloud().await;
     let keys = ok(&cloud, "maps.list-keys", json!({}), "").await;
