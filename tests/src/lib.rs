@@ -436,3 +436,25 @@ pub fn assert_valid(validator: &jsonschema::Validator, value: &serde_json::Value
         .collect();
     assert!(errors.is_empty(), "{errors:?}\nin {value:#}");
 }
+
+/// A self-signed certificate for `localhost` and 127.0.0.1 made with openssl in `dir`:
+/// `(cert.pem, key.pem)`.
+pub fn self_signed_localhost(dir: &Path) -> (PathBuf, PathBuf) {
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let status = Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        ])
+        .args(["-subj", "/CN=localhost"])
+        .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
+        .args(["-addext", "basicConstraints=critical,CA:FALSE"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stderr(Stdio::null())
+        .status()
+        .expect("openssl");
+    assert!(status.success(), "openssl made no certificate");
+    (cert, key)
+}

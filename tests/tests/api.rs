@@ -362,6 +362,33 @@ async fn the_v1_api_end_to_end() {
         .as_str()
         .unwrap()
         .to_owned();
+    // A key may not mint one that outlives it: asked for longer, refused; by default, cut.
+    let r = c
+        .post(format!("{base}/v1/principals/viewer/api-keys"))
+        .bearer_auth(&second)
+        .json(&json!({"expiresInDays": 30}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"], "forbidden");
+    assert!(
+        body["message"].as_str().unwrap().contains("outlives"),
+        "{body}"
+    );
+    let r = c
+        .post(format!("{base}/v1/principals/viewer/api-keys"))
+        .bearer_auth(&second)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let third: Value = r.json().await.unwrap();
+    assert_eq!(
+        third["apiKey"]["expiresAt"], minted["apiKey"]["expiresAt"],
+        "the default lifetime (90 days) is cut to the minting key's 7"
+    );
     let listed: Value = c
         .get(format!("{base}/v1/principals/viewer/api-keys"))
         .bearer_auth(&second)
@@ -372,7 +399,7 @@ async fn the_v1_api_end_to_end() {
         .await
         .unwrap();
     let listed = listed["apiKeys"].as_array().unwrap();
-    assert_eq!(listed.len(), 2);
+    assert_eq!(listed.len(), 3);
     assert!(listed.iter().all(|k| k.get("plaintextToken").is_none()));
     assert_eq!(
         keys(&listed[0]),

@@ -1082,34 +1082,8 @@ async fn hundreds_of_concurrent_creates_never_oversell_over_http() {
 async fn tls_listeners_and_the_plain_http_redirect() {
     let home = home_with(&[], &config(""));
     let dir = home.path();
-    let status = std::process::Command::new("openssl")
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=localhost",
-        ])
-        .args([
-            "-addext",
-            "subjectAltName=DNS:localhost,IP:127.0.0.1",
-            "-addext",
-            "basicConstraints=critical,CA:FALSE",
-        ])
-        .arg("-keyout")
-        .arg(dir.join("key.pem"))
-        .arg("-out")
-        .arg(dir.join("cert.pem"))
-        .stderr(std::process::Stdio::null())
-        .status()
-        .expect("openssl");
-    assert!(status.success());
+    let (cert, pkey) = capstan_e2e::self_signed_localhost(dir);
     let key = partner(dir, "booking", "sandbox");
-    let (cert, pkey) = (dir.join("cert.pem"), dir.join("key.pem"));
     let server = Server::start_with(
         dir,
         &[

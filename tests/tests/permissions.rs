@@ -257,6 +257,16 @@ fn upstream() -> String {
                 })
                 .unwrap_or_default();
             let auth = text.to_ascii_lowercase().contains("authorization:");
+            if line.contains("/big") {
+                // More than the proxy passes on (8 MiB), announced honestly.
+                let size = 9 * 1024 * 1024;
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\ncontent-length: {size}\r\nconnection: close\r\n\r\n"
+                );
+                let _ = stream.write_all(&vec![b'x'; size]);
+                continue;
+            }
             let body =
                 json!({"requestLine": line, "principal": principal, "sawAuthorization": auth})
                     .to_string();
@@ -306,6 +316,45 @@ async fn the_admin_proxy_forwards_gets_with_the_principal_or_answers_501() {
     assert_eq!(
         echoed["sawAuthorization"], false,
         "the caller's key stays with Capstan"
+    );
+
+    // Every way to make the proxy fetch another host, or leave the base path, is refused
+    // before anything is sent; another local server stands in for the metadata service.
+    let other = upstream();
+    let host = other
+        .trim_start_matches("http://")
+        .trim_end_matches("/dash");
+    for crafted in [
+        format!("http:%2F%2F{host}%2Fdash"),
+        format!("%2F%2F{host}%2Fdash"),
+        format!("/{host}/dash"),
+        format!("%5C%5C{host}%5Cdash"),
+        "..%2F..%2Fx".to_owned(),
+        "%252e%252e/x".to_owned(),
+        "a%5C..%5C..%5Cx".to_owned(),
+    ] {
+        let r = c
+            .get(format!("{}/v1/admin/proxy/{crafted}", server.base))
+            .bearer_auth(&admin)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status();
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{crafted}: {body}");
+        assert_eq!(body["error"], "invalid_path", "{crafted}");
+    }
+    // An answer larger than the proxy passes on is a 502, not memory.
+    let r = c
+        .get(format!("{}/v1/admin/proxy/big", server.base))
+        .bearer_auth(&admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_GATEWAY);
+    assert_eq!(
+        r.json::<Value>().await.unwrap()["error"],
+        "upstream_too_large"
     );
     drop(server);
 

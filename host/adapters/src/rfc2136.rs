@@ -809,7 +809,7 @@ fn with_port(server: &str) -> String {
 
 /// A message id nobody can predict (RFC 5452).
 fn rand_id() -> u16 {
-    (uuid::Uuid::new_v4().as_u128() & 0xffff) as u16
+    u16::from_ne_bytes(capstan_core::secrets::random_bytes::<2>())
 }
 
 fn base64_decode(text: &str) -> Option<Vec<u8>> {

@@ -20,6 +20,8 @@ use std::net::SocketAddr;
 pub struct Caller {
     pub principal_id: String,
     pub permissions: BTreeSet<String>,
+    /// When the API key that authenticated the request expires (none for other credentials).
+    pub key_expires_ms: Option<i64>,
     method: Method,
     route: String,
     ip: Option<String>,
@@ -65,6 +67,7 @@ impl Caller {
         Self {
             principal_id,
             permissions,
+            key_expires_ms: None,
             method: parts.method.clone(),
             route,
             ip,
@@ -243,6 +246,7 @@ impl FromRequestParts<ApiState> for Caller {
             .map_err(ApiError::unavailable)?;
         caller.permissions = with_config(state, &key.principal_id, grants);
         caller.principal_id = key.principal_id;
+        caller.key_expires_ms = Some(key.expires_ms);
         Ok(caller)
     }
 }

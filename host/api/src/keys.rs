@@ -90,15 +90,7 @@ fn checksum(body: &str) -> String {
 
 /// A new random key.
 pub fn generate() -> String {
-    let mut body = String::with_capacity(BODY_LEN);
-    while body.len() < BODY_LEN {
-        for b in uuid::Uuid::new_v4().as_bytes() {
-            // Reject bytes that would bias the alphabet (248 = 4 * 62).
-            if *b < 248 && body.len() < BODY_LEN {
-                body.push(ALPHABET[(*b as usize) % 62] as char);
-            }
-        }
-    }
+    let body = capstan_core::secrets::random_base62(BODY_LEN);
     format!("cap_{body}{}", checksum(&body))
 }
 

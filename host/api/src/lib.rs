@@ -92,13 +92,15 @@ pub struct Minted {
     pub plaintext: String,
 }
 
-/// Mints a key for `principal_id` valid for `days` (default lifetime when `None`).
+/// Mints a key for `principal_id` valid for `days` (default lifetime when `None`), expiring no
+/// later than `not_after_ms` when given (the default lifetime is cut to it).
 pub async fn mint_key(
     store: &Store,
     config: &ApiConfig,
     now_ms: i64,
     principal_id: &str,
     days: Option<i64>,
+    not_after_ms: Option<i64>,
 ) -> anyhow::Result<Minted> {
     anyhow::ensure!(
         auth::valid_principal(principal_id),
@@ -125,7 +127,9 @@ pub async fn mint_key(
         hash,
         pepper_version: version,
         created_ms: now_ms,
-        expires_ms: now_ms + days * 86_400_000,
+        expires_ms: not_after_ms.map_or(now_ms + days * 86_400_000, |cap| {
+            cap.min(now_ms + days * 86_400_000)
+        }),
         last_used_ms: None,
         revoked_ms: None,
     };

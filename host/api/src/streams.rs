@@ -88,9 +88,8 @@ async fn mint_token(
 ) -> Result<Json<serde_json::Value>, ApiError> {
     require_workflows(&state, &caller, "/v1/streams/token").await?;
     let token = format!(
-        "cst_{}{}",
-        uuid::Uuid::new_v4().simple(),
-        uuid::Uuid::new_v4().simple()
+        "cst_{}",
+        hex::encode(capstan_core::secrets::random_bytes::<32>())
     );
     let now = state.now();
     state

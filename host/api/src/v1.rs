@@ -734,21 +734,50 @@ async fn events(
     .into_response())
 }
 
+/// How `caller` may act on a principal's keys.
+enum KeyAuthority {
+    /// As that principal, with the key that authenticated it expiring then (a key it mints may
+    /// not outlive it, so a stolen key cannot outlast its own revocation). Not yet audited.
+    Own { key_expires_ms: Option<i64> },
+    /// With principals:manage (audited).
+    Manage,
+}
+
+fn own_keys_resource(principal_id: &str) -> String {
+    format!("/v1/principals/{principal_id}/api-keys")
+}
+
 async fn own_or_manage(
     state: &ApiState,
     caller: &Caller,
     principal_id: &str,
-) -> Result<(), ApiError> {
-    let resource = format!("/v1/principals/{principal_id}/api-keys");
-    if caller.principal_id == principal_id {
-        caller
-            .audit(state, "api-keys:own", &resource, None, true)
-            .await;
-        return Ok(());
+) -> Result<KeyAuthority, ApiError> {
+    if caller.principal_id == principal_id && !caller.has("principals:manage") {
+        return Ok(KeyAuthority::Own {
+            key_expires_ms: caller.key_expires_ms,
+        });
     }
     caller
-        .require(state, "principals:manage", &resource, None)
+        .require(
+            state,
+            "principals:manage",
+            &own_keys_resource(principal_id),
+            None,
+        )
         .await
+        .map(|()| KeyAuthority::Manage)
+}
+
+async fn audit_own(state: &ApiState, caller: &Caller, principal_id: &str, allowed: bool) {
+    caller
+        .audit(
+            state,
+            "api-keys:own",
+            &own_keys_resource(principal_id),
+            None,
+            allowed,
+        )
+        .await;
 }
 
 /// `POST /v1/principals/{principalId}/api-keys`: mints a key; the plaintext is returned once.
@@ -762,7 +791,7 @@ async fn own_or_manage(
     responses(
         (status = 201, description = "The new key; `plaintextToken` is shown only here.", body = MintedApiKeyEnvelope),
         (status = 400, description = "`invalid_json` or `validation_error` (invalid principal id or body).", body = Error),
-        (status = 403, description = "`forbidden`: another principal's keys need principals:manage.", body = Error),
+        (status = 403, description = "`forbidden`: another principal's keys need principals:manage; without it, a key may not mint one that expires after itself (an omitted `expiresInDays` is cut to the minting key's expiry).", body = Error),
     ),
     security(("bearer" = [])),
 )]
@@ -772,7 +801,7 @@ async fn mint(
     Path(principal_id): Path<String>,
     body: Bytes,
 ) -> Result<(StatusCode, Json<MintedApiKeyEnvelope>), ApiError> {
-    own_or_manage(&state, &caller, &principal_id).await?;
+    let authority = own_or_manage(&state, &caller, &principal_id).await?;
     let body: Value = if body.is_empty() {
         json!({})
     } else {
@@ -816,12 +845,34 @@ async fn mint(
         ]);
         return Err(e);
     }
+    let now = state.now();
+    let not_after = match authority {
+        KeyAuthority::Manage => None,
+        KeyAuthority::Own { key_expires_ms } => {
+            let outlives = days
+                .zip(key_expires_ms)
+                .is_some_and(|(days, expires)| now + days * 86_400_000 > expires);
+            audit_own(&state, &caller, &principal_id, !outlives).await;
+            if let (true, Some(expires)) = (outlives, key_expires_ms) {
+                return Err(ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    "forbidden",
+                    format!(
+                        "A key may not mint a key that outlives it: this key expires in {} day(s); ask for at most that, or mint with principals:manage.",
+                        (expires - now) / 86_400_000
+                    ),
+                ));
+            }
+            key_expires_ms
+        }
+    };
     let minted = crate::mint_key(
         &state.store,
         &state.config,
-        state.now(),
+        now,
         &principal_id,
         days,
+        not_after,
     )
     .await
     .map_err(|e| ApiError::bad_request("validation_error", e.to_string()))?;
@@ -851,7 +902,9 @@ async fn list_keys(
     caller: Caller,
     Path(principal_id): Path<String>,
 ) -> Result<Json<ApiKeyList>, ApiError> {
-    own_or_manage(&state, &caller, &principal_id).await?;
+    if let KeyAuthority::Own { .. } = own_or_manage(&state, &caller, &principal_id).await? {
+        audit_own(&state, &caller, &principal_id, true).await;
+    }
     let keys = state
         .store
         .api_keys_of(&principal_id)

@@ -226,8 +226,65 @@ impl Keyring {
     }
 }
 
+/// `N` bytes from the operating system's CSPRNG: for keys, secrets and tokens (a UUID's bytes
+/// carry fixed version and variant bits and come from a user-space generator).
+pub fn random_bytes<const N: usize>() -> [u8; N] {
+    use aes_gcm::aead::rand_core::RngCore as _;
+    let mut bytes = [0u8; N];
+    OsRng.fill_bytes(&mut bytes);
+    bytes
+}
+
+/// `len` characters drawn uniformly from `[0-9A-Za-z]` out of the OS CSPRNG.
+pub fn random_base62(len: usize) -> String {
+    const ALPHABET: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    let mut out = String::with_capacity(len);
+    while out.len() < len {
+        for b in random_bytes::<32>() {
+            // Bytes from 248 up would favour the first eight characters (248 = 4 * 62).
+            if b < 248 && out.len() < len {
+                out.push(char::from(ALPHABET[usize::from(b) % 62]));
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn random_bytes_have_no_fixed_bits() {
+        let (mut or, mut and) = ([0u8; 32], [0xffu8; 32]);
+        for _ in 0..64 {
+            let b = super::random_bytes::<32>();
+            for i in 0..32 {
+                or[i] |= b[i];
+                and[i] &= b[i];
+            }
+        }
+        assert_eq!(or, [0xff; 32], "every bit is set somewhere");
+        assert_eq!(and, [0; 32], "every bit is clear somewhere");
+    }
+
+    #[test]
+    fn random_base62_uses_the_whole_alphabet_at_every_position() {
+        let samples: Vec<String> = (0..400).map(|_| super::random_base62(8)).collect();
+        for position in 0..8 {
+            let distinct: std::collections::BTreeSet<u8> =
+                samples.iter().map(|s| s.as_bytes()[position]).collect();
+            assert!(
+                distinct.len() > 50,
+                "position {position}: {}",
+                distinct.len()
+            );
+        }
+        assert!(
+            samples
+                .iter()
+                .all(|s| s.len() == 8 && s.bytes().all(|b| b.is_ascii_alphanumeric()))
+        );
+    }
+
     use super::*;
 
     fn b64(bytes: &[u8]) -> String {

@@ -897,11 +897,9 @@ async fn webhooks(hello: &Path, sizes: Sizes, subscriptions: usize) -> anyhow::R
     let tls_dir = tempfile::tempdir()?;
     let (ca, cert, cert_key) = test_certificates(tls_dir.path()).await?;
     let shared: Shared = Arc::new((Mutex::new(Received::default()), tokio::sync::Notify::new()));
-    let listener = crate::tls::TlsListener::new(
-        tokio::net::TcpListener::bind("127.0.0.1:0").await?,
-        crate::tls::server_config(&cert, &cert_key)?,
-    )?;
-    let port = axum::serve::Listener::local_addr(&listener)?.port();
+    let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let port = tcp.local_addr()?.port();
+    let tls = crate::tls::server_config(&cert, &cert_key)?;
     let router = axum::Router::new()
         .route("/hook/{subscription}", axum::routing::post(receive))
         .route(
@@ -910,19 +908,18 @@ async fn webhooks(hello: &Path, sizes: Sizes, subscriptions: usize) -> anyhow::R
         )
         .with_state(shared.clone());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    // TCP_NODELAY, as receivers usually have it (Go, nginx, Node): without it the 204 waits
-    // behind the unacknowledged TLS session tickets for the peer's delayed ACK (~40 ms), and
-    // the bench would measure that instead of Capstan (25 instead of ~230 deliveries/s here).
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tls| {
-        let _ = tls.get_ref().0.set_nodelay(true);
-    });
-    let receiver = tokio::spawn(async move {
-        axum::serve(listener, router)
-            .with_graceful_shutdown(async move {
-                let _ = stopped.await;
-            })
-            .await
-    });
+    // The receiver sets TCP_NODELAY (as `listen::serve` does, and as receivers usually do: Go,
+    // nginx, Node): without it the 204 waits behind the unacknowledged TLS session tickets for
+    // the peer's delayed ACK (~40 ms), and the bench would measure that instead of Capstan.
+    let receiver = tokio::spawn(crate::listen::serve(
+        tcp,
+        Some(tls),
+        router,
+        crate::listen::ConnectionLimits::default(),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
     let (probe_build, probe_request) =
         probe_sends(&format!("https://127.0.0.1:{port}/probe"), &ca, 50).await?;
 

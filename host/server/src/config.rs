@@ -99,6 +99,8 @@ pub struct Settings {
     pub admin_proxy_upstream: Option<String>,
     /// Open SSE connections this node accepts; one more is answered 503.
     pub stream_connections: usize,
+    /// `[connections]`: every listener's connection cap and deadlines (docs/operating.md).
+    pub connections: crate::listen::ConnectionLimits,
     /// Outbound webhooks.
     pub webhooks: WebhookSettings,
     /// The partner booking API.
@@ -205,6 +207,7 @@ impl Default for Settings {
             rate_limit: capstan_api::ratelimit::RateLimit::default(),
             admin_proxy_upstream: None,
             stream_connections: 1_000,
+            connections: crate::listen::ConnectionLimits::default(),
             webhooks: WebhookSettings::default(),
             booking: BookingSettings::default(),
         }
@@ -286,7 +289,7 @@ pub struct Overrides {
 }
 
 /// Keys the environment may set (`CAPSTAN_<KEY>`); other `CAPSTAN_*` variables are not settings.
-const ENV_KEYS: [&str; 22] = [
+const ENV_KEYS: [&str; 23] = [
     "listen",
     "sandbox_listen",
     "http_redirect_listen",
@@ -307,6 +310,7 @@ const ENV_KEYS: [&str; 22] = [
     "rate_limit",
     "admin_proxy_upstream",
     "stream_connections",
+    "connections",
     "webhooks",
     "booking",
 ];

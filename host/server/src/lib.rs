@@ -22,6 +22,7 @@ pub mod bench_memory;
 mod bench_timing;
 pub mod booking_bench;
 pub mod config;
+pub mod listen;
 pub mod registry;
 pub mod serve;
 pub mod steps;

@@ -334,9 +334,15 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
                         key_lifetime_days: settings.api_key_lifetime_days,
                         rate_limit: settings.rate_limit,
                     };
-                    let minted =
-                        capstan_api::mint_key(&store, &config, now, &principal, expires_in_days)
-                            .await?;
+                    let minted = capstan_api::mint_key(
+                        &store,
+                        &config,
+                        now,
+                        &principal,
+                        expires_in_days,
+                        None,
+                    )
+                    .await?;
                     println!("{}", minted.plaintext);
                 }
                 ApiKeysCommand::List { principal } => {

@@ -8,7 +8,6 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::serve::ListenerExt as _;
 use axum::{Json, Router};
 use capstan_api::keys::Peppers;
 use capstan_api::partner::PartnerState;
@@ -42,6 +41,8 @@ pub struct App {
     pub booking: crate::config::BookingSettings,
     /// HTTPS for both listeners (`--tls-cert`/`--tls-key`), or plain HTTP for development.
     pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
+    /// Every listener's connection cap and deadlines.
+    pub connections: crate::listen::ConnectionLimits,
 }
 
 /// The at-rest keyring for webhook secrets: `CAPSTAN_SECRET_KEYS` (`1:<base64 of 32 bytes>,...`).
@@ -180,6 +181,7 @@ impl App {
                 (None, None) => None,
                 _ => anyhow::bail!("--tls-cert and --tls-key go together"),
             },
+            connections: settings.connections,
         })
     }
 }
@@ -408,44 +410,17 @@ pub async fn serve(
     let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
-    let one = |listener: TcpListener,
-               router: Router|
-     -> std::pin::Pin<Box<dyn Future<Output = std::io::Result<()>> + Send>> {
-        match &app.tls {
-            Some(config) => match crate::tls::TlsListener::new(listener, config.clone()) {
-                Ok(tls) => Box::pin(crate::tls::serve_tls(tls, router, stopped(stop_rx.clone()))),
-                Err(e) => Box::pin(async move { Err(e) }),
-            },
-            // TCP_NODELAY: without it, Nagle's algorithm holds a small write (an SSE event, a
-            // response written in pieces) while an earlier segment awaits its ACK, which the peer
-            // may delay by up to 40 ms: event streams delivered events tens of milliseconds
-            // late under load (measured in BENCHMARKS.md).
-            None => Box::pin(
-                axum::serve(
-                    listener.tap_io(|tcp| {
-                        let _ = tcp.set_nodelay(true);
-                    }),
-                    router.into_make_service_with_connect_info::<std::net::SocketAddr>(),
-                )
-                .with_graceful_shutdown(stopped(stop_rx.clone()))
-                .into_future(),
-            ),
-        }
+    let limits = app.connections;
+    let one = |listener: TcpListener, router: Router, tls: Option<_>| {
+        crate::listen::serve(listener, tls, router, limits, stopped(stop_rx.clone()))
     };
-    let main = one(listener, router(app.clone()));
-    let sandbox = one(sandbox, sandbox_router(app.clone()));
-    let redirect = match redirect {
-        Some(l) => Box::pin(
-            axum::serve(
-                l.tap_io(|tcp| {
-                    let _ = tcp.set_nodelay(true);
-                }),
-                crate::tls::redirect_router(main_addr.port()),
-            )
-            .with_graceful_shutdown(stopped(stop_rx.clone()))
-            .into_future(),
-        ) as std::pin::Pin<Box<dyn Future<Output = std::io::Result<()>> + Send>>,
-        None => Box::pin(async { Ok(()) }),
+    let main = one(listener, router(app.clone()), app.tls.clone());
+    let sandbox = one(sandbox, sandbox_router(app.clone()), app.tls.clone());
+    let redirect = async {
+        match redirect {
+            Some(l) => one(l, crate::tls::redirect_router(main_addr.port()), None).await,
+            None => Ok(()),
+        }
     };
     tokio::spawn(async move {
         shutdown.await;

@@ -1,20 +1,12 @@
 //! HTTPS for the listeners (rustls with the ring provider), and the plain-HTTP port that answers
 //! `301` to the HTTPS URL.
-//!
-//! A TLS listener accepts TCP connections in its own task and runs each handshake in a task of
-//! its own (10 s at most), so a slow or silent client never holds up the others; finished
-//! handshakes are handed to `axum::serve` through a channel.
+//! Connections, handshakes included, are taken by `listen::serve`.
 
 use axum::Router;
-use axum::extract::ConnectInfo;
 use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
-use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
-use tokio::net::{TcpListener, TcpStream};
-use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -36,86 +28,6 @@ pub fn server_config(cert: &Path, key: &Path) -> anyhow::Result<Arc<rustls::Serv
         .map_err(|e| anyhow::anyhow!("the TLS certificate and key do not fit together: {e}"))?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
-}
-
-/// A listener whose connections are TLS streams, for `axum::serve`.
-pub struct TlsListener {
-    local: SocketAddr,
-    incoming: tokio::sync::mpsc::Receiver<(tokio_rustls::server::TlsStream<TcpStream>, SocketAddr)>,
-}
-
-impl TlsListener {
-    pub fn new(listener: TcpListener, config: Arc<rustls::ServerConfig>) -> std::io::Result<Self> {
-        let local = listener.local_addr()?;
-        let acceptor = TlsAcceptor::from(config);
-        let (tx, incoming) = tokio::sync::mpsc::channel(64);
-        tokio::spawn(async move {
-            loop {
-                let (tcp, peer) = match listener.accept().await {
-                    Ok(conn) => conn,
-                    Err(error) => {
-                        tracing::warn!(%error, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                if tx.is_closed() {
-                    return;
-                }
-                // As on plain TCP (`serve.rs`): small writes (SSE events) go out at once.
-                let _ = tcp.set_nodelay(true);
-                let (acceptor, tx) = (acceptor.clone(), tx.clone());
-                tokio::spawn(async move {
-                    match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await
-                    {
-                        Ok(Ok(tls)) => {
-                            let _ = tx.send((tls, peer)).await;
-                        }
-                        Ok(Err(error)) => tracing::debug!(%peer, %error, "TLS handshake failed"),
-                        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
-                    }
-                });
-            }
-        });
-        Ok(Self { local, incoming })
-    }
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = tokio_rustls::server::TlsStream<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.incoming.recv().await {
-            Some(conn) => conn,
-            // The acceptor task ended (it never does while the listener lives).
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        Ok(self.local)
-    }
-}
-
-/// Serves `router` on a TLS listener with the peer address as `ConnectInfo` (as on plain TCP).
-pub async fn serve_tls(
-    listener: TlsListener,
-    router: Router,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    let make = tower::service_fn(
-        move |incoming: axum::serve::IncomingStream<'_, TlsListener>| {
-            let service = tower::Layer::layer(
-                &axum::Extension(ConnectInfo(*incoming.remote_addr())),
-                router.clone(),
-            );
-            async move { Ok::<_, std::convert::Infallible>(service) }
-        },
-    );
-    axum::serve(listener, make)
-        .with_graceful_shutdown(shutdown)
-        .await
 }
 
 /// The plain-HTTP port: every request is answered `301` to the same path on the HTTPS listener.

@@ -43,6 +43,62 @@ pub enum StoreError {
     Sqlx(#[from] sqlx::Error),
     #[error("migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("database URL: `synchronous={0}` is not a mode (full or normal)")]
+    Synchronous(String),
+}
+
+/// How SQLite commits reach the disk: the database URL's `synchronous` parameter
+/// (`sqlite://data/capstan.db?synchronous=normal`); PostgreSQL has its own
+/// (`synchronous_commit`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Synchronous {
+    /// Every commit is on disk before it is answered (the group writer shares one fsync among
+    /// the commits of a group): an acknowledged change survives power loss and OS crashes.
+    #[default]
+    Full,
+    /// WAL without a sync per commit: an acknowledged change survives the process being killed,
+    /// but power loss or an OS crash may undo the last commits before a checkpoint.
+    Normal,
+}
+
+impl Synchronous {
+    /// What every connection that writes runs first (WAL is the file's, set by the first).
+    fn pragmas(self) -> &'static str {
+        match self {
+            Self::Full => {
+                "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA busy_timeout = 5000; PRAGMA foreign_keys = ON"
+            }
+            Self::Normal => {
+                "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 5000; PRAGMA foreign_keys = ON"
+            }
+        }
+    }
+
+    /// `url` without its `synchronous` parameter, and the mode it names (full when absent).
+    fn split(url: &str) -> Result<(String, Self), StoreError> {
+        let Some((base, query)) = url.split_once('?') else {
+            return Ok((url.to_owned(), Self::default()));
+        };
+        let mut mode = Self::default();
+        let mut kept = Vec::new();
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            match pair.split_once('=') {
+                Some(("synchronous", value)) => {
+                    mode = match value.to_ascii_lowercase().as_str() {
+                        "full" => Self::Full,
+                        "normal" => Self::Normal,
+                        _ => return Err(StoreError::Synchronous(value.to_owned())),
+                    }
+                }
+                _ => kept.push(pair),
+            }
+        }
+        Ok(if kept.is_empty() {
+            (base.to_owned(), mode)
+        } else {
+            (format!("{base}?{}", kept.join("&")), mode)
+        })
+    }
 }
 
 /// Which database serves the store.
@@ -123,6 +179,8 @@ pub struct Store {
     events: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
     /// This process's name in leases it takes through the store (webhook attempts).
     node_id: String,
+    /// SQLite's commit durability (unused on PostgreSQL).
+    synchronous: Synchronous,
     inner: std::sync::Arc<Inner>,
 }
 
@@ -194,6 +252,8 @@ impl Store {
     }
 
     async fn connect_sqlite(url: &str) -> Result<Self, StoreError> {
+        let (url, synchronous) = Synchronous::split(url)?;
+        let url = url.as_str();
         let rest = url
             .strip_prefix("sqlite://")
             .or_else(|| url.strip_prefix("sqlite:"))
@@ -209,7 +269,7 @@ impl Store {
             })?;
         }
         // Create the file if missing; sqlx's SQLite driver keeps foreign keys on and a 5 s busy
-        // timeout; WAL and synchronous=NORMAL are set per connection.
+        // timeout; WAL and the synchronous mode are set per connection.
         let url = if rest.contains("mode=") {
             format!("sqlite://{rest}")
         } else if rest.contains('?') {
@@ -220,14 +280,15 @@ impl Store {
         // No ping before each checkout: a SQLite connection is a file handle that does not go
         // stale, and the ping is one more round trip to the connection's thread per transaction.
         let options = || {
-            AnyPoolOptions::new().test_before_acquire(false).after_connect(|conn, _| {
-                Box::pin(async move {
-                    use sqlx::Executor as _;
-                    conn.execute("PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 5000; PRAGMA foreign_keys = ON")
-                        .await?;
-                    Ok(())
+            AnyPoolOptions::new()
+                .test_before_acquire(false)
+                .after_connect(move |conn, _| {
+                    Box::pin(async move {
+                        use sqlx::Executor as _;
+                        conn.execute(synchronous.pragmas()).await?;
+                        Ok(())
+                    })
                 })
-            })
         };
         let pool = options().max_connections(8).connect(&url).await?;
         let writer = options()
@@ -235,7 +296,9 @@ impl Store {
             .acquire_timeout(Duration::from_secs(30))
             .connect(&url)
             .await?;
-        Ok(Self::with_pools(Backend::Sqlite, url, pool, writer))
+        let mut store = Self::with_pools(Backend::Sqlite, url, pool, writer);
+        store.synchronous = synchronous;
+        Ok(store)
     }
 
     async fn connect_postgres(url: &str) -> Result<Self, StoreError> {
@@ -269,6 +332,7 @@ impl Store {
             writer,
             events: std::sync::Arc::new(tokio::sync::watch::Sender::new(0)),
             node_id: capstan_core::ids::new_id(),
+            synchronous: Synchronous::default(),
             inner: std::sync::Arc::new(Inner {
                 reader_permits: std::sync::Arc::new(tokio::sync::Semaphore::new(
                     if backend == Backend::Sqlite {
@@ -423,8 +487,7 @@ impl Store {
                 use sqlx::{ConnectOptions as _, Executor as _};
                 let options: sqlx::any::AnyConnectOptions = self.url.parse()?;
                 let mut conn = options.connect().await?;
-                conn.execute("PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 5000; PRAGMA foreign_keys = ON")
-                    .await?;
+                conn.execute(self.synchronous.pragmas()).await?;
                 conn
             }
         };
@@ -493,6 +556,7 @@ impl Store {
             .get_or_init(|| {
                 writer::GroupWriter::start(
                     self.sqlite_path(),
+                    self.synchronous,
                     self.events.clone(),
                     self.inner.writer_wanted.clone(),
                     self.inner.behind.clone(),
@@ -615,6 +679,34 @@ mod tests {
     use super::*;
 
     #[tokio::test]
+    async fn the_database_url_chooses_normal_durability_explicitly_and_refuses_a_typo() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!(
+            "sqlite://{}/capstan.db?synchronous=normal",
+            dir.path().display()
+        );
+        let store = Store::open(&url).await.unwrap();
+        for pool in [store.pool(), store.writer()] {
+            let (sync,): (i64,) = sqlx::query_as("PRAGMA synchronous")
+                .fetch_one(pool)
+                .await
+                .unwrap();
+            assert_eq!(sync, 1, "synchronous = NORMAL as asked");
+        }
+        let bad = format!(
+            "sqlite://{}/other.db?synchronous=fast",
+            dir.path().display()
+        );
+        let e = Store::open(&bad).await.unwrap_err();
+        assert!(e.to_string().contains("synchronous=fast"), "{e}");
+        assert!(!dir.path().join("other.db").exists(), "nothing created");
+        assert_eq!(
+            Synchronous::split("sqlite://a.db?mode=rwc&synchronous=FULL").unwrap(),
+            ("sqlite://a.db?mode=rwc".to_owned(), Synchronous::Full)
+        );
+    }
+
+    #[tokio::test]
     async fn opens_a_file_database_in_wal_mode_and_migrates_once() {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite://{}/nested/capstan.db", dir.path().display());
@@ -630,7 +722,7 @@ mod tests {
                 .fetch_one(pool)
                 .await
                 .unwrap();
-            assert_eq!(sync, 1, "synchronous = NORMAL on every connection");
+            assert_eq!(sync, 2, "synchronous = FULL on every connection");
             let (fk,): (i64,) = sqlx::query_as("PRAGMA foreign_keys")
                 .fetch_one(pool)
                 .await

@@ -230,6 +230,7 @@ impl GroupWriter {
     /// outbox events.
     pub(crate) fn start(
         path: String,
+        synchronous: crate::Synchronous,
         events: Arc<tokio::sync::watch::Sender<u64>>,
         wanted: Arc<AtomicUsize>,
         behind: Arc<Behind>,
@@ -238,7 +239,7 @@ impl GroupWriter {
         let checkpointer_path = path.clone();
         std::thread::Builder::new()
             .name("capstan-sqlite-checkpoint".to_owned())
-            .spawn(move || checkpoint_until_stopped(&checkpointer_path, &stop))?;
+            .spawn(move || checkpoint_until_stopped(&checkpointer_path, synchronous, &stop))?;
         let (sessions, receive) = mpsc::channel::<Session>();
         let shared = Arc::new(Shared {
             behind,
@@ -248,7 +249,7 @@ impl GroupWriter {
         std::thread::Builder::new()
             .name("capstan-sqlite-writer".to_owned())
             .spawn(move || {
-                let connection = open(&path);
+                let connection = open(&path, synchronous);
                 while let Ok(session) = receive.recv() {
                     let ended = match &connection {
                         Ok(conn) => run_session(conn, &queue, &events, &wanted),
@@ -430,8 +431,12 @@ fn run_session(
 /// connection moves that threshold out of the way ([`BACKSTOP_PAGES`]) and this thread
 /// checkpoints instead, `PASSIVE`ly: it copies what no reader still needs and never blocks the
 /// writer or a reader.
-fn checkpoint_until_stopped(path: &str, stop: &mpsc::Receiver<()>) {
-    let conn = match open(path) {
+fn checkpoint_until_stopped(
+    path: &str,
+    synchronous: crate::Synchronous,
+    stop: &mpsc::Receiver<()>,
+) {
+    let conn = match open(path, synchronous) {
         Ok(conn) => conn,
         Err(error) => {
             tracing::warn!(%error, "no WAL checkpointer: SQLite's automatic checkpoints remain");
@@ -445,17 +450,15 @@ fn checkpoint_until_stopped(path: &str, stop: &mpsc::Receiver<()>) {
     }
 }
 
-fn open(path: &str) -> Result<Connection, String> {
+fn open(path: &str, synchronous: crate::Synchronous) -> Result<Connection, String> {
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
         | OpenFlags::SQLITE_OPEN_NO_MUTEX
         | OpenFlags::SQLITE_OPEN_URI;
     let conn = Connection::open_with_flags(path, flags)
         .map_err(|e| format!("the SQLite group writer cannot open {path}: {e}"))?;
     // As sqlx's connections (`Store::connect_sqlite`); WAL is the file's own, set by them.
-    conn.execute_batch(
-        "PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 5000; PRAGMA foreign_keys = ON",
-    )
-    .map_err(|e| format!("the SQLite group writer cannot configure {path}: {e}"))?;
+    conn.execute_batch(synchronous.pragmas())
+        .map_err(|e| format!("the SQLite group writer cannot configure {path}: {e}"))?;
     crate::reader::plan_once(&conn)
         .map_err(|e| format!("the SQLite group writer cannot configure {path}: {e}"))?;
     // Checkpoints are the checkpointer thread's (`checkpoint_until_stopped`).

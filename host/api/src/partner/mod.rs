@@ -73,16 +73,11 @@ fn unauthorized(message: &str) -> PartnerError {
 
 /// A new partner key for `env`: `pk_`/`tk_` and 40 base62 characters.
 pub fn generate_key(env: Environment) -> String {
-    const ALPHABET: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
-    let mut body = String::with_capacity(40);
-    while body.len() < 40 {
-        for b in uuid::Uuid::new_v4().as_bytes() {
-            if *b < 248 && body.len() < 40 {
-                body.push(ALPHABET[(*b as usize) % 62] as char);
-            }
-        }
-    }
-    format!("{}{body}", env.key_prefix())
+    format!(
+        "{}{}",
+        env.key_prefix(),
+        capstan_core::secrets::random_base62(40)
+    )
 }
 
 const PREFIX_LEN: usize = 12;
@@ -1049,18 +1044,11 @@ async fn create_webhook(
         }
     };
     vet_url(&s, &url).await?;
-    let secret = {
-        let bytes: Vec<u8> = uuid::Uuid::new_v4()
-            .as_bytes()
-            .iter()
-            .chain(uuid::Uuid::new_v4().as_bytes())
-            .copied()
-            .collect();
-        format!(
-            "whsec_{}",
-            base64::engine::general_purpose::STANDARD.encode(&bytes[..24])
-        )
-    };
+    let secret = format!(
+        "whsec_{}",
+        base64::engine::general_purpose::STANDARD
+            .encode(capstan_core::secrets::random_bytes::<24>())
+    );
     let aad = format!("booking-webhook:{}", partner.0.id);
     let (kms, sealed) = s
         .webhooks
