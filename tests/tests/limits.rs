@@ -48,6 +48,16 @@ fn until_all_closed(mut conns: Vec<TcpStream>, limit: Duration) -> Duration {
     start.elapsed()
 }
 
+async fn assert_healthy(c: &reqwest::Client, base: &str) {
+    let r = c
+        .get(format!("{base}/healthz"))
+        .timeout(Duration::from_secs(5))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+}
+
 #[tokio::test]
 async fn hundreds_of_half_sent_requests_are_closed_at_the_header_deadline_while_others_are_served()
 {
@@ -59,13 +69,7 @@ async fn hundreds_of_half_sent_requests_are_closed_at_the_header_deadline_while_
     // Everyone else is still answered, at once.
     let c = reqwest::Client::new();
     for _ in 0..5 {
-        let r = c
-            .get(format!("{}/healthz", server.base))
-            .timeout(Duration::from_secs(5))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 200);
+        assert_healthy(&c, &server.base).await;
     }
     let closed =
         tokio::task::spawn_blocking(move || until_all_closed(conns, Duration::from_secs(15)))
@@ -103,13 +107,7 @@ async fn silent_tls_clients_are_dropped_at_the_handshake_deadline_while_others_a
         .add_root_certificate(ca)
         .build()
         .unwrap();
-    let r = c
-        .get(format!("{}/healthz", server.base))
-        .timeout(Duration::from_secs(5))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    assert_healthy(&c, &server.base).await;
     tokio::task::spawn_blocking(move || until_all_closed(conns, Duration::from_secs(15)))
         .await
         .unwrap();
