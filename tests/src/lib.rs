@@ -171,6 +171,8 @@ pub struct Server {
     /// The plain-HTTP redirect listener (`--http-redirect-listen`), when one was asked for.
     pub redirect: Option<String>,
     pub logs: mpsc::Receiver<String>,
+    /// What the server logged before it listened.
+    pub startup_log: Vec<String>,
 }
 
 impl Server {
@@ -236,6 +238,7 @@ impl Server {
                             )
                         }),
                     logs: rx,
+                    startup_log: seen,
                 };
             }
             seen.push(line);

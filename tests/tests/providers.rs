@@ -260,6 +260,21 @@ async fn add_certificate_on_knot_and_pebble_issues_a_chain_that_verifies_and_rol
         1,
         "one order for the token"
     );
+    // No secret in the server's log: not the TSIG secret, not the ACME account key, not the
+    // certificate's key.
+    let mut log = w.server.startup_log.clone();
+    log.extend(w.server.logs.try_iter());
+    let log = log.join("\n");
+    let credentials: Value =
+        serde_json::from_str(&std::fs::read_to_string(&account).unwrap()).unwrap();
+    for secret in [
+        knot.secret_b64(),
+        credentials["key_pkcs8"].as_str().unwrap(),
+        key.lines().nth(1).unwrap(),
+    ] {
+        assert!(!log.contains(secret), "a secret in the log");
+    }
+    assert!(log.contains("provider configured"), "the log was read: {log}");
 
     // Rollback: the certificate is revoked, the replaced record is back, the new one is gone.
     let (status, body) = w
