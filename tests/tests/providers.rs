@@ -274,7 +274,10 @@ async fn add_certificate_on_knot_and_pebble_issues_a_chain_that_verifies_and_rol
     ] {
         assert!(!log.contains(secret), "a secret in the log");
     }
-    assert!(log.contains("provider configured"), "the log was read: {log}");
+    assert!(
+        log.contains("provider configured"),
+        "the log was read: {log}"
+    );
 
     // Rollback: the certificate is revoked, the replaced record is back, the new one is gone.
     let (status, body) = w
