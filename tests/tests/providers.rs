@@ -55,6 +55,25 @@ impl World {
         }
     }
 
+    /// Exports the certificate `arn` with the operator CLI and checks that its chain verifies
+    /// against the root Pebble made at this start; returns the chain.
+    async fn export_verified(&self, arn: &str, pebble: &Pebble) -> String {
+        let out = self.home.path().join("export");
+        capstan_e2e::cli(
+            self.home.path(),
+            &[
+                "certificates",
+                "export",
+                arn,
+                "--out",
+                out.to_str().unwrap(),
+            ],
+        );
+        let chain = std::fs::read_to_string(out.join("fullchain.pem")).unwrap();
+        verify_chain(&chain, &pebble.issuing_root_pem().await).expect("the chain verifies");
+        chain
+    }
+
     /// SIGKILLs the server and starts another on the same home.
     fn kill_and_restart(&mut self) {
         self.server.child.kill().unwrap();
@@ -436,19 +455,7 @@ async fn onboard_domain_on_knot_and_pebble_routes_below_the_apex_and_rollback_re
     assert_ne!(cms, www, "each distribution has its own name");
 
     // The certificate covers the three names and chains to Pebble's root of this start.
-    let out = w.home.path().join("export");
-    capstan_e2e::cli(
-        w.home.path(),
-        &[
-            "certificates",
-            "export",
-            &arn,
-            "--out",
-            out.to_str().unwrap(),
-        ],
-    );
-    let chain = std::fs::read_to_string(out.join("fullchain.pem")).unwrap();
-    verify_chain(&chain, &pebble.issuing_root_pem().await).expect("the chain verifies");
+    let chain = w.export_verified(&arn, &pebble).await;
     let mut names = san_names(&pem_certs(&chain)[0]);
     names.sort();
     assert_eq!(
@@ -544,17 +551,5 @@ async fn sigkill_of_the_server_in_the_middle_of_an_acme_order_still_ends_with_on
         .as_str()
         .unwrap()
         .to_owned();
-    let out = w.home.path().join("export");
-    capstan_e2e::cli(
-        w.home.path(),
-        &[
-            "certificates",
-            "export",
-            &arn,
-            "--out",
-            out.to_str().unwrap(),
-        ],
-    );
-    let chain = std::fs::read_to_string(out.join("fullchain.pem")).unwrap();
-    verify_chain(&chain, &pebble.issuing_root_pem().await).expect("the chain verifies");
+    w.export_verified(&arn, &pebble).await;
 }
