@@ -330,7 +330,11 @@ impl Acme {
             ));
         }
         if !token.is_empty() {
-            match self.ledger.get(token).await? {
+            match self
+                .ledger
+                .get(token, "certificates.request-certificate", request)
+                .await?
+            {
                 Some(Entry::Done(answer)) => return Ok(answer),
                 Some(Entry::Intent(body)) => {
                     let intent: Intent = serde_json::from_value(body).map_err(storage)?;
@@ -354,6 +358,7 @@ impl Acme {
                 .intend(
                     token,
                     "certificates.request-certificate",
+                    request,
                     &json!(Intent {
                         names: names.clone(),
                         arn: None
@@ -386,6 +391,7 @@ impl Acme {
                 .intend(
                     token,
                     "certificates.request-certificate",
+                    request,
                     &json!(Intent {
                         names: names.clone(),
                         arn: Some(arn.clone())

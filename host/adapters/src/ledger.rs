@@ -2,9 +2,12 @@
 //! token is about to do (`intent`, written before the provider hears of it) and what the provider
 //! answered (`done`). A repeated token reads its row first: `done` is answered again, `intent`
 //! is finished from what it recorded (the adapter checks what the provider already did), so a
-//! crash between the provider's answer and the engine's commit never does a change twice.
+//! crash between the provider's answer and the engine's commit never does a change twice. A
+//! token is bound to the call it was first used for (operation and request digest): another
+//! call under it is refused, never answered with the first one's result.
 
 use capstan_core::CapabilityError;
+use capstan_core::providers::call_digest;
 use serde_json::Value;
 use sqlx::{AnyPool, Row};
 
@@ -36,15 +39,29 @@ impl Ledger {
         &self.pool
     }
 
-    pub async fn get(&self, token: &str) -> Result<Option<Entry>, CapabilityError> {
-        let row = sqlx::query("SELECT state, body FROM provider_effects WHERE token = $1")
-            .bind(token)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(storage)?;
+    /// What the ledger holds for `token`, which must have been first used for this `op` and
+    /// `request`: another call under it is refused ([`CapabilityError::token_reused`]).
+    pub async fn get(
+        &self,
+        token: &str,
+        op: &str,
+        request: &Value,
+    ) -> Result<Option<Entry>, CapabilityError> {
+        let row = sqlx::query(
+            "SELECT state, body, op, request_digest FROM provider_effects WHERE token = $1",
+        )
+        .bind(token)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(storage)?;
         let Some(row) = row else { return Ok(None) };
         let state: String = row.try_get(0).map_err(storage)?;
         let body: String = row.try_get(1).map_err(storage)?;
+        let first_op: String = row.try_get(2).map_err(storage)?;
+        let digest: Option<String> = row.try_get(3).map_err(storage)?;
+        if first_op != op || digest.is_some_and(|d| d != call_digest(op, request)) {
+            return Err(CapabilityError::token_reused(op, &first_op));
+        }
         let body: Value = serde_json::from_str(&body).map_err(storage)?;
         Ok(Some(if state == "done" {
             Entry::Done(body)
@@ -53,16 +70,18 @@ impl Ledger {
         }))
     }
 
-    /// Records the intent of `token` (replacing an earlier intent; never a `done`).
+    /// Records the intent of `token` for `op` with `request` (replacing an earlier intent;
+    /// never a `done`).
     pub async fn intend(
         &self,
         token: &str,
         op: &str,
+        request: &Value,
         body: &Value,
         now_ms: i64,
     ) -> Result<(), CapabilityError> {
         sqlx::query(
-            "INSERT INTO provider_effects (token, provider, op, state, body, at_ms) VALUES ($1, $2, $3, 'intent', $4, $5)
+            "INSERT INTO provider_effects (token, provider, op, state, body, at_ms, request_digest) VALUES ($1, $2, $3, 'intent', $4, $5, $6)
              ON CONFLICT (token) DO UPDATE SET body = excluded.body, at_ms = excluded.at_ms
              WHERE provider_effects.state = 'intent'",
         )
@@ -71,6 +90,7 @@ impl Ledger {
         .bind(op)
         .bind(body.to_string())
         .bind(now_ms)
+        .bind(call_digest(op, request))
         .execute(&self.pool)
         .await
         .map_err(storage)?;

@@ -600,7 +600,9 @@ impl Rfc2136 {
         let earlier = if token.is_empty() {
             None
         } else {
-            self.ledger.get(token).await?
+            self.ledger
+                .get(token, "dns.change-records", request)
+                .await?
         };
         let client = self.connect(&self.server, true).await?;
         let intent = match earlier {
@@ -647,6 +649,7 @@ impl Rfc2136 {
                         .intend(
                             token,
                             "dns.change-records",
+                            request,
                             &serde_json::to_value(&intent).map_err(storage)?,
                             self.now(),
                         )

@@ -15,7 +15,9 @@ use serde_json::Value;
 pub trait Providers: Send + Sync {
     /// The `Ok` payload of the WIT result, or the capability error. `token` is the engine's
     /// idempotency token of a side effect (empty for reads): a repeated token must be answered
-    /// as the same request and change nothing more.
+    /// as the same request and change nothing more. A token is bound to its operation and
+    /// request: one that comes again with another must be refused with
+    /// [`CapabilityError::token_reused`], never answered with what the first call got.
     async fn call(&self, op: &str, request: &Value, token: &str) -> Result<Value, CapabilityError>;
 
     /// [`Providers::call`] of a side effect whose `token` no earlier attempt can have used: the
@@ -47,4 +49,118 @@ pub trait Providers: Send + Sync {
 #[async_trait]
 pub trait Inspect: Send + Sync + std::fmt::Debug {
     async fn snapshot(&self) -> Result<Value, String>;
+}
+
+/// The code of [`CapabilityError::token_reused`].
+pub const TOKEN_REUSED: &str = "idempotency-token-reused";
+
+impl CapabilityError {
+    /// A token came again with another operation or request than it was first used for: the
+    /// caller's replay diverged from what it did before (the engine pauses the execution as
+    /// nondeterministic). Permanent: asking again cannot make the two calls the same.
+    pub fn token_reused(op: &str, first_op: &str) -> Self {
+        Self::permanent(
+            TOKEN_REUSED,
+            format!(
+                "idempotency token used before for another call (`{first_op}` with other arguments); refused `{op}` rather than answer it with that call's result"
+            ),
+        )
+    }
+
+    pub fn is_token_reused(&self) -> bool {
+        self.code == TOKEN_REUSED
+    }
+}
+
+/// Whether a token's first call and this one are the same call.
+pub fn same_call(first_op: &str, first_request: &Value, op: &str, request: &Value) -> bool {
+    first_op == op && first_request == request
+}
+
+/// A call's operation and request as one SHA-256 (hex), for a token ledger that keeps what its
+/// token was first used for without keeping the request itself.
+pub fn call_digest(op: &str, request: &Value) -> String {
+    use sha2::Digest as _;
+    let mut hash = sha2::Sha256::new();
+    hash.update(op.as_bytes());
+    hash.update(b"\n");
+    hash.update(request.to_string().as_bytes());
+    hex::encode(hash.finalize())
+}
+
+/// The idempotency tokens a provider's API accepts: at most `max_len` characters, and only
+/// ASCII letters, digits and `_` when `word_only`. The engine's token (`<run>:<epoch>:<seq>`)
+/// goes through [`TokenFormat::derive`] before it reaches such an API, so a repeat after a crash
+/// is the same token there too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenFormat {
+    pub max_len: usize,
+    pub word_only: bool,
+}
+
+impl TokenFormat {
+    /// The engine's `token` as this API accepts it: unchanged when it fits, else the hex of its
+    /// SHA-256, cut to `max_len` (32 characters still carry 128 bits). Deterministic: the same
+    /// engine token always gives the same API token.
+    pub fn derive(self, token: &str) -> String {
+        let fits = token.len() <= self.max_len
+            && (!self.word_only
+                || token
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_'));
+        if fits {
+            return token.to_owned();
+        }
+        use sha2::Digest as _;
+        let mut hex = hex::encode(sha2::Sha256::digest(token.as_bytes()));
+        hex.truncate(self.max_len);
+        hex
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_that_fits_is_kept_and_one_that_does_not_is_hashed_to_the_format() {
+        let word32 = TokenFormat {
+            max_len: 32,
+            word_only: true,
+        };
+        assert_eq!(word32.derive("abc_123"), "abc_123");
+        let engine = "0194f8a2-7c1d-7e3a-9b2f-4d5e6f708192:0:17";
+        let derived = word32.derive(engine);
+        assert_eq!(derived.len(), 32);
+        assert!(derived.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_eq!(derived, word32.derive(engine), "deterministic");
+        assert_ne!(
+            derived,
+            word32.derive("0194f8a2-7c1d-7e3a-9b2f-4d5e6f708192:0:18")
+        );
+        let any128 = TokenFormat {
+            max_len: 128,
+            word_only: false,
+        };
+        assert_eq!(any128.derive(engine), engine);
+    }
+
+    #[test]
+    fn a_reused_token_is_a_permanent_error_that_says_so() {
+        let e = CapabilityError::token_reused("dns.change-records", "dns.change-records");
+        assert!(e.is_token_reused());
+        assert!(!e.is_transient());
+        assert!(same_call(
+            "a",
+            &serde_json::json!({"x": 1}),
+            "a",
+            &serde_json::json!({"x": 1})
+        ));
+        assert!(!same_call(
+            "a",
+            &serde_json::json!({"x": 1}),
+            "a",
+            &serde_json::json!({"x": 2})
+        ));
+    }
 }

@@ -9,7 +9,9 @@
 //! A side effect reaches its provider under a token derived from the run, the journal's epoch and
 //! the call's sequence number ([`effect_token`]): a crash before its answer is committed replays
 //! the call under the same token, which the provider answers as the same request; its answer and
-//! receipt ride the activation's next commit. (Journals written before tokens were derived may
+//! receipt ride the activation's next commit. Providers bind a token to the operation and
+//! request it first came with: a replay that reaches the token with another call (the guest
+//! branched on a read the crash lost) is refused, and the execution pauses as nondeterministic. (Journals written before tokens were derived may
 //! hold an `intent` entry with a drawn token; a replay uses that token.)
 
 use crate::effects::is_effect;
@@ -315,6 +317,15 @@ impl JournalHost {
     ) -> Result<Value, Interrupt> {
         let (answer, stopped) = self.provide(st, op, &request, &token, first).await;
         let response = match answer {
+            // An earlier attempt used this token for another call: the guest did something else
+            // at this point before (it branched on a read the crash did not keep). Its answer is
+            // not this call's, and the effect it stands for has no receipt: stop for a human.
+            Err(e) if e.is_token_reused() => {
+                return Err(Interrupt::Nondeterminism(format!(
+                    "call {seq}: `{op}` {request} came under the token of an earlier attempt's different call ({})",
+                    e.message
+                )));
+            }
             Ok(v) => {
                 st.pending.push(Write::InsertReceipt(Arc::new(Receipt {
                     id: token.clone(),

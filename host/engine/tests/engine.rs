@@ -419,6 +419,31 @@ async fn sandbox_limits_fail_the_stage_with_a_clear_error_and_other_executions_c
     );
     assert_eq!(w.status(&fine).await, ExecutionStatus::Succeeded);
 
+    // Over a bound on what a guest hands the host: the stage fails naming the setting, and the
+    // journal holds nothing of the refused call (a replay has nothing huge to read back).
+    for (action, setting) in [
+        ("log-flood", "runtime.limits.log_bytes"),
+        ("sleep-forever", "runtime.limits.deadline_ms"),
+    ] {
+        let id = w
+            .trigger("fixture-misbehave", json!({"action": action}))
+            .await;
+        w.settle().await;
+        let (execution, stages) = w.engine.execution(&id).await.unwrap().unwrap();
+        assert_eq!(execution.status, ExecutionStatus::Failed, "{action}");
+        assert_eq!(
+            execution.status_reason.as_deref(),
+            Some("limit_exceeded"),
+            "{action}"
+        );
+        let error = stages[0].error_json.clone().unwrap();
+        assert_eq!(error["error"], "limit_exceeded", "{action}");
+        assert!(
+            error["message"].as_str().unwrap().contains(setting),
+            "{action}: {error}"
+        );
+    }
+
     let failing = w
         .trigger("fixture-misbehave", json!({"action": "fail"}))
         .await;

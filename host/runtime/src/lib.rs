@@ -3,7 +3,8 @@
 //! The one place wasmtime lives. It owns the [`Engine`](wasmtime::Engine), compiles components
 //! once (content-addressed by sha256, artifacts cached on disk), checks each component's imports
 //! against the operator's capability grants, and runs activations inside the sandbox: a memory cap,
-//! a CPU budget (fuel), a stack limit, and WASI with nothing behind it.
+//! a CPU budget (fuel), a stack limit, a wall-clock deadline (epoch interruption), bounds on
+//! what a guest hands the host, and WASI with nothing behind it.
 //!
 //! It knows nothing of journals, databases or HTTP. Every host call a guest makes is handed to a
 //! [`HostCalls`] implementation as `(operation, JSON request)`; the engine crate supplies the one
@@ -11,7 +12,8 @@
 //!
 //! # Layout
 //! - `bindings` — the `bindgen!` of the `workflow` world and one `Host` impl per interface.
-//! - `sandbox` — [`RunState`] (store data), limits, the deterministic WASI context, [`HostCalls`].
+//! - `sandbox` — [`RunState`] (store data), memory cap, the deterministic WASI context, [`HostCalls`].
+//! - `limits` — [`GuestLimits`]: the deadline and the bounds on host-call arguments.
 //! - `cache` — content-addressed compilation with an on-disk artifact cache.
 //! - `loader` — loading a workflows directory: digest, describe, grant check, [`LoadReport`].
 //! - [`steps`] — the `fulfilment-step` world: its `bindgen!`, [`Runtime::load_step_dir`],
@@ -19,11 +21,13 @@
 
 mod bindings;
 mod cache;
+mod limits;
 mod loader;
 mod sandbox;
 pub mod steps;
 
 pub use cache::CompileStats;
+pub use limits::{GuestLimits, Limit};
 pub use loader::{LoadError, LoadFailure, LoadReport, LoadedWorkflow};
 pub use sandbox::{HostCalls, Interrupt, LimitExceeded, RunState};
 pub use steps::{LoadedStep, StepFailure, StepLoadReport};
@@ -62,6 +66,8 @@ pub struct RuntimeConfig {
     /// (memory, tables and stack reserved once and reused); further activations wait for a slot.
     /// 0 allocates every instance on demand (an `mmap`/`munmap` pair and page faults each).
     pub instance_pool: u32,
+    /// The deadline and the bounds on what a guest hands the host.
+    pub limits: GuestLimits,
 }
 
 impl Default for RuntimeConfig {
@@ -72,8 +78,27 @@ impl Default for RuntimeConfig {
             max_wasm_stack_bytes: 1 << 20,
             cache_dir: None,
             instance_pool: 128,
+            limits: GuestLimits::default(),
         }
     }
+}
+
+/// How often running wasm checks its activation's deadline (and yields to the executor).
+const EPOCH_TICK: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// Advances `engine`'s epoch every [`EPOCH_TICK`] until the engine is dropped.
+fn tick_epochs(engine: &Engine) -> anyhow::Result<()> {
+    let weak = engine.weak();
+    std::thread::Builder::new()
+        .name("capstan-epoch".to_owned())
+        .spawn(move || {
+            while let Some(engine) = weak.upgrade() {
+                engine.increment_epoch();
+                drop(engine);
+                std::thread::sleep(EPOCH_TICK);
+            }
+        })?;
+    Ok(())
 }
 
 /// The result of one activation (one instantiation and `run` call) of a workflow.
@@ -134,6 +159,7 @@ impl Runtime {
         let mut wasm = Config::new();
         wasm.wasm_component_model(true)
             .consume_fuel(true)
+            .epoch_interruption(true)
             .max_wasm_stack(config.max_wasm_stack_bytes)
             .async_stack_size(config.max_wasm_stack_bytes + (1 << 20))
             .cranelift_opt_level(wasmtime::OptLevel::Speed);
@@ -165,6 +191,7 @@ impl Runtime {
             wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         }
         let engine = Engine::new(&wasm)?;
+        tick_epochs(&engine)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         bindings::Workflow::add_to_linker::<RunState, wasmtime::component::HasSelf<RunState>>(

@@ -14,6 +14,7 @@ use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 use wasmtime::{Engine, Store};
 
 /// The interface every workflow component exports.
@@ -124,15 +125,16 @@ impl LoadedWorkflow {
     ) -> Activation {
         let (_slot, mut store) =
             new_store(&runtime.engine, &runtime.config, &runtime.slots, host, seed).await;
-        let workflow = match self.pre.instantiate_async(&mut store).await {
-            Ok(workflow) => workflow,
-            Err(trap) => return classify(trap, &mut store, &runtime.config),
-        };
-        match workflow
-            .capstan_platform_workflow()
-            .call_run(&mut store, &input.to_owned())
-            .await
-        {
+        let input = input.to_owned();
+        let ran = within_deadline(&mut store, &runtime.config, async |store| {
+            let workflow = self.pre.instantiate_async(&mut *store).await?;
+            workflow
+                .capstan_platform_workflow()
+                .call_run(store, &input)
+                .await
+        })
+        .await;
+        match ran {
             Ok(Ok(output)) => Activation::Completed(Ok(output)),
             Ok(Err(error)) => Activation::Completed(Err(guest_error(error))),
             Err(trap) => classify(trap, &mut store, &runtime.config),
@@ -151,12 +153,53 @@ pub(crate) async fn new_store(
     seed: u64,
 ) -> (Slot, Store<RunState>) {
     let slot = slots.take().await;
-    let mut store = Store::new(engine, RunState::new(host, seed, config.memory_limit_bytes));
+    let mut store = Store::new(
+        engine,
+        RunState::new(host, seed, config.memory_limit_bytes, config.limits),
+    );
     store.limiter(|state| &mut state.memory);
     // Both only fail when fuel is not enabled, and `Runtime::new` always enables it.
     let _ = store.set_fuel(config.fuel_per_activation);
     let _ = store.fuel_async_yield_interval(Some(10_000_000));
+    // At each epoch tick running wasm checks the guest's own time: past the deadline it traps,
+    // otherwise it yields to the executor (so a busy guest shares its thread) and goes on.
+    let deadline = Duration::from_millis(config.limits.deadline_ms);
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(move |store| {
+        if store.data().clock.guest_elapsed() >= deadline {
+            return Err(LimitExceeded::Deadline {
+                limit_ms: config_deadline_ms(deadline),
+            }
+            .into());
+        }
+        Ok(wasmtime::UpdateDeadline::Yield(1))
+    });
     (slot, store)
+}
+
+fn config_deadline_ms(deadline: Duration) -> u64 {
+    u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Runs `work` (an instantiation, a guest export) on `store` under the activation's deadline.
+/// Running wasm is stopped by the epoch callback ([`new_store`]); this covers the time a guest
+/// spends blocked in a WASI call (a `poll` on a clock pollable), where no epoch check runs: the
+/// call is dropped, which unwinds the guest, and the activation reports the deadline.
+pub(crate) async fn within_deadline<T>(
+    store: &mut Store<RunState>,
+    config: &RuntimeConfig,
+    work: impl AsyncFnOnce(&mut Store<RunState>) -> wasmtime::Result<T>,
+) -> wasmtime::Result<T> {
+    let clock = store.data().clock.clone();
+    let deadline = Duration::from_millis(config.limits.deadline_ms);
+    tokio::select! {
+        biased;
+        done = work(store) => done,
+        () = clock.expired(deadline) => Err(LimitExceeded::Deadline {
+            limit_ms: config.limits.deadline_ms,
+        }
+        .into()),
+    }
 }
 
 pub(crate) fn guest_error(error: bindings::types::Error) -> CapabilityError {
@@ -278,15 +321,14 @@ impl Runtime {
             WorkflowPre::new(instance_pre).map_err(|e| LoadError::Invalid(format!("{e:#}")))?;
 
         let (_slot, mut store) = self.describe_store().await;
-        let described = match pre.instantiate_async(&mut store).await {
-            Ok(instance) => {
-                instance
-                    .capstan_platform_workflow()
-                    .call_describe(&mut store)
-                    .await
-            }
-            Err(e) => Err(e),
-        };
+        let described = within_deadline(&mut store, &self.config, async |store| {
+            let instance = pre.instantiate_async(&mut *store).await?;
+            instance
+                .capstan_platform_workflow()
+                .call_describe(store)
+                .await
+        })
+        .await;
         let descriptor = match described {
             Ok(d) => descriptor(d)?,
             Err(trap) => {

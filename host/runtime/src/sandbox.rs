@@ -1,6 +1,7 @@
 //! The store state of one activation and the walls around it: memory cap, fuel (CPU budget),
 //! and a WASI context with no files, sockets, environment, ambient clock or ambient randomness.
 
+use crate::limits::{GuestClock, GuestLimits, Limit, Usage};
 use async_trait::async_trait;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -45,6 +46,16 @@ pub enum Interrupt {
 /// A sandbox wall the guest ran into.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum LimitExceeded {
+    #[error(
+        "wall-clock deadline of {limit_ms} ms per activation exceeded (`runtime.limits.deadline_ms`): the guest ran or blocked too long; wait with the platform's durable `time.sleep`, not the WASI clock"
+    )]
+    Deadline { limit_ms: u64 },
+    #[error("limit `{}` exceeded: {actual} {} (at most {allowed})", .limit.key(), .limit.measures())]
+    Exceeded {
+        limit: Limit,
+        allowed: u64,
+        actual: u64,
+    },
     #[error("memory limit of {limit_bytes} bytes exceeded (the guest asked for {requested_bytes})")]
     Memory {
         limit_bytes: usize,
@@ -98,10 +109,17 @@ pub struct RunState {
     host: Box<dyn HostCalls>,
     /// The interrupt that unwound the guest, kept so the activation can report it.
     pub(crate) interrupt: Option<Interrupt>,
+    usage: Usage,
+    pub(crate) clock: GuestClock,
 }
 
 impl RunState {
-    pub(crate) fn new(host: Box<dyn HostCalls>, seed: u64, memory_limit_bytes: usize) -> Self {
+    pub(crate) fn new(
+        host: Box<dyn HostCalls>,
+        seed: u64,
+        memory_limit_bytes: usize,
+        limits: GuestLimits,
+    ) -> Self {
         Self {
             wasi: deterministic_wasi(seed),
             table: ResourceTable::new(),
@@ -110,16 +128,23 @@ impl RunState {
             },
             host,
             interrupt: None,
+            usage: Usage::new(limits),
+            clock: GuestClock::start(),
         }
     }
 
-    /// One host call: forwarded to [`HostCalls`], its answer decoded into the WIT return type.
+    /// One host call: checked against the limits, forwarded to [`HostCalls`], its answer decoded
+    /// into the WIT return type. A call over a limit traps before the host sees it.
     pub(crate) async fn call<T: DeserializeOwned>(
         &mut self,
         op: &'static str,
         request: Value,
     ) -> wasmtime::Result<T> {
-        match self.host.call(op, request).await {
+        self.usage.admit(op, &request)?;
+        self.clock.enter_host();
+        let answer = self.host.call(op, request).await;
+        self.clock.leave_host();
+        match answer {
             Ok(answer) => serde_json::from_value(answer.clone()).map_err(|e| {
                 wasmtime::Error::msg(format!("the host's answer to `{op}` does not fit its WIT type: {e}; answer was {answer}"))
             }),

@@ -59,7 +59,9 @@
 //! operation and the answer in the message).
 
 use crate::bindings::forward;
-use crate::loader::{LoadError, LoadFailure, VIRTUALIZED_WASI, classify, guest_error, new_store};
+use crate::loader::{
+    LoadError, LoadFailure, VIRTUALIZED_WASI, classify, guest_error, new_store, within_deadline,
+};
 use crate::sandbox::{HostCalls, Interrupt, LimitExceeded, RunState};
 use crate::{Activation, CompileStats, Runtime, RuntimeConfig, Slots, cache};
 use capstan_core::CapabilityError;
@@ -216,15 +218,12 @@ impl LoadedStep {
         let engine = self.pre.engine();
         let (_slot, mut store) =
             new_store(engine, &self.config, &self.slots, Box::new(calls), seed).await;
-        let step = match self.pre.instantiate_async(&mut store).await {
-            Ok(step) => step,
-            Err(trap) => return Err(failure(classify(trap, &mut store, &self.config))),
-        };
-        match step
-            .capstan_booking_step()
-            .call_run(&mut store, &input)
-            .await
-        {
+        let ran = within_deadline(&mut store, &self.config, async |store| {
+            let step = self.pre.instantiate_async(&mut *store).await?;
+            step.capstan_booking_step().call_run(store, &input).await
+        })
+        .await;
+        match ran {
             Ok(Ok(output)) => serde_json::from_str(&output)
                 .map(Ok)
                 .map_err(|e| StepFailure::InvalidOutput(format!("{e}; output was {output}"))),
@@ -309,15 +308,11 @@ impl Runtime {
             .map_err(|e| LoadError::Invalid(format!("{e:#}")))?;
 
         let (_slot, mut store) = self.describe_store().await;
-        let described = match pre.instantiate_async(&mut store).await {
-            Ok(instance) => {
-                instance
-                    .capstan_booking_step()
-                    .call_describe(&mut store)
-                    .await
-            }
-            Err(e) => Err(e),
-        };
+        let described = within_deadline(&mut store, &self.config, async |store| {
+            let instance = pre.instantiate_async(&mut *store).await?;
+            instance.capstan_booking_step().call_describe(store).await
+        })
+        .await;
         let descriptor = match described {
             Ok(d) => d,
             Err(trap) => {

@@ -5,7 +5,8 @@
 use async_trait::async_trait;
 use capstan_core::{Capability, CapabilityGrants, ErrorKind};
 use capstan_runtime::{
-    Activation, HostCalls, Interrupt, LimitExceeded, LoadError, Runtime, RuntimeConfig,
+    Activation, GuestLimits, HostCalls, Interrupt, Limit, LimitExceeded, LoadError, Runtime,
+    RuntimeConfig,
 };
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
@@ -37,6 +38,10 @@ fn runtime() -> &'static Runtime {
             max_wasm_stack_bytes: 256 << 10,
             cache_dir: Some(repo().join("target/component-cache-tests")),
             instance_pool: 16,
+            limits: GuestLimits {
+                deadline_ms: 2_000,
+                ..GuestLimits::default()
+            },
         })
         .unwrap()
     })
@@ -243,6 +248,168 @@ async fn an_endless_loop_exhausts_the_cpu_budget_and_the_host_keeps_serving() {
         ),
         "{activation:?}"
     );
+    let (after, _) = misbehave("ok").await;
+    assert!(
+        matches!(after, Activation::Completed(Ok(ref o)) if o == "\"fine\""),
+        "{after:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_guest_sleeping_on_the_wasi_clock_is_stopped_at_the_deadline_and_the_host_keeps_serving()
+{
+    let (activation, _) = misbehave("sleep-forever").await;
+    assert!(
+        matches!(
+            activation,
+            Activation::Limit(LimitExceeded::Deadline { limit_ms: 2_000 })
+        ),
+        "{activation:?}"
+    );
+    assert!(
+        activation_message(&activation).contains("runtime.limits.deadline_ms"),
+        "{activation:?}"
+    );
+    let (after, _) = misbehave("ok").await;
+    assert!(
+        matches!(after, Activation::Completed(Ok(ref o)) if o == "\"fine\""),
+        "{after:?}"
+    );
+}
+
+fn activation_message(activation: &Activation) -> String {
+    match activation {
+        Activation::Limit(limit) => limit.to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_busy_loop_with_fuel_to_spare_is_stopped_by_the_epoch_deadline() {
+    // Fuel enough for minutes of looping: only the wall-clock deadline can stop it.
+    let runtime = Runtime::new(RuntimeConfig {
+        fuel_per_activation: u64::MAX / 2,
+        cache_dir: Some(repo().join("target/component-cache-tests")),
+        instance_pool: 2,
+        limits: GuestLimits {
+            deadline_ms: 300,
+            ..GuestLimits::default()
+        },
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
+    let workflow = runtime
+        .load_file(
+            &component("guest-fixtures/fixture-misbehave.wasm"),
+            &grants(&[("fixture-misbehave", &[Capability::Dns])]),
+        )
+        .await
+        .unwrap();
+    let activation = workflow
+        .activate(
+            &runtime,
+            Box::new(FakeHost::default()),
+            1,
+            r#"{"action":"loop"}"#,
+        )
+        .await;
+    assert!(
+        matches!(
+            activation,
+            Activation::Limit(LimitExceeded::Deadline { limit_ms: 300 })
+        ),
+        "{activation:?}"
+    );
+}
+
+#[tokio::test]
+async fn time_the_host_spends_answering_does_not_count_against_the_deadline() {
+    let runtime = Runtime::new(RuntimeConfig {
+        cache_dir: Some(repo().join("target/component-cache-tests")),
+        instance_pool: 2,
+        limits: GuestLimits {
+            deadline_ms: 200,
+            ..GuestLimits::default()
+        },
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
+    let workflow = runtime
+        .load_file(
+            &component("guest-fixtures/fixture-misbehave.wasm"),
+            &grants(&[("fixture-misbehave", &[Capability::Dns])]),
+        )
+        .await
+        .unwrap();
+    // A provider that takes longer than the whole deadline to answer.
+    let host = FakeHost::default().answer("dns.find-zone", |_| {
+        std::thread::sleep(std::time::Duration::from_millis(400));
+        Ok(json!({"Ok": {"id": "Z9", "name": "example.com"}}))
+    });
+    let activation = workflow
+        .activate(&runtime, Box::new(host), 1, r#"{"action":"dns"}"#)
+        .await;
+    assert!(
+        matches!(activation, Activation::Completed(Ok(ref o)) if o == "\"Z9\""),
+        "{activation:?}"
+    );
+}
+
+/// Each action hands the host something over one limit: the call traps before the host sees it,
+/// and the error names the setting.
+#[tokio::test]
+async fn what_a_guest_hands_the_host_is_bounded_and_the_error_names_the_limit() {
+    let cases = [
+        ("log-flood", Limit::LogBytes, "context.log"),
+        ("log-many", Limit::LogsPerActivation, ""),
+        ("emit-huge", Limit::EventBytes, "context.emit"),
+        (
+            "huge-output",
+            Limit::StageOutputBytes,
+            "context.stage-succeeded",
+        ),
+        (
+            "huge-approval",
+            Limit::ApprovalPayloadBytes,
+            "approvals.await-approval",
+        ),
+        ("huge-call", Limit::CallBytes, "dns.find-zone"),
+        ("endless-calls", Limit::JournalEntries, ""),
+    ];
+    let defaults = GuestLimits::default();
+    for (action, expected, refused_op) in cases {
+        let (activation, host) = misbehave(action).await;
+        let Activation::Limit(LimitExceeded::Exceeded {
+            limit,
+            allowed,
+            actual,
+        }) = activation
+        else {
+            panic!("{action}: {activation:?}")
+        };
+        assert_eq!(limit, expected, "{action}");
+        assert!(actual > allowed, "{action}: {actual} > {allowed}");
+        let message = activation_message(&activation);
+        assert!(message.contains(expected.key()), "{action}: {message}");
+        if !refused_op.is_empty() {
+            assert!(
+                !host.ops().iter().any(|op| op == refused_op),
+                "{action}: the host never saw the refused `{refused_op}`"
+            );
+        }
+        match expected {
+            Limit::LogsPerActivation => assert_eq!(
+                host.ops().iter().filter(|op| *op == "context.log").count(),
+                defaults.logs_per_activation as usize
+            ),
+            Limit::JournalEntries => assert_eq!(
+                host.ops().len(),
+                defaults.journal_entries as usize,
+                "every call up to the limit was answered"
+            ),
+            _ => {}
+        }
+    }
     let (after, _) = misbehave("ok").await;
     assert!(
         matches!(after, Activation::Completed(Ok(ref o)) if o == "\"fine\""),
@@ -515,6 +682,7 @@ async fn an_activation_in_a_reused_slot_starts_from_a_fresh_memory() {
         max_wasm_stack_bytes: 256 << 10,
         cache_dir: Some(repo().join("target/component-cache-tests")),
         instance_pool: 1,
+        limits: GuestLimits::default(),
     })
     .unwrap();
     let workflow = pooled
@@ -551,6 +719,7 @@ async fn activations_beyond_the_instance_pool_wait_for_a_slot_instead_of_failing
         max_wasm_stack_bytes: 256 << 10,
         cache_dir: Some(repo().join("target/component-cache-tests")),
         instance_pool: 2,
+        limits: GuestLimits::default(),
     })
     .unwrap();
     let workflow = pooled

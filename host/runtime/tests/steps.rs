@@ -37,6 +37,7 @@ fn runtime() -> &'static Runtime {
             max_wasm_stack_bytes: 256 << 10,
             cache_dir: Some(repo().join("target/component-cache-tests")),
             instance_pool: 16,
+            limits: capstan_runtime::GuestLimits::default(),
         })
         .unwrap()
     })

@@ -33,6 +33,9 @@ pub struct RuntimeSettings {
     /// Activations (workflow runs and booking steps) alive at once at most, each in a slot of
     /// the pooling allocator; more wait for a slot. 0: allocate each instance on demand.
     pub instance_pool: u32,
+    /// The activation deadline and the bounds on what a guest hands the host (`[runtime.limits]`).
+    #[serde(default)]
+    pub limits: capstan_runtime::GuestLimits,
 }
 
 impl Default for RuntimeSettings {
@@ -43,6 +46,7 @@ impl Default for RuntimeSettings {
             max_stack_kib: 1024,
             cache_components: true,
             instance_pool: 128,
+            limits: capstan_runtime::GuestLimits::default(),
         }
     }
 }

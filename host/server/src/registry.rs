@@ -57,6 +57,7 @@ pub fn runtime_config(settings: &Settings) -> RuntimeConfig {
             .cache_components
             .then(|| settings.data_dir.join("components")),
         instance_pool: settings.runtime.instance_pool,
+        limits: settings.runtime.limits,
     }
 }
 

@@ -38,6 +38,10 @@ pub fn runtime() -> Arc<Runtime> {
                 Runtime::new(RuntimeConfig {
                     fuel_per_activation: 200_000_000,
                     cache_dir: Some(cache),
+                    limits: capstan_runtime::GuestLimits {
+                        deadline_ms: 2_000,
+                        ..capstan_runtime::GuestLimits::default()
+                    },
                     ..RuntimeConfig::default()
                 })
                 .unwrap(),

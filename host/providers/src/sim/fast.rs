@@ -43,6 +43,10 @@ const READ_TRIES: usize = 4;
 /// change takes the ordinary path, which waits for them and empties memory.
 const MAX_QUEUED: usize = 100_000;
 
+/// Record sets kept in memory at most (read or decided): past this, likewise, so a simulator
+/// that has seen many names holds no more of them than this.
+const MAX_RECORDS: usize = 100_000;
+
 /// The simulated DNS as decided in memory (SQLite); see the module's text.
 #[derive(Debug, Default)]
 pub(super) struct Memory {
@@ -61,8 +65,8 @@ struct State {
     zones: HashMap<String, Option<String>>,
     /// (zone id, name, type) → the record set's body (`None`: none), as read or decided.
     records: HashMap<(String, String, String), Option<String>>,
-    /// Token → answer, for changes whose writes the writer has not answered yet.
-    tokens: HashMap<String, Value>,
+    /// Token → (request, answer), for changes whose writes the writer has not answered yet.
+    tokens: HashMap<String, (Value, Value)>,
     /// Change id → when it goes `Insync`, likewise.
     changes: HashMap<String, i64>,
     /// (the write's number in the store's queue, token, change id), oldest first.
@@ -80,6 +84,17 @@ impl State {
                 self.reads.remove(&answered);
             }
         }
+    }
+
+    /// What memory knows of `token`: its answer when `request` is the one it was given for;
+    /// `Some(None)` for another request, which the ordinary path refuses; `None` if unknown.
+    fn answered(
+        &self,
+        token: &str,
+        request: &Value,
+    ) -> Option<Option<Result<Value, CapabilityError>>> {
+        let (first, answer) = self.tokens.get(token)?;
+        Some((first == request).then(|| Ok(answer.clone())))
     }
 
     fn clear(&mut self) {
@@ -245,11 +260,12 @@ impl SimulatedCloud {
                 let answered = self.store.behind_answered();
                 if !state.ready(self.store.behind_epoch()?, answered)
                     || state.queued.len() >= MAX_QUEUED
+                    || state.records.len() >= MAX_RECORDS
                 {
                     return None;
                 }
-                if let Some(answer) = state.tokens.get(token) {
-                    return Some(Ok(answer.clone()));
+                if let Some(answered) = state.answered(token, request) {
+                    return answered;
                 }
                 *state.reads.entry(answered).or_default() += 1;
                 let reading = Reading {
@@ -334,8 +350,8 @@ impl SimulatedCloud {
                 // Emptied while this call read (an ordinary call, a failed write): read again.
                 continue;
             }
-            if let Some(answer) = state.tokens.get(token) {
-                return Some(Ok(answer.clone()));
+            if let Some(answered) = state.answered(token, request) {
+                return answered;
             }
             // What was read fills only what memory still lacks: a record set decided while
             // this call read is newer than what it read.
@@ -375,7 +391,9 @@ impl SimulatedCloud {
             for (key, body) in keys.into_iter().zip(plan.bodies()) {
                 state.records.insert(key, body);
             }
-            state.tokens.insert(token.to_owned(), answer.clone());
+            state
+                .tokens
+                .insert(token.to_owned(), (request.clone(), answer.clone()));
             state
                 .changes
                 .insert(change_id.clone(), now + propagation_ms);

@@ -10,6 +10,7 @@ mod services;
 mod tx;
 
 use async_trait::async_trait;
+use capstan_core::providers::same_call;
 use capstan_core::{Capability, CapabilityError, Clock, Inspect, Providers};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -615,12 +616,19 @@ impl SimulatedCloud {
         let mut exclusive = Some(self.memory.exclusive(&self.store).await);
         let mut tx = SimTx::begin(&self.pool).await.map_err(unavailable)?;
         if !token.is_empty() {
-            tx.statement("SELECT response FROM sim_effects WHERE token = $1")
+            tx.statement("SELECT op, request, response FROM sim_effects WHERE token = $1")
                 .bind(token.to_owned());
             let rows = tx.fetch().await.map_err(unavailable)?;
             if let Some(row) = rows.first() {
-                let done: String = row.try_get(0).map_err(unavailable)?;
+                let first_op: String = row.try_get(0).map_err(unavailable)?;
+                let first_request: String = row.try_get(1).map_err(unavailable)?;
+                let done: String = row.try_get(2).map_err(unavailable)?;
                 tx.commit().await.map_err(unavailable)?;
+                let first_request: Value = serde_json::from_str(&first_request)
+                    .map_err(|e| CapabilityError::permanent("corrupt", e.to_string()))?;
+                if !same_call(&first_op, &first_request, op, request) {
+                    return Err(CapabilityError::token_reused(op, &first_op));
+                }
                 return serde_json::from_str(&done)
                     .map_err(|e| CapabilityError::permanent("corrupt", e.to_string()));
             }

@@ -1,0 +1,250 @@
+//! The walls of one activation besides memory, fuel and stack: a wall-clock deadline on the
+//! guest's own time, and bounds on what it may hand the host (call arguments, log lines, events,
+//! stage outputs, approval payloads, calls per run).
+//!
+//! Everything a guest hands the host is journaled, and a journal is replayed on every activation:
+//! an unbounded argument becomes an unbounded row read back forever (a crash loop on replay), so
+//! each is refused before the host acts on it. A refused call fails the stage with
+//! `limit_exceeded` and a message naming the setting (`runtime.limits.<name>`).
+
+use crate::sandbox::LimitExceeded;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+/// Per-activation bounds, under `[runtime.limits]` in the configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GuestLimits {
+    /// The guest's own wall-clock time per activation, in milliseconds: time spent running wasm
+    /// or blocked in WASI (a `poll` on a monotonic-clock pollable sleeps for real). Time the host
+    /// spends answering its calls (a provider, a commit) does not count.
+    pub deadline_ms: u64,
+    /// The JSON of any one host call's arguments.
+    pub call_bytes: usize,
+    /// One log message.
+    pub log_bytes: usize,
+    /// Log messages per activation.
+    pub logs_per_activation: u32,
+    /// One emitted event's payload.
+    pub event_bytes: usize,
+    /// One stage's output.
+    pub stage_output_bytes: usize,
+    /// One approval request's payload.
+    pub approval_payload_bytes: usize,
+    /// Host calls per run. Every activation replays its run's journal from the first call, so
+    /// the calls of one activation are the length of the journal.
+    pub journal_entries: u32,
+}
+
+impl Default for GuestLimits {
+    fn default() -> Self {
+        Self {
+            deadline_ms: 60_000,
+            call_bytes: 1 << 20,
+            log_bytes: 16 << 10,
+            logs_per_activation: 1_000,
+            event_bytes: 64 << 10,
+            stage_output_bytes: 256 << 10,
+            approval_payload_bytes: 64 << 10,
+            journal_entries: 10_000,
+        }
+    }
+}
+
+/// One of [`GuestLimits`], named as in the configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    CallBytes,
+    LogBytes,
+    LogsPerActivation,
+    EventBytes,
+    StageOutputBytes,
+    ApprovalPayloadBytes,
+    JournalEntries,
+}
+
+impl Limit {
+    /// The setting's key.
+    pub fn key(self) -> &'static str {
+        match self {
+            Limit::CallBytes => "runtime.limits.call_bytes",
+            Limit::LogBytes => "runtime.limits.log_bytes",
+            Limit::LogsPerActivation => "runtime.limits.logs_per_activation",
+            Limit::EventBytes => "runtime.limits.event_bytes",
+            Limit::StageOutputBytes => "runtime.limits.stage_output_bytes",
+            Limit::ApprovalPayloadBytes => "runtime.limits.approval_payload_bytes",
+            Limit::JournalEntries => "runtime.limits.journal_entries",
+        }
+    }
+
+    /// What was measured against it, for the message.
+    pub fn measures(self) -> &'static str {
+        match self {
+            Limit::CallBytes => "bytes of host-call arguments",
+            Limit::LogBytes => "bytes in one log message",
+            Limit::LogsPerActivation => "log messages in one activation",
+            Limit::EventBytes => "bytes of event payload",
+            Limit::StageOutputBytes => "bytes of stage output",
+            Limit::ApprovalPayloadBytes => "bytes of approval payload",
+            Limit::JournalEntries => "host calls in one run",
+        }
+    }
+}
+
+/// What one activation has handed the host so far, checked against [`GuestLimits`].
+#[derive(Debug)]
+pub(crate) struct Usage {
+    limits: GuestLimits,
+    calls: u32,
+    logs: u32,
+}
+
+impl Usage {
+    pub(crate) fn new(limits: GuestLimits) -> Self {
+        Self {
+            limits,
+            calls: 0,
+            logs: 0,
+        }
+    }
+
+    /// Counts the call `op` and checks its arguments; the most specific limit is named first.
+    pub(crate) fn admit(&mut self, op: &str, request: &Value) -> Result<(), LimitExceeded> {
+        let limits = &self.limits;
+        self.calls = self.calls.saturating_add(1);
+        exceeds(Limit::JournalEntries, limits.journal_entries, self.calls)?;
+        let text = |key: &str| request.get(key).and_then(Value::as_str).map_or(0, str::len);
+        match op {
+            "context.log" => {
+                self.logs = self.logs.saturating_add(1);
+                exceeds(
+                    Limit::LogsPerActivation,
+                    limits.logs_per_activation,
+                    self.logs,
+                )?;
+                exceeds(Limit::LogBytes, limits.log_bytes, text("message"))?;
+            }
+            "context.emit" => exceeds(Limit::EventBytes, limits.event_bytes, text("payload"))?,
+            "context.stage-succeeded" => exceeds(
+                Limit::StageOutputBytes,
+                limits.stage_output_bytes,
+                text("output"),
+            )?,
+            "approvals.await-approval" => exceeds(
+                Limit::ApprovalPayloadBytes,
+                limits.approval_payload_bytes,
+                text("payload"),
+            )?,
+            _ => {}
+        }
+        exceeds(Limit::CallBytes, limits.call_bytes, json_len(request))
+    }
+}
+
+fn exceeds(limit: Limit, allowed: impl Count, actual: impl Count) -> Result<(), LimitExceeded> {
+    let (allowed, actual) = (allowed.count(), actual.count());
+    if actual > allowed {
+        return Err(LimitExceeded::Exceeded {
+            limit,
+            allowed,
+            actual,
+        });
+    }
+    Ok(())
+}
+
+/// A count as `u64`, whatever integer it was kept in.
+trait Count {
+    fn count(self) -> u64;
+}
+
+impl Count for u32 {
+    fn count(self) -> u64 {
+        u64::from(self)
+    }
+}
+
+impl Count for usize {
+    fn count(self) -> u64 {
+        u64::try_from(self).unwrap_or(u64::MAX)
+    }
+}
+
+/// The length of `value`'s JSON, counted without building it.
+fn json_len(value: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing JSON into a counter cannot fail.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
+/// The guest's own time in one activation: wall-clock time since it began, less the time the
+/// host spent answering its calls. Shared between the store (which enters and leaves host calls,
+/// and checks it at each epoch tick) and the watchdog that covers time blocked in WASI.
+#[derive(Debug, Clone)]
+pub(crate) struct GuestClock(Arc<Mutex<ClockState>>);
+
+#[derive(Debug)]
+struct ClockState {
+    started: Instant,
+    in_host: Duration,
+    host_since: Option<Instant>,
+}
+
+impl GuestClock {
+    pub(crate) fn start() -> Self {
+        Self(Arc::new(Mutex::new(ClockState {
+            started: Instant::now(),
+            in_host: Duration::ZERO,
+            host_since: None,
+        })))
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut ClockState) -> T) -> T {
+        f(&mut self.0.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    pub(crate) fn enter_host(&self) {
+        self.with(|s| s.host_since = Some(Instant::now()));
+    }
+
+    pub(crate) fn leave_host(&self) {
+        self.with(|s| {
+            if let Some(since) = s.host_since.take() {
+                s.in_host += since.elapsed();
+            }
+        });
+    }
+
+    pub(crate) fn guest_elapsed(&self) -> Duration {
+        self.with(|s| {
+            let now = Instant::now();
+            let in_host = s.in_host + s.host_since.map_or(Duration::ZERO, |since| now - since);
+            now.saturating_duration_since(s.started)
+                .saturating_sub(in_host)
+        })
+    }
+
+    /// Resolves once the guest's own time passes `deadline`; never while the host is answering.
+    pub(crate) async fn expired(&self, deadline: Duration) {
+        loop {
+            let left = deadline.saturating_sub(self.guest_elapsed());
+            if left.is_zero() {
+                return;
+            }
+            tokio::time::sleep(left.max(Duration::from_millis(10))).await;
+        }
+    }
+}
