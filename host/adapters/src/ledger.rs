@@ -130,3 +130,45 @@ impl Ledger {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use serde_json::json;
+
+    #[tokio::test]
+    async fn a_token_answers_only_the_call_it_was_first_used_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = capstan_store::Store::open(
+            &capstan_store::testing::fresh_database_url(dir.path()).await,
+        )
+        .await
+        .unwrap();
+        let ledger = Ledger::new(store.pool().clone(), "test");
+        let op = "dns.change-records";
+        let request = json!({"zone_id": "example.com.", "changes": [{"Delete": {"name": "a"}}]});
+        let other = json!({"zone_id": "example.com.", "changes": [{"Delete": {"name": "b"}}]});
+        assert_eq!(ledger.get("t1", op, &request).await.unwrap(), None);
+        ledger
+            .intend("t1", op, &request, &json!({"step": 1}), 10)
+            .await
+            .unwrap();
+        assert_eq!(
+            ledger.get("t1", op, &request).await.unwrap(),
+            Some(Entry::Intent(json!({"step": 1})))
+        );
+        ledger
+            .done("t1", op, &json!({"change_id": "C1"}), 11)
+            .await
+            .unwrap();
+        assert_eq!(
+            ledger.get("t1", op, &request).await.unwrap(),
+            Some(Entry::Done(json!({"change_id": "C1"})))
+        );
+        for (op, request) in [(op, &other), ("certificates.request-certificate", &request)] {
+            let refused = ledger.get("t1", op, request).await.unwrap_err();
+            assert!(refused.is_token_reused(), "{refused:?}");
+        }
+    }
+}

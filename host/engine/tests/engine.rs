@@ -455,6 +455,77 @@ async fn sandbox_limits_fail_the_stage_with_a_clear_error_and_other_executions_c
     );
 }
 
+#[tokio::test]
+async fn a_replayed_call_that_reaches_a_token_used_for_another_call_pauses_instead_of_taking_its_answer()
+ {
+    let w = world().await;
+    let id = w
+        .trigger(
+            "fixture-steps",
+            json!({"zone": "Z1", "stages": 2, "sleepSeconds": 5}),
+        )
+        .await;
+    w.settle().await;
+    assert_eq!(w.status(&id).await, ExecutionStatus::Waiting);
+    // An earlier attempt, whose journal a crash lost, used the token of the next effect for
+    // another change (the guest had branched on a read that was not kept).
+    let run_id = w.store.execution(&id).await.unwrap().unwrap().run_id;
+    let run = w.store.run(&run_id).await.unwrap().unwrap();
+    let journal = w.store.journal(&run_id).await.unwrap();
+    let next_effect = journal.len() + 1; // after the sleep: stage-begin, then the change
+    let token = format!("{}:{}:{next_effect}", run.id, run.epoch);
+    let elsewhere =
+        json!({"change_id": "C-other", "zone_id": "Z1", "status": "Pending", "prior": []});
+    w.cloud.0.lock().unwrap().by_token.insert(
+        token.clone(),
+        (
+            "dns.change-records".to_owned(),
+            json!({"zone_id": "Z1", "changes": []}),
+            elsewhere,
+        ),
+    );
+    let effects_before = w.cloud.effects().len();
+
+    w.clock.advance(5_000);
+    w.settle().await;
+    let (execution, _) = w.engine.execution(&id).await.unwrap().unwrap();
+    assert_eq!(execution.status, ExecutionStatus::Paused);
+    assert_eq!(
+        execution.status_reason.as_deref(),
+        Some("nondeterministic_replay")
+    );
+    let paused = w
+        .store
+        .events(&id)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|e| e.event_type == "ExecutionPaused")
+        .unwrap();
+    assert!(
+        paused.payload_json["message"]
+            .as_str()
+            .unwrap()
+            .contains("earlier attempt's different call"),
+        "{paused:?}"
+    );
+    assert_eq!(
+        w.cloud.effects().len(),
+        effects_before,
+        "nothing changed at the provider"
+    );
+    let receipts = w.store.receipts(&id).await.unwrap();
+    assert!(
+        receipts.iter().all(|r| r.id != token),
+        "the other call's answer was not taken as this call's receipt: {receipts:?}"
+    );
+    let journal = w.store.journal(&run_id).await.unwrap();
+    assert!(
+        journal.iter().all(|e| e.seq != next_effect as i64),
+        "nothing journaled at the diverging call"
+    );
+}
+
 /// Performs the effect, then never answers: the node "dies" between effect and commit.
 struct Hang {
     cloud: FakeCloud,

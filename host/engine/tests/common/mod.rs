@@ -70,7 +70,8 @@ pub async fn load(relative: &str) -> Arc<LoadedWorkflow> {
 pub struct Cloud {
     pub records: BTreeMap<String, Value>,
     pub changes: HashMap<String, u32>,
-    pub by_token: HashMap<String, Value>,
+    /// Token → (operation, request, answer): a token is bound to the call it first came with.
+    pub by_token: HashMap<String, (String, Value, Value)>,
     pub effects: Vec<(String, String)>,
     pub fail: HashMap<String, (u32, CapabilityError)>,
     pub insync_after: u32,
@@ -134,9 +135,12 @@ impl Providers for FakeCloud {
             .as_ref()
             .and_then(|(store, _)| store.behind_epoch());
         if !token.is_empty()
-            && let Some(done) = cloud.by_token.get(token)
+            && let Some((first_op, first_request, done)) = cloud.by_token.get(token)
             && cloud.answered_in.get(token).copied() == epoch
         {
+            if first_op != op || first_request != request {
+                return Err(CapabilityError::token_reused(op, first_op));
+            }
             return Ok(done.clone());
         }
         let answer = match op {
@@ -193,7 +197,10 @@ impl Providers for FakeCloud {
             }
         };
         if !token.is_empty() {
-            cloud.by_token.insert(token.to_owned(), answer.clone());
+            cloud.by_token.insert(
+                token.to_owned(),
+                (op.to_owned(), request.clone(), answer.clone()),
+            );
             cloud.effects.push((op.to_owned(), token.to_owned()));
         }
         if op == "dns.change-records"

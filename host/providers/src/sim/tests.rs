@@ -814,3 +814,67 @@ fn globs_match_runs_of_characters() {
     assert!(!glob("a*b", "ac"));
     assert!(glob("*", ""));
 }
+
+#[tokio::test]
+async fn a_token_is_bound_to_its_call_in_memory_and_in_the_database() {
+    let (cloud, _clock, _dir) = cloud().await;
+    let zone = ok(
+        &cloud,
+        "dns.find-zone",
+        json!({"domain": "example.com"}),
+        "",
+    )
+    .await;
+    let change = |v: &str| json!({"zone_id": zone["id"], "changes": [{"Upsert": {"name": "bound.example.com", "type_": "Txt", "ttl": 60, "values": [v], "alias_target": null}}]});
+    let first = ok(&cloud, "dns.change-records", change("one"), "bound-1").await;
+    let refused = |answer: Result<Value, CapabilityError>| {
+        let e = answer.expect_err("another call under a used token is refused");
+        assert!(e.is_token_reused(), "{e:?}");
+    };
+    // Decided in memory, written behind: the fast path steps aside and the ordinary one refuses.
+    refused(
+        cloud
+            .call("dns.change-records", &change("two"), "bound-1")
+            .await,
+    );
+    refused(
+        cloud
+            .call(
+                "dns.delete-zone",
+                &json!({"zone_id": zone["id"]}),
+                "bound-1",
+            )
+            .await,
+    );
+    // From the database, with a fresh memory.
+    let fresh = SimulatedCloud::new(
+        &cloud.store,
+        cloud.clock.clone(),
+        SimulationSettings::default(),
+    )
+    .await
+    .unwrap();
+    refused(
+        fresh
+            .call("dns.change-records", &change("two"), "bound-1")
+            .await,
+    );
+    assert_eq!(
+        ok(&fresh, "dns.change-records", change("one"), "bound-1").await,
+        first,
+        "the same call under its token is answered again"
+    );
+    let records = ok(
+        &fresh,
+        "dns.list-records",
+        json!({"zone_id": zone["id"], "name": "bound.example.com"}),
+        "",
+    )
+    .await;
+    assert_eq!(
+        records[0]["values"],
+        json!(["one"]),
+        "the refused calls changed nothing"
+    );
+    assert_eq!(fresh.snapshot().await.unwrap()["effects"], 1);
+}
