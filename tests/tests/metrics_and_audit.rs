@@ -118,3 +118,124 @@ async fn concurrent_reads_are_each_audited_once_and_last_use_is_kept_to_the_minu
     // Used again within the minute: not rewritten.
     assert_eq!(last_used().await, Some(first_use));
 }
+
+#[tokio::test]
+async fn failures_nobody_vouches_for_are_audited_bounded_and_gathered_per_source() {
+    let home = capstan_e2e::home_with(
+        &["workflows/hello.wasm"],
+        "[rate_limit]\nrequests_per_second = 0.01\nburst = 2\n",
+    );
+    let key = key_for(home.path(), "ops", &["workflows:hello"]);
+    let auditor = key_for(home.path(), "auditor", &["audit:read"]);
+    let server = Server::start(home.path());
+    let client = reqwest::Client::new();
+    let long_agent = "a".repeat(5_000);
+    for n in 0..30 {
+        let r = client
+            .get(format!("{}/v1/executions?attempt={n}", server.base))
+            .bearer_auth(format!("cap_live_{}", "x".repeat(40)))
+            .header("User-Agent", &long_agent)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 401);
+    }
+    // The rate limit: the burst, then 429 with Retry-After, audited as the key's principal.
+    let mut limited = 0;
+    for _ in 0..6 {
+        let r = client
+            .get(format!("{}/v1/executions", server.base))
+            .bearer_auth(&key)
+            .send()
+            .await
+            .unwrap();
+        if r.status() == 429 {
+            assert!(r.headers().contains_key("retry-after"));
+            limited += 1;
+        }
+    }
+    assert!(limited >= 3, "{limited} refused");
+
+    let db = database(home.path()).await;
+    let until_written = async |action: &str| {
+        for _ in 0..100 {
+            let rows: Vec<(String, String, Option<String>)> = sqlx::query_as(
+                "SELECT principal_id, resource, user_agent FROM audit_logs WHERE action = $1",
+            )
+            .bind(action.to_owned())
+            .fetch_all(&db)
+            .await
+            .unwrap();
+            if !rows.is_empty() {
+                return rows;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        panic!("no `{action}` record");
+    };
+    let failed = until_written("authenticate").await;
+    assert_eq!(
+        failed.len(),
+        1,
+        "thirty failures from one source are one record (the rest are counted): {failed:?}"
+    );
+    let agent = failed[0].2.as_deref().unwrap();
+    assert!(agent.chars().count() <= 257, "stored fields are bounded");
+    assert_eq!(failed[0].0, "anonymous");
+    let refused = until_written("rate-limit").await;
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0].0, "ops");
+    // An auditor reads them through the API like any record.
+    let page = get_json(
+        &client,
+        &format!(
+            "{}/v1/audit-logs?result=denied&principalId=anonymous",
+            server.base
+        ),
+        &auditor,
+    )
+    .await;
+    assert_eq!(page["auditLogs"].as_array().unwrap().len(), 1, "{page}");
+}
+
+#[tokio::test]
+async fn a_denial_that_cannot_be_audited_is_refused_with_503_and_changes_nothing() {
+    let home = home(&["workflows/hello.wasm"]);
+    let viewer = key_for(home.path(), "viewer", &["audit:read"]);
+    let server = Server::start(home.path());
+    let client = reqwest::Client::new();
+    let trigger = async || {
+        client
+            .post(format!("{}/v1/workflows/hello", server.base))
+            .bearer_auth(&viewer)
+            .json(&serde_json::json!({"name": "x"}))
+            .send()
+            .await
+            .unwrap()
+    };
+    assert_eq!(trigger().await.status(), 403);
+
+    let db = database(home.path()).await;
+    sqlx::query("ALTER TABLE audit_logs RENAME TO audit_logs_away")
+        .execute(&db)
+        .await
+        .unwrap();
+    let refused = trigger().await;
+    assert_eq!(
+        refused.status(),
+        503,
+        "refused rather than denied unaudited"
+    );
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"], "unavailable");
+    sqlx::query("ALTER TABLE audit_logs_away RENAME TO audit_logs")
+        .execute(&db)
+        .await
+        .unwrap();
+    assert_eq!(trigger().await.status(), 403);
+    let (executions,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM executions")
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    assert_eq!(executions, 0);
+}

@@ -1037,7 +1037,11 @@ async fn until_booking(c: &Client, url: &str, key: &str, status: &str) -> Value 
 
 #[tokio::test]
 async fn hundreds_of_concurrent_creates_never_oversell_over_http() {
-    let home = home_with(&[], &config(""));
+    // The partner rate limit off: this is about seats, not request rates.
+    let home = home_with(
+        &[],
+        &config("rate_limit = { requests_per_second = 0.0, burst = 1 }"),
+    );
     let key = partner(home.path(), "booking", "production");
     let server = Server::start(home.path());
     let c = Client::new();
@@ -1348,4 +1352,79 @@ async fn the_demo_catalog_that_just_run_loads_has_open_inventory_for_every_produ
             "{t}: {slot}"
         );
     }
+}
+
+#[tokio::test]
+async fn a_partner_key_is_rate_limited_in_the_partner_shape_and_failed_keys_are_audited() {
+    let home = home_with(
+        &[],
+        &config("rate_limit = { requests_per_second = 0.01, burst = 3 }"),
+    );
+    let key = partner(home.path(), "booking", "production");
+    let other = partner(home.path(), "affiliate", "production");
+    let server = Server::start(home.path());
+    let c = Client::new();
+    let cities = format!("{}/api/public/v2/cities/", server.base);
+    for _ in 0..3 {
+        let got = call(&c, Method::GET, &cities, Some(&key), None).await;
+        assert_eq!(got.0, StatusCode::OK, "{}", got.1);
+    }
+    let r = c
+        .get(&cities)
+        .header("Partner-Auth", &key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    let wait: u64 = r.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(wait >= 1);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["status"], 429, "{body}");
+    assert_eq!(body["error"]["code"], "E_RATE_LIMITED", "{body}");
+    assert_eq!(body["error"]["retryAfter"], wait, "{body}");
+    // Buckets are per key: another partner is served.
+    let got = call(&c, Method::GET, &cities, Some(&other), None).await;
+    assert_eq!(got.0, StatusCode::OK, "{}", got.1);
+
+    for _ in 0..5 {
+        let got = call(
+            &c,
+            Method::GET,
+            &cities,
+            Some(&format!("pk_{}", "z".repeat(40))),
+            None,
+        )
+        .await;
+        assert_error(&got, 401, "E_UNAUTHORIZED");
+    }
+    let db = capstan_e2e::database(home.path()).await;
+    let mut rows = Vec::new();
+    for _ in 0..100 {
+        rows = sqlx::query_as::<_, (String, String)>(
+            "SELECT principal_id, action FROM audit_logs WHERE action IN ('partner-authenticate', 'rate-limit') ORDER BY action",
+        )
+        .fetch_all(&db)
+        .await
+        .unwrap();
+        if rows.len() >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(rows.len(), 2, "one record per source and action: {rows:?}");
+    assert_eq!(
+        rows[0],
+        (
+            "partner:unknown".to_owned(),
+            "partner-authenticate".to_owned()
+        )
+    );
+    assert!(
+        rows[1].0.starts_with("partner:") && rows[1].1 == "rate-limit",
+        "{rows:?}"
+    );
 }

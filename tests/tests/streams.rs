@@ -3,7 +3,7 @@
 //! union of what it saw is every event, in order, with no gap and no duplicate.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use capstan_e2e::{Server, home, key_for, repo};
+use capstan_e2e::{Server, cli, home, key_for, repo};
 use reqwest::{Client, StatusCode};
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -305,4 +305,136 @@ async fn an_execution_streams_its_events_from_the_first_when_asked_for_event_str
             "no duplicate after resume"
         );
     }
+}
+
+/// Reads `r` until the server ends it; panics when it is still open after `within`.
+async fn ends_within(r: &mut reqwest::Response, within: Duration) -> String {
+    let mut text = String::new();
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, r.chunk()).await {
+            Ok(Ok(Some(chunk))) => text.push_str(&String::from_utf8_lossy(&chunk)),
+            Ok(Ok(None) | Err(_)) => return text,
+            Err(_) => panic!("the stream was still open after {within:?}: {text}"),
+        }
+    }
+}
+
+/// Reads `r` until `needle` arrives; panics when the stream ends or goes quiet first.
+async fn receives(r: &mut reqwest::Response, needle: &str) {
+    let mut text = String::new();
+    while !text.contains(needle) {
+        let chunk = tokio::time::timeout(Duration::from_secs(15), r.chunk())
+            .await
+            .expect("the stream went quiet")
+            .unwrap()
+            .unwrap_or_else(|| panic!("the stream ended before {needle}: {text}"));
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+}
+
+#[tokio::test]
+async fn revoking_a_grant_or_a_key_ends_its_streams_and_voids_its_stream_tokens() {
+    let home = capstan_e2e::home_with(
+        &["guest-fixtures/fixture-steps.wasm", "workflows/hello.wasm"],
+        "stream_connections_per_principal = 2\n[grants]\nfixture-steps = [\"dns\", \"convergence\"]\n",
+    );
+    let key = key_for(
+        home.path(),
+        "ops",
+        &["workflows:fixture-steps", "workflows:hello"],
+    );
+    let other = key_for(home.path(), "other", &["workflows:hello"]);
+    let server = Server::start(home.path());
+    let base = server.base.clone();
+    let c = Client::new();
+    let open = |k: &str, query: &str| {
+        c.get(format!("{base}/v1/streams/events{query}"))
+            .bearer_auth(k)
+            .send()
+    };
+    let mut steps_only = open(&key, "?workflow=fixture-steps").await.unwrap();
+    let mut everything = open(&key, "").await.unwrap();
+    assert_eq!(steps_only.status(), StatusCode::OK);
+    assert_eq!(everything.status(), StatusCode::OK);
+
+    // One principal holds at most its share; another principal still gets a stream.
+    let third = open(&key, "").await.unwrap();
+    assert_eq!(third.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let body: Value = third.json().await.unwrap();
+    assert_eq!(body["error"], "stream_capacity_exhausted");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("stream_connections_per_principal"),
+        "{body}"
+    );
+    let mut others = open(&other, "").await.unwrap();
+    assert_eq!(others.status(), StatusCode::OK);
+
+    let token: Value = c
+        .post(format!("{base}/v1/streams/token"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let token = token["token"].as_str().unwrap().to_owned();
+
+    // A revoked grant ends the stream that asked for that workflow only; the other narrows.
+    cli(
+        home.path(),
+        &["principals", "revoke", "ops", "workflows:fixture-steps"],
+    );
+    ends_within(&mut steps_only, Duration::from_secs(10)).await;
+    let hello: Value = c
+        .post(format!("{base}/v1/workflows/hello"))
+        .bearer_auth(&key)
+        .header("Idempotency-Key", "still-here")
+        .json(&json!({"name": "still-here"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    receives(
+        &mut everything,
+        hello["executionId"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{hello}")),
+    )
+    .await;
+
+    // A revoked key ends every stream it opened and voids the stream tokens it minted.
+    let db = capstan_e2e::database(home.path()).await;
+    let (key_id,): (String,) = sqlx::query_as("SELECT id FROM api_keys WHERE principal_id = 'ops'")
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    cli(home.path(), &["api-keys", "revoke", &key_id]);
+    ends_within(&mut everything, Duration::from_secs(10)).await;
+    let with_token = c
+        .get(format!("{base}/v1/streams/events?token={token}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(with_token.status(), StatusCode::UNAUTHORIZED);
+
+    // Another principal's stream flows on.
+    let hello: Value = c
+        .post(format!("{base}/v1/workflows/hello"))
+        .bearer_auth(&other)
+        .header("Idempotency-Key", "other")
+        .json(&json!({"name": "other"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    receives(&mut others, hello["executionId"].as_str().unwrap()).await;
 }

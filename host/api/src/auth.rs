@@ -22,6 +22,8 @@ pub struct Caller {
     pub permissions: BTreeSet<String>,
     /// When the API key that authenticated the request expires (none for other credentials).
     pub key_expires_ms: Option<i64>,
+    /// The API key that authenticated the request, or minted the stream token that did.
+    pub key_id: Option<String>,
     method: Method,
     route: String,
     ip: Option<String>,
@@ -68,6 +70,7 @@ impl Caller {
             principal_id,
             permissions,
             key_expires_ms: None,
+            key_id: None,
             method: parts.method.clone(),
             route,
             ip,
@@ -88,7 +91,7 @@ impl Caller {
             .collect()
     }
 
-    /// Checks `permission` and records the decision.
+    /// Checks `permission` and records the decision (503 when it cannot be recorded).
     pub async fn require(
         &self,
         state: &ApiState,
@@ -98,7 +101,7 @@ impl Caller {
     ) -> Result<(), ApiError> {
         let allowed = self.has(permission);
         self.audit(state, permission, resource, execution_id, allowed)
-            .await;
+            .await?;
         if allowed {
             Ok(())
         } else {
@@ -109,7 +112,9 @@ impl Caller {
     /// [`Caller::require`], with the decision's audit record committed while `work` runs
     /// instead of before it starts: the answer still waits for the record (as every audited
     /// request does), but a request whose work is a commit of its own (a trigger) waits for one
-    /// group commit instead of two in a row. `work` runs only when the permission is held.
+    /// group commit instead of two in a row. `work` runs only when the permission is held; a
+    /// record that cannot be written makes the answer 503 even when `work` succeeded (a trigger
+    /// repeated with its `Idempotency-Key` then finds what it did).
     pub async fn require_during<T>(
         &self,
         state: &ApiState,
@@ -118,24 +123,27 @@ impl Caller {
         work: impl std::future::Future<Output = Result<T, ApiError>>,
     ) -> Result<T, ApiError> {
         if !self.has(permission) {
-            self.audit(state, permission, resource, None, false).await;
+            self.audit(state, permission, resource, None, false).await?;
             return Err(ApiError::forbidden(permission));
         }
-        let ((), done) = tokio::join!(self.audit(state, permission, resource, None, true), work);
+        let (audited, done) =
+            tokio::join!(self.audit(state, permission, resource, None, true), work);
+        audited?;
         done
     }
 
-    pub async fn audit(
+    /// The audit record of a decision on this request, its fields bounded.
+    pub fn record(
         &self,
-        state: &ApiState,
+        now_ms: i64,
         action: &str,
         resource: &str,
         execution_id: Option<&str>,
         allowed: bool,
-    ) {
-        let record = AuditRecord {
+    ) -> AuditRecord {
+        crate::audit::bound_record(AuditRecord {
             id: capstan_core::ids::new_id(),
-            at_ms: state.now(),
+            at_ms: now_ms,
             principal_id: self.principal_id.clone(),
             action: action.to_owned(),
             method: self.method.to_string(),
@@ -145,16 +153,38 @@ impl Caller {
             execution_id: execution_id.map(str::to_owned),
             ip: self.ip.clone(),
             user_agent: self.user_agent.clone(),
-        };
+        })
+    }
+
+    /// Records a decision. A denial, and any decision that changes something, is committed
+    /// before the answer; when it cannot be, the request is refused with 503 rather than
+    /// answered unaudited.
+    pub async fn audit(
+        &self,
+        state: &ApiState,
+        action: &str,
+        resource: &str,
+        execution_id: Option<&str>,
+        allowed: bool,
+    ) -> Result<(), ApiError> {
+        let record = self.record(state.now(), action, resource, execution_id, allowed);
         // An allowed read changes nothing: its record is written behind the answer (a crash can
         // lose the last few milliseconds' read records; everything else is committed first).
         if allowed && matches!(self.method, Method::GET | Method::HEAD) {
             state.store.insert_audit_behind(record);
-            return;
+            return Ok(());
         }
-        if let Err(e) = state.store.insert_audit(&record).await {
-            tracing::error!(error = %e, "could not write an audit record");
-        }
+        state.store.insert_audit(&record).await.map_err(|e| {
+            tracing::error!(error = %e, "could not write an audit record; refusing the request");
+            ApiError::unavailable(e)
+        })
+    }
+
+    /// Records a failure nobody vouches for (authentication, a stream token, the rate limit)
+    /// in bounded form: see [`crate::audit`].
+    pub fn audit_failure(&self, state: &ApiState, action: &str, resource: &str) {
+        let record = self.record(state.now(), action, resource, None, false);
+        state.failures.record(&state.store, record);
     }
 }
 
@@ -200,9 +230,7 @@ impl FromRequestParts<ApiState> for Caller {
             .map(str::trim)
             .filter(|t| keys::well_formed(t));
         let Some(token) = token else {
-            caller
-                .audit(state, "authenticate", &resource, None, false)
-                .await;
+            caller.audit_failure(state, "authenticate", &resource);
             return Err(ApiError::unauthorized());
         };
         let now = state.now();
@@ -222,12 +250,12 @@ impl FromRequestParts<ApiState> for Caller {
             None => (None, Vec::new()),
         };
         let Some(key) = key.filter(|k| k.revoked_ms.is_none() && k.expires_ms > now) else {
-            caller
-                .audit(state, "authenticate", &resource, None, false)
-                .await;
+            caller.audit_failure(state, "authenticate", &resource);
             return Err(ApiError::unauthorized());
         };
         if let Err(seconds) = state.limiter.check(&key.id, now) {
+            caller.principal_id = key.principal_id;
+            caller.audit_failure(state, "rate-limit", &resource);
             let mut e = ApiError::new(
                 axum::http::StatusCode::TOO_MANY_REQUESTS,
                 "rate_limited",
@@ -247,6 +275,7 @@ impl FromRequestParts<ApiState> for Caller {
         caller.permissions = with_config(state, &key.principal_id, grants);
         caller.principal_id = key.principal_id;
         caller.key_expires_ms = Some(key.expires_ms);
+        caller.key_id = Some(key.id);
         Ok(caller)
     }
 }

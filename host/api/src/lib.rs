@@ -12,6 +12,7 @@
 //! - `views` — the documented JSON shapes.
 
 pub mod admin;
+pub mod audit;
 pub mod auth;
 pub mod error;
 pub mod events_catalog;
@@ -71,6 +72,8 @@ pub struct ApiServices {
     pub simulator: Option<Arc<dyn capstan_core::Inspect>>,
     /// Token buckets per API key.
     pub limiter: Arc<ratelimit::RateLimiter>,
+    /// Failed authentications and rate refusals, gathered per source ([`audit`]).
+    pub failures: Arc<audit::Failures>,
     /// The admin proxy's upstream, when configured.
     pub admin_proxy: Option<admin::AdminProxy>,
     /// Bounded SSE connections.

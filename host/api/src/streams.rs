@@ -4,7 +4,11 @@
 //!   query parameter is a 400. Authenticated by a bearer key or a single-use stream `token`.
 //! - `GET /v1/executions/{id}/events` with `Accept: text/event-stream` — one execution's events
 //!   from its first (see [`execution_stream`]).
-//! - `POST /v1/streams/token` — a single-use token valid 300 s for clients that cannot set headers.
+//! - `POST /v1/streams/token` — a single-use token valid 300 s for clients that cannot set headers,
+//!   bound to the key that minted it (revoking the key voids it).
+//!
+//! An open stream re-checks its holder every [`REAUTHORIZE`]: a revoked or expired key ends it,
+//! a revoked workflow grant drops that workflow from it (and ends it when none is left).
 //!
 //! Framing: `id:` the outbox cursor (assigned in commit order), `event:` `<EventType>.v<N>`,
 //! `data:` the OutboxEvent JSON, `: keepalive` comments every 15 s, `retry:` 3 s on the first
@@ -26,8 +30,8 @@ use axum::routing::{get, post};
 use capstan_store::streams::StreamFilter;
 use serde_json::json;
 use sha2::{Digest, Sha256};
-use std::collections::VecDeque;
-use std::sync::Arc;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -36,23 +40,125 @@ pub const TOKEN_LIFETIME_SECONDS: i64 = 300;
 /// How often a stream looks for events committed elsewhere (other nodes) when nothing woke it.
 const POLL: Duration = Duration::from_millis(500);
 
-/// Open SSE connections, bounded; closed all at once when the server shuts down.
+/// Open SSE connections, bounded in all and per principal; closed all at once when the server
+/// shuts down.
 #[derive(Debug)]
-pub struct StreamCapacity(Arc<Semaphore>, tokio::sync::watch::Sender<bool>);
+pub struct StreamCapacity {
+    total: Arc<Semaphore>,
+    closing: tokio::sync::watch::Sender<bool>,
+    per_principal: usize,
+    held: Arc<Mutex<HashMap<String, usize>>>,
+}
 
 impl StreamCapacity {
-    pub fn new(connections: usize) -> Self {
-        Self(
-            Arc::new(Semaphore::new(connections)),
-            tokio::sync::watch::Sender::new(false),
-        )
+    /// `connections` streams at most, `per_principal` of them for any one principal (so one key
+    /// cannot take them all).
+    pub fn new(connections: usize, per_principal: usize) -> Self {
+        Self {
+            total: Arc::new(Semaphore::new(connections)),
+            closing: tokio::sync::watch::Sender::new(false),
+            per_principal,
+            held: Arc::default(),
+        }
     }
 
     /// Ends every open stream (shutdown).
     pub fn close(&self) {
-        self.1.send_replace(true);
+        self.closing.send_replace(true);
+    }
+
+    /// A slot for one more stream of `principal`, or 503 when the node's or the principal's
+    /// share is taken.
+    fn take(&self, principal: &str) -> Result<Slot, ApiError> {
+        let exhausted = |message: String| {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "stream_capacity_exhausted",
+                message,
+            )
+        };
+        let permit = self.total.clone().try_acquire_owned().map_err(|_| {
+            exhausted("every stream connection of this node is in use; retry later".to_owned())
+        })?;
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        let count = held.entry(principal.to_owned()).or_default();
+        if *count >= self.per_principal {
+            return Err(exhausted(format!(
+                "this principal already holds {} streams on this node (`stream_connections_per_principal`); close one or retry later",
+                self.per_principal
+            )));
+        }
+        *count += 1;
+        Ok(Slot {
+            _permit: permit,
+            principal: principal.to_owned(),
+            held: self.held.clone(),
+        })
     }
 }
+
+/// One open stream's share of [`StreamCapacity`], given back when the stream ends.
+struct Slot {
+    _permit: OwnedSemaphorePermit,
+    principal: String,
+    held: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = held.get_mut(&self.principal) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                held.remove(&self.principal);
+            }
+        }
+    }
+}
+
+/// Who a stream serves, asked again every [`REAUTHORIZE`] while it is open: a revoked or
+/// expired key ends it, a revoked grant narrows its workflows (and ends it when none is left).
+#[derive(Debug, Clone)]
+struct Holder {
+    principal_id: String,
+    key_id: Option<String>,
+}
+
+impl Holder {
+    fn of(caller: &Caller) -> Self {
+        Self {
+            principal_id: caller.principal_id.clone(),
+            key_id: caller.key_id.clone(),
+        }
+    }
+
+    /// The workflows of `filter` the holder may still see (none when its key is no longer
+    /// valid), or `None` when that could not be read now (the stream goes on and asks again).
+    async fn still_entitled(&self, state: &ApiState, filter: &StreamFilter) -> Option<Vec<String>> {
+        if let Some(key_id) = &self.key_id {
+            match state.store.api_key(key_id).await {
+                Ok(Some(key)) if key.revoked_ms.is_none() && key.expires_ms > state.now() => {}
+                Ok(_) => return Some(Vec::new()),
+                Err(error) => {
+                    tracing::warn!(%error, "stream could not re-check its key; asking again later");
+                    return None;
+                }
+            }
+        }
+        let permissions = permissions_of(state, &self.principal_id).await.ok()?;
+        Some(
+            filter
+                .workflows
+                .iter()
+                .filter(|w| permissions.contains(&format!("workflows:{w}")))
+                .cloned()
+                .collect(),
+        )
+    }
+}
+
+/// How often an open stream re-checks its holder's key and grants.
+const REAUTHORIZE: Duration = Duration::from_secs(2);
 
 pub fn router(state: ApiState) -> Router {
     Router::new()
@@ -74,7 +180,7 @@ async fn require_workflows(
     let workflows = caller.workflows();
     caller
         .audit(state, "workflows:*", resource, None, !workflows.is_empty())
-        .await;
+        .await?;
     if workflows.is_empty() {
         return Err(ApiError::forbidden("workflows:<name> (any workflow)"));
     }
@@ -97,6 +203,7 @@ async fn mint_token(
         .insert_stream_token(
             &token_hash(&token),
             &caller.principal_id,
+            caller.key_id.as_deref(),
             now,
             now + TOKEN_LIFETIME_SECONDS * 1000,
         )
@@ -155,15 +262,22 @@ async fn stream_events(
     }
     let caller = match token {
         Some(token) => {
-            let principal = state
+            let minted = state
                 .store
                 .consume_stream_token(&token_hash(&token), state.now())
                 .await
-                .map_err(ApiError::internal)?
-                .ok_or_else(ApiError::unauthorized)?;
+                .map_err(ApiError::internal)?;
+            let Some((principal, key_id)) = minted else {
+                let anonymous =
+                    Caller::for_principal(&parts, "anonymous".to_owned(), Default::default());
+                anonymous.audit_failure(&state, "stream-token", "/v1/streams/events");
+                return Err(ApiError::unauthorized());
+            };
             // The minting principal's permissions as they are now, not as they were.
             let permissions = permissions_of(&state, &principal).await?;
-            Caller::for_principal(&parts, principal, permissions)
+            let mut caller = Caller::for_principal(&parts, principal, permissions);
+            caller.key_id = key_id;
+            caller
         }
         None => Caller::from_request_parts(&mut parts, &state).await?,
     };
@@ -183,12 +297,13 @@ async fn stream_events(
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned)
     });
-    open(state, filter, cursor, false).await
+    open(state, Holder::of(&caller), filter, cursor, false).await
 }
 
 /// `GET /v1/executions/{id}/events` as a stream, for a caller already authorized on `execution_id`.
 pub async fn execution_stream(
     state: ApiState,
+    caller: &Caller,
     workflow: String,
     execution_id: String,
     last_event_id: Option<String>,
@@ -198,7 +313,7 @@ pub async fn execution_stream(
         execution_id: Some(execution_id),
         ..StreamFilter::default()
     };
-    open(state, filter, last_event_id, true).await
+    open(state, Holder::of(caller), filter, last_event_id, true).await
 }
 
 struct Cursor {
@@ -209,22 +324,19 @@ struct Cursor {
     wake: tokio::sync::watch::Receiver<u64>,
     closing: tokio::sync::watch::Receiver<bool>,
     first: bool,
-    _permit: OwnedSemaphorePermit,
+    holder: Holder,
+    reauthorize_at: tokio::time::Instant,
+    _slot: Slot,
 }
 
 async fn open(
     state: ApiState,
+    holder: Holder,
     filter: StreamFilter,
     cursor: Option<String>,
     from_start: bool,
 ) -> Result<Response, ApiError> {
-    let permit = state.streams.0.clone().try_acquire_owned().map_err(|_| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "stream_capacity_exhausted",
-            "every stream connection of this node is in use; retry later",
-        )
-    })?;
+    let slot = state.streams.take(&holder.principal_id)?;
     let last = state
         .store
         .last_event_seq()
@@ -252,7 +364,7 @@ async fn open(
         },
     };
     let wake = state.store.subscribe_events();
-    let state_closing = state.streams.1.subscribe();
+    let state_closing = state.streams.closing.subscribe();
     let cursor = Cursor {
         state,
         filter,
@@ -261,12 +373,23 @@ async fn open(
         wake,
         closing: state_closing,
         first: true,
-        _permit: permit,
+        holder,
+        reauthorize_at: tokio::time::Instant::now() + REAUTHORIZE,
+        _slot: slot,
     };
     let stream = futures_util::stream::unfold(cursor, |mut c| async move {
         loop {
             if *c.closing.borrow() {
                 return None;
+            }
+            if tokio::time::Instant::now() >= c.reauthorize_at {
+                c.reauthorize_at = tokio::time::Instant::now() + REAUTHORIZE;
+                if let Some(workflows) = c.holder.still_entitled(&c.state, &c.filter).await {
+                    if workflows.is_empty() {
+                        return None;
+                    }
+                    c.filter.workflows = workflows;
+                }
             }
             if let Some(mut event) = c.pending.pop_front() {
                 if c.first {

@@ -133,7 +133,7 @@ async fn authorize(
                 None,
                 true,
             )
-            .await;
+            .await?;
         return Err(ApiError::not_found(format!("execution {id} not found")));
     };
     let permission = permission.map_or_else(
@@ -332,7 +332,7 @@ async fn list(
     }
     caller
         .audit(&state, "workflows:list", "/v1/executions", None, true)
-        .await;
+        .await?;
     let filter = ExecutionFilter {
         workflows: Some(workflows),
         status,
@@ -720,7 +720,8 @@ async fn events(
             .get("last-event-id")
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        return crate::streams::execution_stream(state, execution.workflow, id, last).await;
+        return crate::streams::execution_stream(state, &caller, execution.workflow, id, last)
+            .await;
     }
     use capstan_core::store::EngineStore;
     let events = state
@@ -768,7 +769,12 @@ async fn own_or_manage(
         .map(|()| KeyAuthority::Manage)
 }
 
-async fn audit_own(state: &ApiState, caller: &Caller, principal_id: &str, allowed: bool) {
+async fn audit_own(
+    state: &ApiState,
+    caller: &Caller,
+    principal_id: &str,
+    allowed: bool,
+) -> Result<(), ApiError> {
     caller
         .audit(
             state,
@@ -777,7 +783,7 @@ async fn audit_own(state: &ApiState, caller: &Caller, principal_id: &str, allowe
             None,
             allowed,
         )
-        .await;
+        .await
 }
 
 /// `POST /v1/principals/{principalId}/api-keys`: mints a key; the plaintext is returned once.
@@ -852,7 +858,7 @@ async fn mint(
             let outlives = days
                 .zip(key_expires_ms)
                 .is_some_and(|(days, expires)| now + days * 86_400_000 > expires);
-            audit_own(&state, &caller, &principal_id, !outlives).await;
+            audit_own(&state, &caller, &principal_id, !outlives).await?;
             if let (true, Some(expires)) = (outlives, key_expires_ms) {
                 return Err(ApiError::new(
                     StatusCode::FORBIDDEN,
@@ -903,7 +909,7 @@ async fn list_keys(
     Path(principal_id): Path<String>,
 ) -> Result<Json<ApiKeyList>, ApiError> {
     if let KeyAuthority::Own { .. } = own_or_manage(&state, &caller, &principal_id).await? {
-        audit_own(&state, &caller, &principal_id, true).await;
+        audit_own(&state, &caller, &principal_id, true).await?;
     }
     let keys = state
         .store

@@ -103,6 +103,11 @@ pub struct Settings {
     pub admin_proxy_upstream: Option<String>,
     /// Open SSE connections this node accepts; one more is answered 503.
     pub stream_connections: usize,
+    /// Open SSE connections of any one principal on this node; one more is answered 503.
+    pub stream_connections_per_principal: usize,
+    /// `[retention]`: how many days audit records, routed outbox events, finished journals and
+    /// the simulator's answered tokens are kept (0 = forever).
+    pub retention: capstan_store::retention::Retention,
     /// `[connections]`: every listener's connection cap and deadlines (docs/operating.md).
     pub connections: crate::listen::ConnectionLimits,
     /// Outbound webhooks.
@@ -131,6 +136,9 @@ pub struct BookingSettings {
     pub webhook_retry_waits_ms: Vec<i64>,
     /// Time a booking-webhook receiver has to answer (documented: 45 s).
     pub webhook_timeout_ms: u64,
+    /// Requests per partner key: `[booking.rate_limit] requests_per_second = 50, burst = 100`
+    /// (0 = off); one more is 429 `E_RATE_LIMITED` with `Retry-After`.
+    pub rate_limit: capstan_api::ratelimit::RateLimit,
 }
 
 impl Default for BookingSettings {
@@ -145,6 +153,10 @@ impl Default for BookingSettings {
             supplier_rejects: Vec::new(),
             webhook_retry_waits_ms: policy.retry_waits_ms,
             webhook_timeout_ms: policy.timeout_ms,
+            rate_limit: capstan_api::ratelimit::RateLimit {
+                requests_per_second: 50.0,
+                burst: 100,
+            },
         }
     }
 }
@@ -211,6 +223,8 @@ impl Default for Settings {
             rate_limit: capstan_api::ratelimit::RateLimit::default(),
             admin_proxy_upstream: None,
             stream_connections: 1_000,
+            stream_connections_per_principal: 100,
+            retention: capstan_store::retention::Retention::default(),
             connections: crate::listen::ConnectionLimits::default(),
             webhooks: WebhookSettings::default(),
             booking: BookingSettings::default(),
@@ -293,7 +307,7 @@ pub struct Overrides {
 }
 
 /// Keys the environment may set (`CAPSTAN_<KEY>`); other `CAPSTAN_*` variables are not settings.
-const ENV_KEYS: [&str; 23] = [
+const ENV_KEYS: [&str; 25] = [
     "listen",
     "sandbox_listen",
     "http_redirect_listen",
@@ -314,6 +328,8 @@ const ENV_KEYS: [&str; 23] = [
     "rate_limit",
     "admin_proxy_upstream",
     "stream_connections",
+    "stream_connections_per_principal",
+    "retention",
     "connections",
     "webhooks",
     "booking",

@@ -43,6 +43,8 @@ pub struct App {
     pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
     /// Every listener's connection cap and deadlines.
     pub connections: crate::listen::ConnectionLimits,
+    /// What the upkeep task deletes, and when.
+    pub retention: capstan_store::retention::Retention,
 }
 
 /// The at-rest keyring for webhook secrets: `CAPSTAN_SECRET_KEYS` (`1:<base64 of 32 bytes>,...`).
@@ -134,6 +136,7 @@ impl App {
             clock,
             config: Arc::new(config),
             simulator: Some(Arc::new(cloud)),
+            failures: Arc::default(),
             limiter: Arc::new(capstan_api::ratelimit::RateLimiter::new(
                 settings.rate_limit,
             )),
@@ -144,6 +147,7 @@ impl App {
                 .transpose()?,
             streams: Arc::new(capstan_api::streams::StreamCapacity::new(
                 settings.stream_connections,
+                settings.stream_connections_per_principal,
             )),
             webhooks: Arc::new(capstan_api::webhooks::WebhookConfig {
                 keyring,
@@ -161,11 +165,16 @@ impl App {
                 timeout_ms: settings.webhooks.timeout_ms,
             }),
         });
+        let partner_limiter = Arc::new(capstan_api::ratelimit::RateLimiter::new(
+            settings.booking.rate_limit,
+        ));
         let partner = |environment| PartnerState {
             bookings: bookings.clone(),
             environment,
             peppers: partner_peppers.clone(),
             webhooks: api.webhooks.clone(),
+            limiter: partner_limiter.clone(),
+            failures: api.failures.clone(),
         };
         Ok(Self {
             store,
@@ -182,6 +191,7 @@ impl App {
                 _ => anyhow::bail!("--tls-cert and --tls-key go together"),
             },
             connections: settings.connections,
+            retention: settings.retention,
         })
     }
 }
@@ -400,6 +410,11 @@ pub async fn serve(
         stop_rx.clone(),
     ));
     let booking_tasks = spawn_booking_tasks(&app, stop_rx.clone());
+    let upkeep = tokio::spawn(capstan_api::audit::maintain(
+        app.api.clone(),
+        app.retention,
+        stop_rx.clone(),
+    ));
     // PostgreSQL: other nodes' committed events wake this node's streams and relay at once.
     let event_listener = {
         let store = app.store.clone();
@@ -435,6 +450,7 @@ pub async fn serve(
         let _ = worker.await;
     }
     let _ = webhooks.await;
+    let _ = upkeep.await;
     let _ = event_listener.await;
     for task in booking_tasks {
         let _ = task.await;

@@ -17,6 +17,7 @@ pub mod auth;
 mod engine;
 pub mod event_versions;
 mod reader;
+pub mod retention;
 mod rows;
 pub mod sql;
 pub mod streams;

@@ -5,6 +5,7 @@
 use crate::engine::{outbox_row, unavailable};
 use crate::{Sql, Store};
 use capstan_core::store::{Millis, OutboxRecord, StoreError};
+use sqlx::Row;
 
 /// Which events a stream carries. `workflows` is already narrowed to the caller's entitlements.
 #[derive(Debug, Clone, Default)]
@@ -74,6 +75,7 @@ impl Store {
         &self,
         hash: &str,
         principal_id: &str,
+        key_id: Option<&str>,
         now_ms: Millis,
         expires_ms: Millis,
     ) -> Result<(), StoreError> {
@@ -83,10 +85,11 @@ impl Store {
             .await
             .map_err(unavailable)?;
         sqlx::query(
-            "INSERT INTO stream_tokens (hash, principal_id, created_ms, expires_ms) VALUES ($1, $2, $3, $4)",
+            "INSERT INTO stream_tokens (hash, principal_id, key_id, created_ms, expires_ms) VALUES ($1, $2, $3, $4, $5)",
         )
         .bind(hash)
         .bind(principal_id)
+        .bind(key_id)
         .bind(now_ms)
         .bind(expires_ms)
         .execute(&self.writer)
@@ -95,21 +98,29 @@ impl Store {
         Ok(())
     }
 
-    /// Uses a token once: its principal if it exists, is unused and has not expired.
+    /// Uses a token once: its principal and minting key if it exists, is unused, has not
+    /// expired, and the key that minted it is still valid (revoking a key voids its tokens).
     pub async fn consume_stream_token(
         &self,
         hash: &str,
         now_ms: Millis,
-    ) -> Result<Option<String>, StoreError> {
-        sqlx::query_scalar(
+    ) -> Result<Option<(String, Option<String>)>, StoreError> {
+        let row = sqlx::query(
             "UPDATE stream_tokens SET used_ms = $1 WHERE hash = $2 AND used_ms IS NULL AND expires_ms > $3
-             RETURNING principal_id",
+               AND (key_id IS NULL OR EXISTS (SELECT 1 FROM api_keys
+                    WHERE api_keys.id = stream_tokens.key_id AND api_keys.revoked_ms IS NULL AND api_keys.expires_ms > $4))
+             RETURNING principal_id, key_id",
         )
         .bind(now_ms)
         .bind(hash)
         .bind(now_ms)
+        .bind(now_ms)
         .fetch_optional(&self.writer)
         .await
-        .map_err(unavailable)
+        .map_err(unavailable)?;
+        let Some(row) = row else { return Ok(None) };
+        let principal: String = row.try_get(0).map_err(unavailable)?;
+        let key_id: Option<String> = row.try_get(1).map_err(unavailable)?;
+        Ok(Some((principal, key_id)))
     }
 }

@@ -35,6 +35,10 @@ pub struct PartnerState {
     pub environment: Environment,
     pub peppers: Peppers,
     pub webhooks: Arc<WebhookConfig>,
+    /// Token buckets per partner key (both environments share them: a key lives in one).
+    pub limiter: Arc<crate::ratelimit::RateLimiter>,
+    /// Failed partner authentications and rate refusals, gathered per source.
+    pub failures: Arc<crate::audit::Failures>,
 }
 
 /// An error of the partner API, rendered `{"status", "error": {"code", "message", ...}}`.
@@ -57,11 +61,18 @@ impl IntoResponse for PartnerError {
             }
         }
         let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        (
+        let mut response = (
             status,
             axum::Json(json!({"status": e.status, "error": error})),
         )
-            .into_response()
+            .into_response();
+        // A refusal that says when to come back says it in the header too (429).
+        if let Some(seconds) = error.get("retryAfter").and_then(Value::as_u64) {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, seconds.into());
+        }
+        response
     }
 }
 
@@ -127,6 +138,45 @@ impl FromRequestParts<PartnerState> for Partner {
     type Rejection = PartnerError;
 
     async fn from_request_parts(parts: &mut Parts, state: &PartnerState) -> Result<Self> {
+        let partner = authenticate(parts, state).await;
+        let now = state.bookings.now_ms();
+        let refusal = match &partner {
+            Ok(found) => match state.limiter.check(&found.0.id, now) {
+                Ok(()) => return partner,
+                Err(seconds) => {
+                    let mut e = BookingError::new(
+                        429,
+                        "E_RATE_LIMITED",
+                        format!("This partner key made too many requests; retry in {seconds} s."),
+                    );
+                    e.details = Some(json!({"retryAfter": seconds}));
+                    (
+                        format!("partner:{}", found.0.id),
+                        "rate-limit",
+                        PartnerError(e),
+                    )
+                }
+            },
+            Err(e) => (
+                "partner:unknown".to_owned(),
+                "partner-authenticate",
+                PartnerError(e.0.clone()),
+            ),
+        };
+        let (principal, action, error) = refusal;
+        let caller = crate::auth::Caller::for_principal(parts, principal, Default::default());
+        let resource = parts.uri.path().to_owned();
+        state.failures.record(
+            state.bookings.store(),
+            caller.record(now, action, &resource, None, false),
+        );
+        Err(error)
+    }
+}
+
+/// The partner a request's `Partner-Auth` key names, or why none.
+async fn authenticate(parts: &Parts, state: &PartnerState) -> Result<Partner> {
+    {
         let key = parts
             .headers
             .get("partner-auth")

@@ -468,7 +468,7 @@ async fn rotate_secret(
             None,
             true,
         )
-        .await;
+        .await?;
     let s = owned(&state, &caller, &id).await?;
     Ok(Json(json!({"subscription": subscription_view(&s)})))
 }
