@@ -16,6 +16,7 @@ import subprocess
 import json
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
@@ -61,6 +62,9 @@ class Handler(BaseHTTPRequestHandler):
                     "eventType": event.get("eventType"), "executionId": event.get("executionId"),
                     "answered": status, "body": event,
                 }) + "\n")
+        if self.path == "/slow":
+            # A receiver that takes its time: longer than any test waits for others.
+            time.sleep(60)
         self.send_response(status)
         if retry:
             self.send_header("Retry-After", retry)

@@ -363,3 +363,77 @@ async fn deliveries_are_signed_retried_in_order_rotated_redelivered_and_410_disa
         StatusCode::NOT_FOUND
     );
 }
+
+#[tokio::test]
+async fn a_slow_receiver_holds_only_its_own_subscription_and_subscriptions_are_capped_per_owner() {
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = Receiver::start(dir.path(), "");
+    let home = home_with(
+        &["guest-fixtures/fixture-steps.wasm"],
+        "[grants]\nfixture-steps = [\"dns\", \"convergence\"]\n[simulator]\ndns_propagation_ms = 0\n[webhooks]\nallow_loopback = true\nallow_http = true\ntimeout_ms = 30000\nmax_subscriptions_per_owner = 1\n",
+    );
+    let perms = ["workflows:fixture-steps", "subscriptions:manage"];
+    let slowpoke = key_for(home.path(), "slowpoke", &perms);
+    let ops = key_for(home.path(), "ops", &perms);
+    let server = Server::start(home.path());
+    let base = server.base.clone();
+    let c = Client::new();
+    let events = json!([
+        "ExecutionStarted.v1",
+        "StageStarted.v1",
+        "StageSucceeded.v1",
+        "ExecutionSucceeded.v1"
+    ]);
+    let subscribe = async |key: &str, path: &str| {
+        c.post(format!("{base}/v1/subscriptions"))
+            .bearer_auth(key)
+            .json(&json!({"events": events, "secret": OLD, "url": format!("http://127.0.0.1:{}{path}", receiver.port)}))
+            .send()
+            .await
+            .unwrap()
+    };
+    assert_eq!(
+        subscribe(&slowpoke, "/slow").await.status(),
+        StatusCode::CREATED
+    );
+    assert_eq!(subscribe(&ops, "/fast").await.status(), StatusCode::CREATED);
+    // One each: a second is refused, naming the setting.
+    let refused = subscribe(&ops, "/fast2").await;
+    assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"], "subscription_limit_reached", "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_subscriptions_per_owner")
+    );
+
+    let r: Value = c
+        .post(format!("{base}/v1/workflows/fixture-steps"))
+        .bearer_auth(&ops)
+        .header("Idempotency-Key", "fair")
+        .json(&json!({"zone": "ZEXAMPLE-COM", "stages": 3}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = r["executionId"].as_str().unwrap().to_owned();
+    // Every event reaches the fast receiver while the slow one still holds its first attempt
+    // (30 s): dispatch never waits for a slow receiver before sending others' deliveries.
+    let got = receiver
+        .until("every event at /fast", |got| {
+            got.iter()
+                .any(|e| e["path"] == "/fast" && e["eventType"] == "ExecutionSucceeded")
+        })
+        .await;
+    let fast: Vec<_> = got
+        .iter()
+        .filter(|e| e["path"] == "/fast" && e["executionId"] == id.as_str())
+        .collect();
+    assert!(fast.len() >= 8, "start, 4 stages × 2, success: {fast:#?}");
+    let slow = got.iter().filter(|e| e["path"] == "/slow").count();
+    assert_eq!(slow, 1, "the slow receiver still holds its first attempt");
+}

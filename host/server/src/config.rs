@@ -175,6 +175,9 @@ pub struct WebhookSettings {
     pub allow_http: bool,
     /// A CA certificate (PEM file) trusted for callbacks besides the web PKI (tests only).
     pub extra_root_ca: Option<PathBuf>,
+    /// Subscriptions one principal may hold (deleted ones do not count); also the most delivery
+    /// attempts of one principal in flight, since each subscription has at most one.
+    pub max_subscriptions_per_owner: usize,
 }
 
 impl Default for WebhookSettings {
@@ -185,6 +188,7 @@ impl Default for WebhookSettings {
             allow_loopback: false,
             allow_http: false,
             extra_root_ca: None,
+            max_subscriptions_per_owner: 50,
         }
     }
 }

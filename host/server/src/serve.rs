@@ -162,6 +162,7 @@ impl App {
                     .map(std::fs::read)
                     .transpose()?,
                 schedule_ms: settings.webhooks.retry_schedule_ms.clone(),
+                max_subscriptions_per_owner: settings.webhooks.max_subscriptions_per_owner,
                 timeout_ms: settings.webhooks.timeout_ms,
             }),
         });

@@ -1066,6 +1066,9 @@ async fn vet_url(s: &PartnerState, url: &str) -> Result<()> {
     Ok(())
 }
 
+/// Webhook registrations one partner may hold in one environment.
+pub const MAX_WEBHOOKS_PER_PARTNER: usize = 20;
+
 async fn create_webhook(
     State(s): State<PartnerState>,
     partner: Partner,
@@ -1094,6 +1097,17 @@ async fn create_webhook(
         }
     };
     vet_url(&s, &url).await?;
+    // A share per partner: its registrations (each a receiver the dispatcher calls) are bounded.
+    if s.bookings
+        .webhooks(s.environment, &partner.0.id)
+        .await?
+        .len()
+        >= MAX_WEBHOOKS_PER_PARTNER
+    {
+        return Err(PartnerError(BookingError::invalid(format!(
+            "A partner may register at most {MAX_WEBHOOKS_PER_PARTNER} webhooks per environment; delete one first."
+        ))));
+    }
     let secret = format!(
         "whsec_{}",
         base64::engine::general_purpose::STANDARD

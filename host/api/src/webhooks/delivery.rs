@@ -35,15 +35,19 @@ const RELAY_BATCH: i64 = 200;
 /// Runs relay and dispatch until `stop` turns true.
 pub async fn run(state: ApiState, mut stop: tokio::sync::watch::Receiver<bool>) {
     let mut wake = state.store.subscribe_events();
+    let mut in_flight = tokio::task::JoinSet::new();
     loop {
         if *stop.borrow() {
+            // Attempts under way finish (each within its time limit) before the node stops.
+            while in_flight.join_next().await.is_some() {}
             return;
         }
         let pass = tokio::time::Instant::now();
         if let Err(error) = relay(&state).await {
             tracing::warn!(%error, "webhook relay failed; retrying");
         }
-        let sent = match dispatch(&state).await {
+        while in_flight.try_join_next().is_some() {}
+        let sent = match dispatch(&state, &mut in_flight).await {
             Ok(n) => n,
             Err(error) => {
                 tracing::warn!(%error, "webhook dispatch failed; retrying");
@@ -54,6 +58,8 @@ pub async fn run(state: ApiState, mut stop: tokio::sync::watch::Receiver<bool>) 
             let woken = tokio::select! {
                 // A closed channel disables its branch instead of returning at once, forever.
                 Ok(()) = wake.changed() => true,
+                // An attempt ended: its subscription's next delivery may be due.
+                Some(_) = in_flight.join_next(), if !in_flight.is_empty() => true,
                 _ = stop.wait_for(|s| *s) => return,
                 () = tokio::time::sleep(Duration::from_millis(250)) => false,
             };
@@ -129,24 +135,38 @@ async fn relay(state: &ApiState) -> anyhow::Result<()> {
     }
 }
 
-async fn dispatch(state: &ApiState) -> anyhow::Result<usize> {
+/// Delivery attempts one node has in flight at most. Attempts run on their own: a pass claims
+/// only what frees up and never waits for a slow receiver, so one subscription's slow receiver
+/// holds one slot (a subscription has one attempt at a time, its oldest pending delivery) for
+/// its time limit, and a principal at most `max_subscriptions_per_owner` of them.
+const MAX_IN_FLIGHT: usize = 128;
+
+async fn dispatch(
+    state: &ApiState,
+    in_flight: &mut tokio::task::JoinSet<()>,
+) -> anyhow::Result<usize> {
+    let free = MAX_IN_FLIGHT.saturating_sub(in_flight.len());
+    if free == 0 {
+        return Ok(0);
+    }
     // Each attempt is claimed by this node for its time limit plus 2 s: no other node
     // sends it meanwhile, and if this node dies another sends it once the lease has passed.
     let now = state.now();
     let lease_until =
         now + i64::try_from(state.webhooks.timeout_ms).unwrap_or(i64::MAX / 4) + 2_000;
-    let due = state.store.claim_deliveries(now, lease_until, 32).await?;
-    let mut tasks = tokio::task::JoinSet::new();
+    let due = state
+        .store
+        .claim_deliveries(now, lease_until, i64::try_from(free).unwrap_or(1))
+        .await?;
+    let n = due.len();
     for delivery in due {
         let state = state.clone();
-        tasks.spawn(async move {
+        in_flight.spawn(async move {
             if let Err(error) = attempt(&state, &delivery).await {
                 tracing::warn!(%error, delivery = %delivery.id, "webhook attempt could not be recorded");
             }
         });
     }
-    let n = tasks.len();
-    while tasks.join_next().await.is_some() {}
     Ok(n)
 }
 

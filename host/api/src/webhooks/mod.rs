@@ -31,6 +31,8 @@ pub struct WebhookConfig {
     /// attempts.
     pub schedule_ms: Vec<i64>,
     pub timeout_ms: u64,
+    /// Subscriptions one principal may hold.
+    pub max_subscriptions_per_owner: usize,
 }
 
 /// The default retry schedule: 8 attempts over about 27 hours.
@@ -279,6 +281,22 @@ async fn create(
     }
     if !issues.is_empty() {
         return Err(bad("the subscription is invalid", issues));
+    }
+    // A share per principal: one tenant's subscriptions (and so its attempts in flight, one per
+    // subscription) cannot crowd out the others'.
+    let cap = config.max_subscriptions_per_owner;
+    let held = state
+        .store
+        .subscriptions_of(&caller.principal_id, i64::try_from(cap).unwrap_or(i64::MAX))
+        .await
+        .map_err(unavailable)?;
+    if held.len() >= cap {
+        return Err(ApiError::bad_request(
+            "subscription_limit_reached",
+            format!(
+                "this principal already holds {cap} subscriptions (`webhooks.max_subscriptions_per_owner`); delete one first"
+            ),
+        ));
     }
     let id = capstan_core::ids::new_id();
     let (kms_key_id, sealed) = config.keyring.encrypt(secret.as_bytes(), id.as_bytes());
