@@ -120,20 +120,6 @@ fn write_summary(store: &Store, window: Window) {
     store.insert_audit_behind(summary);
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn long_fields_are_cut_and_marked() {
-        let long = "é".repeat(1000);
-        let cut = bounded(&long);
-        assert_eq!(cut.chars().count(), FIELD_CHARS + 1);
-        assert!(cut.ends_with('…'));
-        assert_eq!(bounded("short"), "short");
-    }
-}
-
 /// How often the gathered failures are looked at for closed windows.
 const FLUSH_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 /// How often retention runs (and once a minute after start).
@@ -163,5 +149,19 @@ pub async fn maintain(
                 Err(error) => tracing::warn!(%error, "retention sweep failed; trying again next time"),
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_fields_are_cut_and_marked() {
+        let long = "é".repeat(1000);
+        let cut = bounded(&long);
+        assert_eq!(cut.chars().count(), FIELD_CHARS + 1);
+        assert!(cut.ends_with('…'));
+        assert_eq!(bounded("short"), "short");
     }
 }
