@@ -163,22 +163,16 @@ pub(crate) async fn new_store(
     let _ = store.fuel_async_yield_interval(Some(10_000_000));
     // At each epoch tick running wasm checks the guest's own time: past the deadline it traps,
     // otherwise it yields to the executor (so a busy guest shares its thread) and goes on.
-    let deadline = Duration::from_millis(config.limits.deadline_ms);
+    let limit_ms = config.limits.deadline_ms;
+    let deadline = Duration::from_millis(limit_ms);
     store.set_epoch_deadline(1);
     store.epoch_deadline_callback(move |store| {
         if store.data().clock.guest_elapsed() >= deadline {
-            return Err(LimitExceeded::Deadline {
-                limit_ms: config_deadline_ms(deadline),
-            }
-            .into());
+            return Err(LimitExceeded::Deadline { limit_ms }.into());
         }
         Ok(wasmtime::UpdateDeadline::Yield(1))
     });
     (slot, store)
-}
-
-fn config_deadline_ms(deadline: Duration) -> u64 {
-    u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Runs `work` (an instantiation, a guest export) on `store` under the activation's deadline.

@@ -176,38 +176,36 @@ impl FromRequestParts<PartnerState> for Partner {
 
 /// The partner a request's `Partner-Auth` key names, or why none.
 async fn authenticate(parts: &Parts, state: &PartnerState) -> Result<Partner> {
-    {
-        let key = parts
-            .headers
-            .get("partner-auth")
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-            .filter(|k| !k.is_empty())
-            .ok_or_else(|| unauthorized("The Partner-Auth header is missing."))?;
-        let expected = state.environment.key_prefix();
-        if !key.starts_with(expected) || key.len() < PREFIX_LEN {
-            let other = match state.environment {
-                Environment::Production => "a testing key (tk_) works only on the sandbox",
-                Environment::Sandbox => "a production key (pk_) works only in production",
-            };
-            return Err(unauthorized(&format!(
-                "The Partner-Auth key is not valid for this environment ({} keys start with {expected}; {other}).",
-                state.environment.as_str()
-            )));
-        }
-        let candidates = state
-            .bookings
-            .partners_by_prefix(&key[..PREFIX_LEN])
-            .await?;
-        let partner = candidates
-            .into_iter()
-            .find(|p| {
-                p.environment == state.environment
-                    && state.peppers.verify(p.pepper_version, key, &p.key_hash)
-            })
-            .ok_or_else(|| unauthorized("The Partner-Auth key is unknown or revoked."))?;
-        Ok(Partner(partner))
+    let key = parts
+        .headers
+        .get("partner-auth")
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+        .ok_or_else(|| unauthorized("The Partner-Auth header is missing."))?;
+    let expected = state.environment.key_prefix();
+    if !key.starts_with(expected) || key.len() < PREFIX_LEN {
+        let other = match state.environment {
+            Environment::Production => "a testing key (tk_) works only on the sandbox",
+            Environment::Sandbox => "a production key (pk_) works only in production",
+        };
+        return Err(unauthorized(&format!(
+            "The Partner-Auth key is not valid for this environment ({} keys start with {expected}; {other}).",
+            state.environment.as_str()
+        )));
     }
+    let candidates = state
+        .bookings
+        .partners_by_prefix(&key[..PREFIX_LEN])
+        .await?;
+    let partner = candidates
+        .into_iter()
+        .find(|p| {
+            p.environment == state.environment
+                && state.peppers.verify(p.pepper_version, key, &p.key_hash)
+        })
+        .ok_or_else(|| unauthorized("The Partner-Auth key is unknown or revoked."))?;
+    Ok(Partner(partner))
 }
 
 impl Partner {
