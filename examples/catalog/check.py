@@ -26,6 +26,7 @@ import json
 import os
 import re
 import sys
+import zoneinfo
 
 PRODUCT_TYPES = ["TOUR", "ACTIVITY", "EVENT", "ATTRACTION", "TRANSFER", "AIRPORT_TRANSFER", "ADD_ON"]
 LANGUAGES = {"EN", "ES", "FR", "IT", "DE", "PT", "NL", "PL", "KO", "JA", "ZH_HANS", "ZH_HANT", "AR", "DA",
@@ -42,6 +43,15 @@ MIN_PER_TYPE = 20
 # "?" allows null. A field is (spec, required).
 # ---------------------------------------------------------------------------------------------
 
+def zone_exists(name):
+    """Whether `name` is an IANA time zone (the standard library's zoneinfo)."""
+    try:
+        zoneinfo.ZoneInfo(str(name))
+        return True
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        return False
+
+
 NAME_TR = {"name": ("str?", False)}
 PRICE = {"price": ("num", True), "originalPrice": ("num", True), "netPrice": ("num", True)}
 SCHEMA = {
@@ -53,7 +63,7 @@ SCHEMA = {
     "currency": {"code": ("str", True), "currencyName": ("str", True), "symbol": ("str", True),
                  "localSymbol": ("str", True), "precision": ("u32", True), "rate": ("num", True)},
     "nameTr": NAME_TR,
-    "city": {"code": ("str", True), "name": ("str", True), "imageUrl": ("str?", False),
+    "city": {"code": ("str", True), "name": ("str", True), "timeZone": ("str", True), "imageUrl": ("str?", False),
              "translations": ("{@nameTr}", False)},
     "category": {"id": ("str", True), "name": ("str", True), "cityCode": ("str", True),
                  "translations": ("{@nameTr}", False)},
@@ -243,6 +253,8 @@ class Checker:
         for i, x in enumerate(cities):
             if not re.fullmatch(r"[A-Z_]+", str(x.get("code", ""))):
                 self.p(f"cities[{i}].code", f"`{x.get('code')}` must be uppercase [A-Z_]+")
+            if not zone_exists(x.get("timeZone")):
+                self.p(f"cities[{i}].timeZone", f"`{x.get('timeZone')}` is not an IANA time zone")
             self.languages(f"cities[{i}]", x.get("translations"))
         for kind, items, ref, index in [("categories", categories, "cityCode", city_ix),
                                         ("subcategories", subcategories, "categoryId", cat_ix),

@@ -56,6 +56,10 @@ def tr4(it, fr, es, de):
 # day-trip destinations, a central meeting point, neighbourhoods, collections.
 # ---------------------------------------------------------------------------------------------
 
+# The IANA zone of each city's suppliers: the catalog's times are wall-clock times there.
+TIME_ZONES = {"ROME": "Europe/Rome", "PARIS": "Europe/Paris", "LONDON": "Europe/London",
+              "NEW_YORK": "America/New_York", "DUBAI": "Asia/Dubai"}
+
 CITIES = [
     {
         "code": "ROME", "name": "Rome", "country": "Italy", "tr": tr4("Roma", "Rome", "Roma", "Rom"),
@@ -882,7 +886,7 @@ class Generator:
         cities, categories, subcategories, collections = [], [], [], []
         for ci, city in enumerate(CITIES, start=1):
             cities.append({
-                "code": city["code"], "name": city["name"],
+                "code": city["code"], "name": city["name"], "timeZone": TIME_ZONES[city["code"]],
                 "imageUrl": f"{IMAGE_BASE}/cities/{slugify(city['name'])}.jpg",
                 "translations": {lang: {"name": n} for lang, n in city["tr"].items()},
             })

@@ -2,7 +2,8 @@
 //! the rest of the SDK wraps it, and `export_workflow!` wires a type to the world's exports.
 //!
 //! Only the `workflow` world is generated here: two worlds in one crate would merge their
-//! component-type sections into every guest. Fulfilment steps get their own crate ([6/8]).
+//! component-type sections into every guest. Fulfilment steps get their own crate
+//! (`capstan-step-sdk`).
 #![allow(missing_docs, clippy::all)]
 
 /// Bindings of the `capstan:host/workflow` world.

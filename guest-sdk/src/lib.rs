@@ -14,6 +14,7 @@
 //! - `bindings` — the generated bindings (do not use directly).
 //! - `host` — the call boundary (import or harness), and one handle type per capability.
 //! - `workflow` — [`Workflow`], [`Descriptor`], [`Ctx`] and the export glue.
+//! - `error` — the one error of every capability, shared with the host.
 //! - `harness` — the native test harness (not on `wasm32`).
 
 #[doc(hidden)]

@@ -145,8 +145,21 @@ impl Harness {
         self
     }
 
+    /// Runs `S`'s compensation on `handover` and reports what happened (the output is `null`
+    /// on success).
+    pub fn compensate<S: Step>(self, handover: Value) -> Report {
+        self.activate(|| step::compensate::<S>(&handover.to_string()).map(|()| Value::Null))
+    }
+
     /// Runs `S` on `input` (serialized as the host would) and reports what happened.
     pub fn run<S: Step>(self, input: Value) -> Report {
+        self.activate(|| {
+            step::run::<S>(&input.to_string())
+                .map(|text| serde_json::from_str(&text).unwrap_or(Value::Null))
+        })
+    }
+
+    fn activate(self, body: impl FnOnce() -> Result<Value, Error>) -> Report {
         ACTIVE.with(|a| {
             *a.borrow_mut() = Some(State {
                 harness: self,
@@ -154,8 +167,7 @@ impl Harness {
                 logs: Vec::new(),
             })
         });
-        let output = step::run::<S>(&input.to_string())
-            .map(|text| serde_json::from_str(&text).unwrap_or(Value::Null));
+        let output = body();
         let state = ACTIVE.with(|a| a.borrow_mut().take());
         let Some(state) = state else {
             panic!("capstan-step-sdk harness: run state vanished (nested Harness::run?)");

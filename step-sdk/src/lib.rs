@@ -1,7 +1,8 @@
 //! # capstan-step-sdk
 //!
 //! Write one step of a booking's fulfilment (world `capstan:host/fulfilment-step`) as plain Rust:
-//! implement [`Step`] (a [`Descriptor`] and `run(ctx, input)`), read the booking with
+//! implement [`Step`] (a [`Descriptor`], `run(ctx, input)` and, when a cancelled booking must
+//! undo what the step did, `compensate(ctx, handover)`), read the booking with
 //! [`Ctx::booking`], call the booking capabilities (`ctx.supplier()`, `ctx.admission()`,
 //! `ctx.vouchers()`) as ordinary functions, and hand your results to the next step in the output
 //! ([`Handover`]). `export_step!(MyStep)` turns the crate into a component for `wasm32-wasip2`;
@@ -18,6 +19,7 @@
 //! - `bindings` — the generated bindings (do not use directly).
 //! - `host` — the call boundary (import or harness), one handle type per capability.
 //! - `step` — [`Step`], [`Descriptor`], [`Ctx`], [`Handover`], [`TicketJson`], the export glue.
+//! - `error` — the one error of every capability, shared with the host.
 //! - `harness` — the native test harness (not on `wasm32`).
 
 #[doc(hidden)]
@@ -40,7 +42,7 @@ pub use serde_json::{Value, json};
 
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::step::{describe, run};
+    pub use crate::step::{compensate, describe, run};
 }
 
 /// Exports `$ty` (a type implementing [`Step`]) as the component's `capstan:booking/step`.
@@ -61,6 +63,11 @@ macro_rules! export_step {
                     input: ::std::string::String,
                 ) -> ::std::result::Result<::std::string::String, $crate::Error> {
                     $crate::__private::run::<$ty>(&input)
+                }
+                fn compensate(
+                    handover: ::std::string::String,
+                ) -> ::std::result::Result<(), $crate::Error> {
+                    $crate::__private::compensate::<$ty>(&handover)
                 }
             }
             $crate::bindings::__export_step_world!(__CapstanStepExport);

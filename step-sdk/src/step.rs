@@ -1,6 +1,7 @@
-//! What a step is to the SDK: a [`Step`] type with a [`Descriptor`] and a `run` function over a
-//! [`Ctx`]. The export glue (`describe`, `run`) converts between JSON on the WIT boundary and the
-//! step's typed input and output.
+//! What a step is to the SDK: a [`Step`] type with a [`Descriptor`], a `run` function over a
+//! [`Ctx`] and a `compensate` that undoes it (nothing by default). The export glue (`describe`,
+//! `run`, `compensate`) converts between JSON on the WIT boundary and the step's typed input and
+//! output.
 
 use crate::Error;
 use crate::bindings::exports::capstan::booking::step as wit;
@@ -71,6 +72,15 @@ pub trait Step {
     /// transient error: the host keys its effects per booking and step, so repeat the same calls.
     /// Return capability errors unchanged (`?`): their kind tells the host whether to retry.
     fn run(ctx: &mut Ctx, input: Self::Input) -> Result<Self::Output, Error>;
+
+    /// Undoes what `run` did, when the booking is cancelled after this step ran (or while it
+    /// ran). `handover` is what the pipeline had handed on when it stopped: this step's output,
+    /// or its input if the step never finished. The host calls it again after a crash and also
+    /// for a step whose effects may never have happened, so make it idempotent and treat
+    /// "nothing to undo" as success. By default there is nothing to undo.
+    fn compensate(_ctx: &mut Ctx, _handover: Handover) -> Result<(), Error> {
+        Ok(())
+    }
 }
 
 /// The step's handle on the host.
@@ -200,6 +210,17 @@ pub fn describe<S: Step>() -> wit::StepDescriptor {
         version: d.version.to_owned(),
         description: d.description.to_owned(),
     }
+}
+
+/// The exported `compensate`: the handover JSON in.
+pub fn compensate<S: Step>(handover: &str) -> Result<(), Error> {
+    let handover = serde_json::from_str::<Handover>(handover).map_err(|e| {
+        Error::permanent(
+            "invalid-input",
+            format!("the handover to compensate is not a JSON object: {e}"),
+        )
+    })?;
+    S::compensate(&mut Ctx::default(), handover)
 }
 
 /// The exported `run`: JSON in, JSON out.

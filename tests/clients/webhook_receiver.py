@@ -62,7 +62,7 @@ class Handler(BaseHTTPRequestHandler):
                     "eventType": event.get("eventType"), "executionId": event.get("executionId"),
                     "answered": status, "body": event,
                 }) + "\n")
-        if self.path == "/slow":
+        if self.path.startswith("/slow"):
             # A receiver that takes its time: longer than any test waits for others.
             time.sleep(60)
         self.send_response(status)

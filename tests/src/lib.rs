@@ -153,6 +153,38 @@ pub fn cli(home: &Path, args: &[&str]) -> String {
     String::from_utf8(out.stdout).expect("utf-8")
 }
 
+/// `capstan.toml` of a node serving the partner API: the test catalog
+/// `tests/catalogs/small.json`, the fulfilment steps of `target/steps`, quick webhook retries,
+/// supplier rejections for variant 5002, loopback HTTP receivers allowed; `extra` goes inside
+/// `[booking]`.
+pub fn partner_config(extra: &str) -> String {
+    format!(
+        "[booking]\ncatalog_file = \"{}\"\nsteps = \"{}\"\nwebhook_retry_waits_ms = [50, 50, 50, 50]\nsupplier_rejects = [\"5002\"]\n{extra}\n[webhooks]\nallow_loopback = true\nallow_http = true\n",
+        repo().join("tests/catalogs/small.json").display(),
+        repo().join("target/steps").display(),
+    )
+}
+
+/// Creates a partner (`kind` booking or affiliate, `env` production or sandbox) with the CLI
+/// and returns its key.
+pub fn partner_key(home: &Path, kind: &str, env: &str) -> String {
+    let out = cli(
+        home,
+        &[
+            "partners",
+            "create",
+            "--name",
+            &format!("{kind}-{env}"),
+            "--type",
+            kind,
+            "--environment",
+            env,
+        ],
+    );
+    assert_eq!(out.lines().count(), 1, "only the key on stdout: {out:?}");
+    out.trim().to_owned()
+}
+
 /// Grants `permissions` to `principal` and mints a key for it.
 pub fn key_for(home: &Path, principal: &str, permissions: &[&str]) -> String {
     for p in permissions {
@@ -312,8 +344,11 @@ impl WebhookReceiver {
     }
 
     pub fn received(&self) -> Vec<serde_json::Value> {
-        std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        // The receiver may be halfway through writing its last line (a large body takes more
+        // than one write): only lines it has finished are read.
+        let finished = log.rfind('\n').map_or("", |end| &log[..end]);
+        finished
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
             .collect()

@@ -4,37 +4,10 @@
 //! verifies booking webhooks with PyPI `standardwebhooks`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use capstan_e2e::{Server, WebhookReceiver, cli, home_with, repo};
+use capstan_e2e::{Server, WebhookReceiver, cli, home_with, partner_config, partner_key, repo};
 use reqwest::{Client, Method, StatusCode};
 use serde_json::{Value, json};
-use std::path::Path;
 use std::time::Duration;
-
-fn config(extra: &str) -> String {
-    format!(
-        "[booking]\ncatalog_file = \"{}\"\nsteps = \"{}\"\nwebhook_retry_waits_ms = [50, 50, 50, 50]\nsupplier_rejects = [\"5002\"]\n{extra}\n[webhooks]\nallow_loopback = true\nallow_http = true\n",
-        repo().join("tests/catalogs/small.json").display(),
-        repo().join("target/steps").display(),
-    )
-}
-
-fn partner(home: &Path, kind: &str, env: &str) -> String {
-    let out = cli(
-        home,
-        &[
-            "partners",
-            "create",
-            "--name",
-            &format!("{kind}-{env}"),
-            "--type",
-            kind,
-            "--environment",
-            env,
-        ],
-    );
-    assert_eq!(out.lines().count(), 1, "only the key on stdout: {out:?}");
-    out.trim().to_owned()
-}
 
 async fn call(
     client: &Client,
@@ -101,10 +74,10 @@ fn booking_body(slot: &str, adults: usize, amount: f64) -> Value {
 
 #[tokio::test]
 async fn keys_environments_partner_types_and_cors() {
-    let home = home_with(&[], &config(""));
-    let prod = partner(home.path(), "booking", "production");
-    let sandbox = partner(home.path(), "booking", "sandbox");
-    let affiliate = partner(home.path(), "affiliate", "production");
+    let home = home_with(&[], &partner_config(""));
+    let prod = partner_key(home.path(), "booking", "production");
+    let sandbox = partner_key(home.path(), "booking", "sandbox");
+    let affiliate = partner_key(home.path(), "affiliate", "production");
     assert!(prod.starts_with("pk_") && sandbox.starts_with("tk_") && affiliate.starts_with("pk_"));
     let server = Server::start(home.path());
     let c = Client::new();
@@ -294,8 +267,8 @@ async fn keys_environments_partner_types_and_cors() {
 
 #[tokio::test]
 async fn catalog_routes_v2_and_v1() {
-    let home = home_with(&[], &config(""));
-    let key = partner(home.path(), "booking", "production");
+    let home = home_with(&[], &partner_config(""));
+    let key = partner_key(home.path(), "booking", "production");
     let server = Server::start(home.path());
     let c = Client::new();
     let get = |path: &str| {
@@ -436,12 +409,15 @@ async fn catalog_routes_v2_and_v1() {
         ),
         (Some(3), Some(2), Value::Null)
     );
+    // Links are absolute, on the host the request named.
     let next = page1["nextUrl"].as_str().unwrap().to_owned();
     assert!(
-        next.contains("offset=2") && next.contains("languageCode=KO"),
+        next.starts_with(&format!("{}/api/public/v2/products/?", server.base))
+            && next.contains("offset=2")
+            && next.contains("languageCode=KO"),
         "{next}"
     );
-    let (_, page2) = get(&next).await;
+    let (_, page2) = get(next.strip_prefix(&server.base).unwrap()).await;
     assert_eq!(
         (ids(&page2), page2["nextOffset"].clone()),
         (vec!["1003".to_owned()], Value::Null)
@@ -546,9 +522,9 @@ async fn catalog_routes_v2_and_v1() {
 async fn booking_lifecycle_errors_fulfilment_and_webhooks() {
     let dir = tempfile::tempdir().unwrap();
     let receiver = WebhookReceiver::start(dir.path(), "500,429,200");
-    let home = home_with(&[], &config(""));
-    let key = partner(home.path(), "booking", "production");
-    let other = partner(home.path(), "booking", "production");
+    let home = home_with(&[], &partner_config(""));
+    let key = partner_key(home.path(), "booking", "production");
+    let other = partner_key(home.path(), "booking", "production");
     let server = Server::start(home.path());
     let c = Client::new();
     let base = format!("{}/api/public/v2", server.base);
@@ -564,7 +540,7 @@ async fn booking_lifecycle_errors_fulfilment_and_webhooks() {
     .await;
     assert_eq!(s, 200, "{hook}");
     assert!(
-        hook["timestamp"].is_i64() && hook["error"].is_null() && hook["data"]["enabled"] == true,
+        hook["timestamp"].is_i64() && hook["error"] == json!({}) && hook["data"]["enabled"] == true,
         "{hook}"
     );
     let secret = hook["data"]["secret"].as_str().unwrap();
@@ -844,6 +820,22 @@ async fn booking_lifecycle_errors_fulfilment_and_webhooks() {
         ),
         (Some("PENDING"), Some("my-ref-1"))
     );
+    // A capture retried after a lost answer (same reference) answers the booking as it is;
+    // another reference is refused.
+    let (s, again) = call(
+        &c,
+        Method::PUT,
+        &url,
+        Some(&key),
+        Some(json!({"status": "PENDING", "partnerReferenceId": "my-ref-1"})),
+    )
+    .await;
+    assert_eq!(s, 200, "{again}");
+    assert_eq!(again["bookingId"], captured["bookingId"]);
+    assert!(
+        matches!(again["status"].as_str(), Some("PENDING" | "COMPLETED")),
+        "{again}"
+    );
     assert_error(
         &call(
             &c,
@@ -857,6 +849,18 @@ async fn booking_lifecycle_errors_fulfilment_and_webhooks() {
         "E_INVALID_STATE",
     );
     let completed = until_booking(&c, &url, &key, "COMPLETED").await;
+    // Captured again once completed: still the same booking, no second fulfilment.
+    let (s, late) = call(
+        &c,
+        Method::PUT,
+        &url,
+        Some(&key),
+        Some(json!({"status": "PENDING", "partnerReferenceId": "my-ref-1"})),
+    )
+    .await;
+    assert_eq!(s, 200, "{late}");
+    assert_eq!(late["status"], "COMPLETED");
+    assert_eq!(late["tickets"], completed["tickets"]);
     assert_eq!(
         completed["tickets"].as_array().unwrap().len(),
         2,
@@ -1040,9 +1044,9 @@ async fn hundreds_of_concurrent_creates_never_oversell_over_http() {
     // The partner rate limit off: this is about seats, not request rates.
     let home = home_with(
         &[],
-        &config("rate_limit = { requests_per_second = 0.0, burst = 1 }"),
+        &partner_config("rate_limit = { requests_per_second = 0.0, burst = 1 }"),
     );
-    let key = partner(home.path(), "booking", "production");
+    let key = partner_key(home.path(), "booking", "production");
     let server = Server::start(home.path());
     let c = Client::new();
     let slot = first_slot(&c, &server.base, &key, "5001").await;
@@ -1084,10 +1088,10 @@ async fn hundreds_of_concurrent_creates_never_oversell_over_http() {
 
 #[tokio::test]
 async fn tls_listeners_and_the_plain_http_redirect() {
-    let home = home_with(&[], &config(""));
+    let home = home_with(&[], &partner_config(""));
     let dir = home.path();
     let (cert, pkey) = capstan_e2e::self_signed_localhost(dir);
-    let key = partner(dir, "booking", "sandbox");
+    let key = partner_key(dir, "booking", "sandbox");
     let server = Server::start_with(
         dir,
         &[
@@ -1127,9 +1131,23 @@ async fn tls_listeners_and_the_plain_http_redirect() {
             .status(),
         200
     );
-    // Plain HTTP on the TLS port does not work; the redirect port answers 301 to HTTPS.
-    let plain = server.base.replacen("https://", "http://", 1);
-    assert!(c.get(format!("{plain}/healthz")).send().await.is_err());
+    // Plain HTTP on either TLS port answers 301 to that same port over HTTPS (the sandbox's
+    // to the sandbox, not to production); the redirect port answers 301 to the main one.
+    for base in [&server.base, &server.sandbox] {
+        let plain = base.replacen("https://", "http://", 1);
+        let r = c
+            .get(format!(
+                "{plain}/api/public/v2/products/1001?languageCode=IT"
+            ))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 301, "{plain}");
+        assert_eq!(
+            r.headers()["location"].to_str().unwrap(),
+            format!("{base}/api/public/v2/products/1001?languageCode=IT")
+        );
+    }
     let redirect = server.redirect.clone().expect("redirect listener reported");
     let r = c
         .get(format!(
@@ -1150,9 +1168,9 @@ async fn tls_listeners_and_the_plain_http_redirect() {
 async fn booking_webhooks_4xx_is_final_and_registrations_can_be_disabled_and_deleted() {
     let dir = tempfile::tempdir().unwrap();
     let receiver = WebhookReceiver::start(dir.path(), "400");
-    let home = home_with(&[], &config(""));
-    let key = partner(home.path(), "booking", "production");
-    let other = partner(home.path(), "booking", "production");
+    let home = home_with(&[], &partner_config(""));
+    let key = partner_key(home.path(), "booking", "production");
+    let other = partner_key(home.path(), "booking", "production");
     let server = Server::start(home.path());
     let c = Client::new();
     let base = format!("{}/api/public/v2", server.base);
@@ -1308,7 +1326,7 @@ async fn the_demo_catalog_that_just_run_loads_has_open_inventory_for_every_produ
             repo().join("target/steps").display()
         ),
     );
-    let key = partner(home.path(), "booking", "production");
+    let key = partner_key(home.path(), "booking", "production");
     let server = Server::start(home.path());
     let c = Client::new();
     let mut types = std::collections::BTreeMap::<String, usize>::new();
@@ -1323,7 +1341,7 @@ async fn the_demo_catalog_that_just_run_loads_has_open_inventory_for_every_produ
             of_type.entry(t).or_default().push(p.clone());
         }
         match page["nextUrl"].as_str() {
-            Some(next) => url = format!("{}{next}", server.base),
+            Some(next) => url = next.to_owned(),
             None => break,
         }
     }
@@ -1358,10 +1376,10 @@ async fn the_demo_catalog_that_just_run_loads_has_open_inventory_for_every_produ
 async fn a_partner_key_is_rate_limited_in_the_partner_shape_and_failed_keys_are_audited() {
     let home = home_with(
         &[],
-        &config("rate_limit = { requests_per_second = 0.01, burst = 3 }"),
+        &partner_config("rate_limit = { requests_per_second = 0.01, burst = 3 }"),
     );
-    let key = partner(home.path(), "booking", "production");
-    let other = partner(home.path(), "affiliate", "production");
+    let key = partner_key(home.path(), "booking", "production");
+    let other = partner_key(home.path(), "affiliate", "production");
     let server = Server::start(home.path());
     let c = Client::new();
     let cities = format!("{}/api/public/v2/cities/", server.base);
@@ -1426,5 +1444,339 @@ async fn a_partner_key_is_rate_limited_in_the_partner_shape_and_failed_keys_are_
     assert!(
         rows[1].0.starts_with("partner:") && rows[1].1 == "rate-limit",
         "{rows:?}"
+    );
+}
+
+/// A node whose step components are missing says so in `/readyz` (503, `missingSteps`) and
+/// keeps captured bookings PENDING, with their seats, instead of failing them.
+#[tokio::test]
+async fn missing_step_components_make_the_node_not_ready_and_fail_no_booking() {
+    let empty = tempfile::tempdir().unwrap();
+    let text = partner_config("").replace(
+        &repo().join("target/steps").display().to_string(),
+        &empty.path().display().to_string(),
+    );
+    let home = home_with(&[], &text);
+    let key = partner_key(home.path(), "booking", "production");
+    let server = Server::start(home.path());
+    let c = Client::new();
+    let ready = c
+        .get(format!("{}/readyz", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 503);
+    let ready: Value = ready.json().await.unwrap();
+    assert_eq!(ready["status"], "not_ready", "{ready}");
+    assert_eq!(ready["database"], "ok", "{ready}");
+    assert_eq!(
+        ready["missingSteps"],
+        json!(["confirm-supplier", "deliver-voucher", "issue-tickets"])
+    );
+
+    let slot = first_slot(&c, &server.base, &key, "5001").await;
+    let slot_id = slot["id"].as_str().unwrap();
+    let base = format!("{}/api/public/v2", server.base);
+    let (s, b) = call(
+        &c,
+        Method::POST,
+        &format!("{base}/bookings/"),
+        Some(&key),
+        Some(booking_body(slot_id, 2, 80.0)),
+    )
+    .await;
+    assert_eq!(s, 200, "{b}");
+    let url = format!("{base}/bookings/{}/", b["bookingId"].as_str().unwrap());
+    let (s, captured) = call(
+        &c,
+        Method::PUT,
+        &url,
+        Some(&key),
+        Some(json!({"status": "PENDING", "partnerReferenceId": "wait"})),
+    )
+    .await;
+    assert_eq!(s, 200, "{captured}");
+    // The fulfilment worker passes every 100 ms: several attempts find no step.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (_, now) = call(&c, Method::GET, &url, Some(&key), None).await;
+    assert_eq!(now["status"], "PENDING", "{now}");
+    let slot = first_slot(&c, &server.base, &key, "5001").await;
+    assert_eq!(slot["remaining"], 3, "the seats stay held: {slot}");
+}
+
+/// Inventory speaks the supplier's time: each slot carries its start as an instant with the
+/// city's offset (`startTime`), as the localized wall time (`startTimeLocal`) and its zone; a
+/// bound sent both ways is read from `startTime`.
+#[tokio::test]
+async fn inventory_speaks_the_suppliers_time_and_start_time_wins() {
+    let home = home_with(
+        &[],
+        &partner_config("public_base_url = \"https://partners.example.com/\""),
+    );
+    let key = partner_key(home.path(), "booking", "production");
+    let server = Server::start(home.path());
+    let c = Client::new();
+    let list = format!(
+        "{}/api/public/v2/inventory/list-by/tour?tourId=5001&limit=3",
+        server.base
+    );
+    let (s, page) = call(&c, Method::GET, &list, Some(&key), None).await;
+    assert_eq!(s, 200, "{page}");
+    // Links start at the configured public URL, whatever host the request named.
+    assert!(
+        page["nextUrl"]
+            .as_str()
+            .unwrap()
+            .starts_with("https://partners.example.com/api/public/v2/inventory/list-by/tour?"),
+        "{page}"
+    );
+    let items = page["items"].as_array().unwrap();
+    for slot in items {
+        assert_eq!(slot["timeZone"], "Europe/Rome", "{slot}");
+        let local = slot["startDateTime"].as_str().unwrap();
+        assert_eq!(slot["startTimeLocal"], local.replace('T', " "), "{slot}");
+        let start =
+            chrono::DateTime::parse_from_rfc3339(slot["startTime"].as_str().unwrap()).unwrap();
+        assert_eq!(
+            start.naive_local().format("%Y-%m-%dT%H:%M:%S").to_string(),
+            local
+        );
+        let offset = start.offset().local_minus_utc();
+        assert!(
+            offset == 3600 || offset == 7200,
+            "Rome is UTC+1 or +2: {slot}"
+        );
+    }
+    let second = &items[1];
+    let encode = |v: &str| v.replace('+', "%2B").replace(' ', "%20");
+    let from = |query: &str| {
+        let url = format!("{list}&{query}");
+        let (c, key) = (c.clone(), key.clone());
+        async move { call(&c, Method::GET, &url, Some(&key), None).await }
+    };
+    let start_time = second["startTime"].as_str().unwrap();
+    let (s, both) = from(&format!(
+        "startTime={}&startTimeLocal={}",
+        encode(start_time),
+        encode("2099-01-01 00:00:00")
+    ))
+    .await;
+    assert_eq!(s, 200, "{both}");
+    assert_eq!(both["items"][0]["id"], second["id"], "startTime wins");
+    let (_, localized) = from(&format!(
+        "startTimeLocal={}",
+        encode(second["startTimeLocal"].as_str().unwrap())
+    ))
+    .await;
+    assert_eq!(localized["items"][0]["id"], second["id"]);
+    assert_error(&from("startTime=tomorrow").await, 400, "E_INVALID_ARGUMENT");
+}
+
+/// A partner discovers the free seats of a seatmap slot, checks a choice, books it, and then
+/// sees those seats taken.
+#[tokio::test]
+async fn seatmap_seats_are_discovered_validated_and_booked() {
+    let mut doc: Value = serde_json::from_str(
+        &std::fs::read_to_string(repo().join("tests/catalogs/small.json")).unwrap(),
+    )
+    .unwrap();
+    doc["products"].as_array_mut().unwrap().push(json!({
+        "id": "1004", "name": "Concert", "productType": "EVENT", "cityCode": "PARIS", "primaryCategoryId": "3",
+        "startLocation": {"latitude": 48.85, "longitude": 2.35}, "inventorySelectionType": "SEATMAP",
+        "variants": [{
+            "id": "5005", "name": "Stalls", "duration": 120, "pax": {"min": 1, "max": 4},
+            "persons": [{"type": "ADULT", "name": "Adult", "price": 50.0, "originalPrice": 50.0, "netPrice": 40.0}],
+            "cancellationPolicy": {"cancellable": true, "cancellableUpToInMinutes": null},
+            "reschedulePolicy": {"reschedulable": false, "reschedulableUpToInMinutes": null},
+            "slots": [{"startDateTime": "2030-03-01T20:00:00", "capacity": 999}],
+            "seatmap": {"sections": [{"name": "STALLS", "rows": ["A", "B"], "seatsPerRow": 3}]}
+        }]
+    }));
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = dir.path().join("catalog.json");
+    std::fs::write(&catalog, doc.to_string()).unwrap();
+    let text = partner_config("").replace(
+        &repo()
+            .join("tests/catalogs/small.json")
+            .display()
+            .to_string(),
+        &catalog.display().to_string(),
+    );
+    let home = home_with(&[], &text);
+    let key = partner_key(home.path(), "booking", "production");
+    let server = Server::start(home.path());
+    let c = Client::new();
+    let base = format!("{}/api/public/v2", server.base);
+    let slot = "5005-203003012000";
+    let seats_url = format!("{base}/seatmap/inventory/?tourId=5005&inventoryId={slot}");
+    let (s, map) = call(&c, Method::GET, &seats_url, Some(&key), None).await;
+    assert_eq!(s, 200, "{map}");
+    assert_eq!(
+        (map["total"].as_u64(), map["available"].as_u64()),
+        (Some(6), Some(6))
+    );
+    assert_eq!(
+        map["seats"][0],
+        json!({"section": "STALLS", "row": "A", "seatNumber": "1", "seatCode": "STALLS-A-1", "available": true})
+    );
+    let validate = |seats: Value| {
+        let (c, key, url) = (c.clone(), key.clone(), format!("{base}/seatmap/validate/"));
+        async move {
+            call(
+                &c,
+                Method::POST,
+                &url,
+                Some(&key),
+                Some(json!({"tourId": "5005", "inventoryId": slot, "seatIds": seats})),
+            )
+            .await
+        }
+    };
+    let (s, ok) = validate(json!(["STALLS-A-1", "STALLS-A-2"])).await;
+    assert_eq!(
+        (s.as_u16(), ok["valid"].clone()),
+        (200, json!(true)),
+        "{ok}"
+    );
+
+    let customers: Vec<Value> = (0..2)
+        .map(|i| json!({"personType": "ADULT", "isPrimary": i == 0, "inputFields": []}))
+        .collect();
+    let (s, booked) = call(
+        &c,
+        Method::POST,
+        &format!("{base}/bookings/"),
+        Some(&key),
+        Some(
+            json!({"productId": "1004", "variantId": "5005", "inventoryId": slot,
+                    "inventorySeatIds": ["STALLS-A-1", "STALLS-A-2"],
+                    "customersDetails": {"count": 2, "customers": customers},
+                    "price": {"amount": 100.0, "currencyCode": "EUR"}}),
+        ),
+    )
+    .await;
+    assert_eq!(s, 200, "{booked}");
+    let (_, map) = call(&c, Method::GET, &seats_url, Some(&key), None).await;
+    assert_eq!(map["available"], 4, "{map}");
+    assert_eq!(map["seats"][0]["available"], false);
+    assert_eq!(map["seats"][2]["available"], true);
+    let (s, bad) = validate(json!([
+        "STALLS-A-1",
+        "STALLS-B-3",
+        "STALLS-Z-9",
+        "STALLS-B-3"
+    ]))
+    .await;
+    assert_eq!(s, 200, "{bad}");
+    assert_eq!(
+        (
+            bad["valid"].clone(),
+            bad["takenSeatIds"].clone(),
+            bad["unknownSeatIds"].clone(),
+            bad["duplicateSeatIds"].clone()
+        ),
+        (
+            json!(false),
+            json!(["STALLS-A-1"]),
+            json!(["STALLS-Z-9"]),
+            json!(["STALLS-B-3"])
+        )
+    );
+    // A variant sold by headcount has no seats; a missing parameter is named.
+    assert_error(
+        &call(
+            &c,
+            Method::GET,
+            &format!("{base}/seatmap/inventory/?tourId=5001&inventoryId={slot}"),
+            Some(&key),
+            None,
+        )
+        .await,
+        400,
+        "E_INVALID_ARGUMENT",
+    );
+    assert_error(
+        &call(
+            &c,
+            Method::GET,
+            &format!("{base}/seatmap/inventory/?tourId=5005"),
+            Some(&key),
+            None,
+        )
+        .await,
+        400,
+        "E_MISSING_PARAMETER",
+    );
+}
+
+/// Cancelling a COMPLETED booking runs the step components' compensations backward: the
+/// supplier's confirmation is cancelled and the tickets voided (each logged by its step), and
+/// the booking stops showing the tickets.
+#[tokio::test]
+async fn cancelling_a_completed_booking_voids_its_tickets_and_the_suppliers_confirmation() {
+    let home = home_with(&[], &partner_config(""));
+    let key = partner_key(home.path(), "booking", "production");
+    let server = Server::start(home.path());
+    let c = Client::new();
+    let base = format!("{}/api/public/v2", server.base);
+    // A slot days ahead: the policy's cut-off (24 hours before the start) is still ahead.
+    let (_, slots) = call(
+        &c,
+        Method::GET,
+        &format!("{base}/inventory/list-by/tour?tourId=5001&limit=6"),
+        Some(&key),
+        None,
+    )
+    .await;
+    let slot = slots["items"][5]["id"].as_str().unwrap().to_owned();
+    let (s, b) = call(
+        &c,
+        Method::POST,
+        &format!("{base}/bookings/"),
+        Some(&key),
+        Some(booking_body(&slot, 2, 80.0)),
+    )
+    .await;
+    assert_eq!(s, 200, "{b}");
+    let id = b["bookingId"].as_str().unwrap().to_owned();
+    let url = format!("{base}/bookings/{id}/");
+    call(
+        &c,
+        Method::PUT,
+        &url,
+        Some(&key),
+        Some(json!({"status": "PENDING", "partnerReferenceId": "undo"})),
+    )
+    .await;
+    let completed = until_booking(&c, &url, &key, "COMPLETED").await;
+    assert_eq!(completed["tickets"].as_array().unwrap().len(), 2);
+    let (s, ack) = call(
+        &c,
+        Method::POST,
+        &format!("{url}cancel/"),
+        Some(&key),
+        Some(json!({"reason": "CUSTOMER_REQUEST"})),
+    )
+    .await;
+    assert_eq!(s, 200, "{ack}");
+    let mut cancelled = Value::Null;
+    for _ in 0..400 {
+        cancelled = call(&c, Method::GET, &url, Some(&key), None).await.1;
+        if cancelled["tickets"] == json!([]) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(
+        (cancelled["status"].clone(), cancelled["tickets"].clone()),
+        (json!("CANCELLED"), json!([])),
+        "{cancelled}"
+    );
+    let log: Vec<String> = server.logs.try_iter().collect();
+    let logged = |text: &str| log.iter().any(|l| l.contains(text));
+    assert!(
+        logged(&format!("voided 2 ticket(s) of booking {id}"))
+            && logged(&format!("supplier confirmation SUP-{id} cancelled")),
+        "{log:#?}"
     );
 }

@@ -365,12 +365,12 @@ async fn deliveries_are_signed_retried_in_order_rotated_redelivered_and_410_disa
 }
 
 #[tokio::test]
-async fn a_slow_receiver_holds_only_its_own_subscription_and_subscriptions_are_capped_per_owner() {
+async fn slow_receivers_hold_only_their_owners_share_and_subscriptions_are_capped_per_owner() {
     let dir = tempfile::tempdir().unwrap();
     let receiver = Receiver::start(dir.path(), "");
     let home = home_with(
         &["guest-fixtures/fixture-steps.wasm"],
-        "[grants]\nfixture-steps = [\"dns\", \"convergence\"]\n[simulator]\ndns_propagation_ms = 0\n[webhooks]\nallow_loopback = true\nallow_http = true\ntimeout_ms = 30000\nmax_subscriptions_per_owner = 1\n",
+        "[grants]\nfixture-steps = [\"dns\", \"convergence\"]\n[simulator]\ndns_propagation_ms = 0\n[webhooks]\nallow_loopback = true\nallow_http = true\ntimeout_ms = 30000\nmax_subscriptions_per_owner = 20\n",
     );
     let perms = ["workflows:fixture-steps", "subscriptions:manage"];
     let slowpoke = key_for(home.path(), "slowpoke", &perms);
@@ -392,13 +392,16 @@ async fn a_slow_receiver_holds_only_its_own_subscription_and_subscriptions_are_c
             .await
             .unwrap()
     };
-    assert_eq!(
-        subscribe(&slowpoke, "/slow").await.status(),
-        StatusCode::CREATED
-    );
+    for n in 0..20 {
+        let path = format!("/slow?n={n}");
+        assert_eq!(
+            subscribe(&slowpoke, &path).await.status(),
+            StatusCode::CREATED
+        );
+    }
     assert_eq!(subscribe(&ops, "/fast").await.status(), StatusCode::CREATED);
-    // One each: a second is refused, naming the setting.
-    let refused = subscribe(&ops, "/fast2").await;
+    // Twenty each: the twenty-first is refused, naming the setting.
+    let refused = subscribe(&slowpoke, "/slow?n=20").await;
     assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
     let body: Value = refused.json().await.unwrap();
     assert_eq!(body["error"], "subscription_limit_reached", "{body}");
@@ -421,7 +424,7 @@ async fn a_slow_receiver_holds_only_its_own_subscription_and_subscriptions_are_c
         .await
         .unwrap();
     let id = r["executionId"].as_str().unwrap().to_owned();
-    // Every event reaches the fast receiver while the slow one still holds its first attempt
+    // Every event reaches the fast receiver while the slow ones still hold their first attempts
     // (30 s): dispatch never waits for a slow receiver before sending others' deliveries.
     let got = receiver
         .until("every event at /fast", |got| {
@@ -434,6 +437,20 @@ async fn a_slow_receiver_holds_only_its_own_subscription_and_subscriptions_are_c
         .filter(|e| e["path"] == "/fast" && e["executionId"] == id.as_str())
         .collect();
     assert!(fast.len() >= 8, "start, 4 stages × 2, success: {fast:#?}");
-    let slow = got.iter().filter(|e| e["path"] == "/slow").count();
-    assert_eq!(slow, 1, "the slow receiver still holds its first attempt");
+    // The slow owner's twenty subscriptions hold its sixteen attempts in flight
+    // (`MAX_IN_FLIGHT_PER_OWNER`); the other four wait for one of them to end.
+    let is_slow = |e: &&Value| e["path"].as_str().is_some_and(|p| p.starts_with("/slow"));
+    receiver
+        .until("sixteen slow attempts", |got| {
+            got.iter().filter(is_slow).count() >= 16
+        })
+        .await;
+    // Several dispatch passes (one at least every 250 ms) find the four still due.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let slow: Vec<_> = receiver
+        .received()
+        .into_iter()
+        .filter(|e| is_slow(&e))
+        .collect();
+    assert_eq!(slow.len(), 16, "one owner's share of attempts: {slow:#?}");
 }

@@ -1,15 +1,26 @@
 //! # capstan-api
 //!
-//! The orchestration API (`/v1`): workflow triggers, executions and their control, execution
-//! events, API keys and the audit log. Every route authenticates a bearer key, checks its
-//! permission from the document's table, and records the decision. Errors have one shape
-//! (`error.rs`); responses have exactly the documented fields (`views.rs`).
+//! The HTTP surface of a node. The orchestration API (`/v1`): workflow triggers, executions and
+//! their control, execution events, API keys and the audit log, event streams, webhook
+//! subscriptions, the event catalog and the admin proxy. Every `/v1` route authenticates a bearer
+//! key, checks its permission from the document's table, and records the decision. Errors have
+//! one shape (`error.rs`); responses have exactly the documented fields (`views.rs`). Beside it,
+//! the partner booking API (`/api/public/...`) with its own keys and error shape.
 //!
 //! # Layout
 //! - `keys` — key format, peppers, HMAC hashing.
-//! - `auth` — the [`auth::Caller`] extractor, permissions, audit.
-//! - `v1` — the routes.
+//! - `auth` — the [`auth::Caller`] extractor, permissions, the audit record of each decision.
+//! - `audit` — failed authentications and rate refusals, gathered per source and window; the
+//!   node's upkeep task (those windows, the retention sweep).
+//! - `ratelimit` — the per-key token bucket (429 `rate_limited`).
+//! - `error` — the one `/v1` error type and its response.
+//! - `v1` — the `/v1` routes, and `v1::openapi`, the document built from them.
 //! - `views` — the documented JSON shapes.
+//! - `streams` — server-sent event streams and single-use stream tokens.
+//! - `webhooks` — subscriptions, the relay and dispatcher, and the vetting of callback addresses.
+//! - `events_catalog` — the public event catalog and the admin event-version routes.
+//! - `admin` — the admin proxy to an operator's upstream.
+//! - `partner` — the partner catalog and booking API, its OpenAPI document and its webhooks.
 
 pub mod admin;
 pub mod audit;

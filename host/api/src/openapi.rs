@@ -9,14 +9,15 @@
 //!
 //! # Routes served by other routers
 //! A router merged beside [`crate::v1::router`] (in `host/server/src/serve.rs`) documents its
-//! routes by contributing an [`OpenApi`] to [`other_routers`]: build the routes with an
-//! [`OpenApiRouter`] and `routes!`, split it with `split_for_parts()` and add the `OpenApi` half
-//! there, e.g. for the admin proxy (`GET /v1/admin/proxy`, `GET /v1/admin/proxy/{*path}`):
-//! `crate::admin::openapi()`. OpenAPI has no catch-all parameter: document
-//! `/v1/admin/proxy/{*path}` as `/v1/admin/proxy/{path}` (a doc-only `#[utoipa::path]`, like
-//! [`catalog`]) and register the axum route itself with `.route`. Routes of the event catalog (`events_catalog.rs`) are listed here
-//! by hand (see [`catalog`]) until that module builds its router with `routes!`.
-//! `tests/tests/openapi.rs` fails when a served route is missing from the document.
+//! routes by contributing an [`OpenApi`] to [`other_routers`]. The event catalog
+//! (`events_catalog.rs`), the admin proxy (`admin.rs`), the event streams (`streams.rs`) and the
+//! webhook subscriptions (`webhooks/mod.rs`) build plain axum `Router`s, so their routes are
+//! described here by doc-only `#[utoipa::path]` handlers ([`catalog`], [`admin`], [`streams`],
+//! [`subscriptions`]) with the paths, parameters and shapes their handlers serve. OpenAPI has no
+//! catch-all parameter, so `/v1/admin/proxy/{*path}` is documented as `/v1/admin/proxy/{path}`.
+//! A router built with an [`OpenApiRouter`] and `routes!` would add the `OpenApi` half of
+//! `split_for_parts()` to [`other_routers`] instead. `tests/tests/openapi.rs` fails when a served
+//! route is missing from the document.
 
 use crate::views::{self, Error};
 use axum::Json;
@@ -112,8 +113,7 @@ pub fn document() -> &'static Value {
     DOCUMENT.get_or_init(|| document_with(other_routers()))
 }
 
-/// The `OpenApi` of routers merged beside `v1::router` (see the module docs). Add the admin
-/// proxy's here when `admin.rs` lands.
+/// The `OpenApi` of routers merged beside `v1::router` (see the module docs).
 pub fn other_routers() -> Vec<Document> {
     vec![
         catalog::openapi(),
@@ -238,9 +238,8 @@ fn embed(schemas: &mut Value, name: &str, mut schema: Value) {
     schemas[name] = schema;
 }
 
-/// The event catalog's routes (`events_catalog.rs`), documented here by hand: that module is being
-/// written by someone else and builds its own `Router`. The paths, parameters and shapes are the
-/// ones its handlers serve.
+/// The event catalog's routes (`events_catalog.rs`, a plain `Router`), documented here by hand:
+/// the paths, parameters and shapes are the ones its handlers serve.
 pub mod catalog {
     use crate::views::Error;
     use serde::Serialize;
@@ -388,9 +387,8 @@ pub mod catalog {
     }
 }
 
-/// The admin proxy's routes (`admin.rs`, merged in serve.rs), documented here by hand as a
-/// stand-in: `admin.rs` was being written alongside this module. Replace [`admin::openapi`] in
-/// [`other_routers`] with the `OpenApi` of admin.rs's own annotated handlers when it has them.
+/// The admin proxy's routes (`admin.rs`, a plain `Router` merged in serve.rs), documented here by
+/// hand: the paths, parameters and answers are the ones its handlers serve.
 pub mod admin {
     use crate::views::Error;
     use serde::Serialize;
@@ -451,9 +449,8 @@ pub mod admin {
     }
 }
 
-/// The event streams (`streams.rs`, merged in serve.rs), documented here by hand from the
-/// contract as a stand-in: `streams.rs` was being written alongside this module. Replace
-/// [`streams::openapi`] in [`other_routers`] with the `OpenApi` of its own annotated handlers.
+/// The event streams (`streams.rs`, a plain `Router` merged in serve.rs), documented here by
+/// hand from the contract (docs/events.md).
 pub mod streams {
     use crate::views::Error;
     use serde::Serialize;

@@ -2,7 +2,10 @@
 //! validation (every problem with its JSON path, at once), and the in-memory index the partner API
 //! reads from.
 
-use chrono::{Datelike, Duration, NaiveDate, NaiveDateTime, NaiveTime};
+use chrono::{
+    DateTime, Datelike, Duration, NaiveDate, NaiveDateTime, NaiveTime, Offset, TimeZone, Utc,
+};
+use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -63,6 +66,9 @@ pub struct NameTranslation {
 pub struct City {
     pub code: String,
     pub name: String,
+    /// The IANA time zone of the city's suppliers (`Europe/Rome`): the catalog's local times
+    /// (slots, schedules) are wall-clock times there.
+    pub time_zone: String,
     #[serde(default)]
     pub image_url: Option<String>,
     #[serde(default)]
@@ -356,6 +362,20 @@ impl Seatmap {
             .map(|s| s.rows.len() as u32 * s.seats_per_row)
             .sum()
     }
+    /// Every seat in map order as `{section, row, seatNumber, seatCode}`.
+    pub fn seats(&self) -> Vec<Value> {
+        self.sections
+            .iter()
+            .flat_map(|s| {
+                s.rows.iter().flat_map(move |row| {
+                    (1..=s.seats_per_row).map(move |n| {
+                        serde_json::json!({"section": s.name, "row": row, "seatNumber": n.to_string(), "seatCode": format!("{}-{row}-{n}", s.name)})
+                    })
+                })
+            })
+            .collect()
+    }
+
     /// `{section, row, seatNumber, seatCode}` of a seat code `<section>-<row>-<n>`.
     pub fn seat(&self, code: &str) -> Option<Value> {
         self.sections.iter().find_map(|s| {
@@ -547,6 +567,15 @@ impl Catalog {
                 p(
                     format!("cities[{i}].code"),
                     format!("`{}` must be uppercase [A-Z_]+", c.code),
+                );
+            }
+            if c.time_zone.parse::<Tz>().is_err() {
+                p(
+                    format!("cities[{i}].timeZone"),
+                    format!(
+                        "`{}` is not an IANA time zone (like Europe/Rome or America/New_York)",
+                        c.time_zone
+                    ),
                 );
             }
             check_langs(format!("cities[{i}]"), &mut c.translations.keys(), &mut p);
@@ -877,6 +906,14 @@ impl Catalog {
     pub fn city(&self, code: &str) -> Option<&City> {
         self.cities.get(code).map(|&i| &self.file.cities[i])
     }
+
+    /// The time zone a product's local times are in: its city's.
+    pub fn zone(&self, product: &Product) -> Tz {
+        // Validated at construction: the city exists and names a zone.
+        self.city(&product.city_code)
+            .and_then(|c| c.time_zone.parse().ok())
+            .unwrap_or(Tz::UTC)
+    }
     pub fn category(&self, id: &str) -> Option<&Category> {
         self.categories.get(id).map(|&i| &self.file.categories[i])
     }
@@ -984,8 +1021,56 @@ pub fn round_to(amount: f64, precision: u32) -> f64 {
     (amount * scale).round() / scale
 }
 
-/// `now` (epoch ms) as a naive local date-time (the catalog's times are local and zone-less; the
-/// host treats them as UTC wall time — see docs/partner-api.md).
+/// `at_ms` (epoch ms) as the wall-clock time in `zone`.
+pub fn local_in(zone: Tz, at_ms: i64) -> NaiveDateTime {
+    DateTime::<Utc>::from_timestamp_millis(at_ms)
+        .map(|d| d.with_timezone(&zone).naive_local())
+        .unwrap_or_default()
+}
+
+/// The instant a wall-clock time of `zone` names: in a fold (the hour repeated when clocks go
+/// back) the first of the two, in a gap (the hour skipped when they go forward) the time as if
+/// the clocks had not moved yet (what a person reading the schedule experiences).
+pub fn instant(zone: Tz, local: NaiveDateTime) -> DateTime<Utc> {
+    match zone.from_local_datetime(&local) {
+        chrono::LocalResult::Single(t) | chrono::LocalResult::Ambiguous(t, _) => {
+            t.with_timezone(&Utc)
+        }
+        chrono::LocalResult::None => {
+            // The offset just before the gap applies.
+            let before = zone
+                .from_local_datetime(&(local - Duration::hours(3)))
+                .earliest()
+                .map(|t| t.offset().fix());
+            match before {
+                Some(offset) => (local - offset).and_utc(),
+                None => local.and_utc(),
+            }
+        }
+    }
+}
+
+/// ISO 8601 with the zone's offset at that time (`2026-10-25T09:00:00+01:00`).
+pub fn iso_in(zone: Tz, local: NaiveDateTime) -> String {
+    instant(zone, local)
+        .with_timezone(&zone)
+        .format("%Y-%m-%dT%H:%M:%S%:z")
+        .to_string()
+}
+
+/// The instant `at_ms` (epoch ms) in ISO 8601 with `zone`'s offset then.
+pub fn iso_at(zone: Tz, at_ms: i64) -> String {
+    DateTime::<Utc>::from_timestamp_millis(at_ms)
+        .unwrap_or_default()
+        .with_timezone(&zone)
+        .format("%Y-%m-%dT%H:%M:%S%.3f%:z")
+        .to_string()
+}
+
+/// The documented localized form of a local time (`yyyy-MM-dd HH:mm:ss`).
+pub const LOCALIZED_FORMAT: &str = "%Y-%m-%d %H:%M:%S";
+
+/// `now` (epoch ms) as a naive UTC date-time.
 pub fn local(now_ms: i64) -> NaiveDateTime {
     chrono::DateTime::from_timestamp_millis(now_ms)
         .map(|d| d.naive_utc())

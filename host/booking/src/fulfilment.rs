@@ -7,7 +7,7 @@
 //! Success → COMPLETED with the tickets and voucher URL the steps produced; a permanent error (or
 //! transient errors past the retry budget) → FAILED with the seats returned.
 
-use crate::{BookingError, BookingRow, Bookings, Environment, record_status};
+use crate::{BookingError, BookingRow, BookingStatus, Bookings, transition};
 use serde_json::{Value, json};
 use sqlx::Row;
 use std::collections::BTreeMap;
@@ -32,21 +32,51 @@ pub trait StepRunner: Send + Sync + std::fmt::Debug {
         input: &Value,
         key: &str,
     ) -> anyhow::Result<StepOutcome>;
+
+    /// Undoes the step `step` for a cancelled booking; `handover` is what the pipeline had
+    /// handed on when it stopped, `key` the idempotency prefix for the undo's effects. `Done`
+    /// (its value unused) when undone or when there was nothing to undo. By default a step has
+    /// nothing to undo.
+    async fn compensate(
+        &self,
+        _step: &str,
+        _booking: &Value,
+        _handover: &Value,
+        _key: &str,
+    ) -> anyhow::Result<StepOutcome> {
+        Ok(StepOutcome::Done(Value::Null))
+    }
+
+    /// Whether the step `name` can run on this node (its component is loaded).
+    fn has(&self, _name: &str) -> bool {
+        true
+    }
 }
 
-/// Which steps fulfil which product type.
+/// Which steps fulfil which product type, and how long a step's transient failures are
+/// retried.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
 pub struct Pipelines {
     pub default: Vec<String>,
     #[serde(default)]
     pub by_product_type: BTreeMap<String, Vec<String>>,
-    /// Retries of a step's transient failure before the booking fails.
-    #[serde(default = "default_retries")]
-    pub max_retries: u32,
+    /// How long one step's transient failures (a supplier outage, a step component not
+    /// loaded) are retried before the booking fails: the sum of the waits between attempts.
+    /// The booking stays PENDING meanwhile.
+    #[serde(default = "default_retry_for_ms")]
+    pub retry_for_ms: i64,
+    /// The longest wait between two attempts (waits double from one second up to it).
+    #[serde(default = "default_max_backoff_ms")]
+    pub max_backoff_ms: i64,
 }
 
-fn default_retries() -> u32 {
-    5
+fn default_retry_for_ms() -> i64 {
+    6 * 3_600_000
+}
+
+fn default_max_backoff_ms() -> i64 {
+    300_000
 }
 
 impl Default for Pipelines {
@@ -58,7 +88,8 @@ impl Default for Pipelines {
                 "deliver-voucher".into(),
             ],
             by_product_type: BTreeMap::new(),
-            max_retries: default_retries(),
+            retry_for_ms: default_retry_for_ms(),
+            max_backoff_ms: default_max_backoff_ms(),
         }
     }
 }
@@ -69,10 +100,25 @@ impl Pipelines {
             .get(product_type)
             .unwrap_or(&self.default)
     }
+
+    /// The wait after a step's `attempts`-th transient failure (counted from 0): one second,
+    /// doubling, at most `max_backoff_ms`.
+    pub fn backoff_ms(&self, attempts: i64) -> i64 {
+        (1_000i64 << attempts.clamp(0, 30)).min(self.max_backoff_ms.max(1_000))
+    }
+
+    /// Whether a step that failed transiently `attempts` times before this failure is retried:
+    /// while the waits so far stay within `retry_for_ms`.
+    pub fn retries(&self, attempts: i64) -> bool {
+        let waited: i64 = (0..attempts.max(0)).map(|n| self.backoff_ms(n)).sum();
+        waited + self.backoff_ms(attempts) <= self.retry_for_ms
+    }
 }
 
-/// The booking-view record of the `capstan:booking/types` WIT interface, as JSON.
-pub fn booking_view(b: &BookingRow) -> Value {
+/// The booking-view record of the `capstan:booking/types` WIT interface, as JSON. `precision`
+/// is the number of decimals of the booking's currency (2 for EUR, 0 for JPY): the amount in
+/// minor units is the price times ten to it.
+pub fn booking_view(b: &BookingRow, precision: u32) -> Value {
     let customers: Vec<Value> = b.customers["customers"]
         .as_array()
         .map(|cs| {
@@ -113,16 +159,61 @@ pub fn booking_view(b: &BookingRow) -> Value {
         "start_date_time": b.start_local,
         "customers": customers,
         "seat_codes": seat_codes,
-        "amount_minor": (b.price_amount * 100.0).round() as i64,
+        "amount_minor": (b.price_amount * 10f64.powi(precision.min(9) as i32)).round() as i64,
         "currency_code": b.price_currency,
         "tickets": tickets,
     })
+}
+
+/// What a fulfilment job is doing; stored as its `state`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum JobState {
+    /// Running the pipeline forward; `step_index` is the next step to run.
+    Running,
+    /// Every step ran.
+    Done,
+    /// A step failed for good (the booking is FAILED).
+    Failed,
+    /// The booking was cancelled: undoing the steps backward; `step_index` is the next step to
+    /// undo.
+    Compensating,
+    /// Every step that ran (or may have) is undone.
+    Compensated,
+    /// An undo failed for good: the operator looks (`lastError`).
+    CompensationFailed,
+}
+
+impl JobState {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Done => "done",
+            Self::Failed => "failed",
+            Self::Compensating => "compensating",
+            Self::Compensated => "compensated",
+            Self::CompensationFailed => "compensation_failed",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        [
+            Self::Running,
+            Self::Done,
+            Self::Failed,
+            Self::Compensating,
+            Self::Compensated,
+            Self::CompensationFailed,
+        ]
+        .into_iter()
+        .find(|state| state.as_str() == s)
+    }
 }
 
 /// A claimed job.
 #[derive(Debug, Clone)]
 struct Job {
     booking_id: i64,
+    state: JobState,
     step_index: i64,
     step_input: Value,
     attempts: i64,
@@ -139,10 +230,12 @@ impl Bookings {
     ) -> Result<usize, BookingError> {
         let now = self.now_ms();
         let rows = sqlx::query(
-            "SELECT booking_id, step_index, step_input, attempts FROM fulfilment_jobs
-             WHERE state = 'running' AND next_attempt_ms <= $1 AND (lease_until_ms IS NULL OR lease_until_ms <= $2)
-             ORDER BY next_attempt_ms LIMIT $3",
+            "SELECT booking_id, step_index, step_input, attempts, state FROM fulfilment_jobs
+             WHERE state IN ($1, $2) AND next_attempt_ms <= $3 AND (lease_until_ms IS NULL OR lease_until_ms <= $4)
+             ORDER BY next_attempt_ms LIMIT $5",
         )
+        .bind(JobState::Running.as_str())
+        .bind(JobState::Compensating.as_str())
         .bind(now)
         .bind(now)
         .bind(limit)
@@ -150,19 +243,24 @@ impl Bookings {
         .await?;
         let mut ran = 0;
         for r in rows {
+            let Some(state) = JobState::parse(r.get::<&str, _>(4)) else {
+                continue;
+            };
             let job = Job {
                 booking_id: r.get(0),
+                state,
                 step_index: r.get(1),
                 step_input: serde_json::from_str(r.get::<&str, _>(2)).unwrap_or(Value::Null),
                 attempts: r.get(3),
             };
             // Claim: only one worker (or node) runs a job at a time.
             let claimed = sqlx::query(
-                "UPDATE fulfilment_jobs SET lease_until_ms = $1 WHERE booking_id = $2 AND state = 'running'
-                 AND step_index = $3 AND (lease_until_ms IS NULL OR lease_until_ms <= $4)",
+                "UPDATE fulfilment_jobs SET lease_until_ms = $1 WHERE booking_id = $2 AND state = $3
+                 AND step_index = $4 AND (lease_until_ms IS NULL OR lease_until_ms <= $5)",
             )
             .bind(now + lease_ms)
             .bind(job.booking_id)
+            .bind(job.state.as_str())
             .bind(job.step_index)
             .bind(now)
             .execute(self.store().writer())
@@ -170,10 +268,99 @@ impl Bookings {
             if claimed.rows_affected() == 0 {
                 continue;
             }
-            self.advance(runner, pipelines, job).await?;
+            match job.state {
+                JobState::Compensating => self.undo(runner, pipelines, job, lease_ms).await?,
+                _ => self.advance(runner, pipelines, job, lease_ms).await?,
+            }
             ran += 1;
         }
         Ok(ran)
+    }
+
+    /// Undoes one step of a cancelled booking's pipeline (the job's `step_index`, going
+    /// backward), under a lease kept alive while the undo runs. Its effects are keyed
+    /// `booking:<id>:undo:<index>`, so an undo repeated after a crash is the same undo.
+    async fn undo(
+        &self,
+        runner: &dyn StepRunner,
+        pipelines: &Pipelines,
+        job: Job,
+        lease_ms: i64,
+    ) -> Result<(), BookingError> {
+        let (booking, view) = self.step_booking(job.booking_id).await?;
+        let steps = pipelines.steps(&booking.product_type);
+        // A pipeline shortened since the booking ran starts from its last step.
+        let last = i64::try_from(steps.len()).unwrap_or(i64::MAX) - 1;
+        let index = job.step_index.min(last);
+        let outcome = match usize::try_from(index).ok().and_then(|i| steps.get(i)) {
+            None => StepOutcome::Done(Value::Null),
+            Some(step) => {
+                let key = format!("booking:{}:undo:{index}", booking.id);
+                let undo = runner.compensate(step, &view, &job.step_input, &key);
+                self.under_lease(&job, lease_ms, &format!("undo of `{step}`"), undo)
+                    .await
+            }
+        };
+        let now = self.now_ms();
+        let mut tx = self.store().begin_write().await?;
+        // The state's name comes from the enum: these statements bind their own values.
+        let guard = format!(
+            "WHERE booking_id = $2 AND state = '{}' AND step_index = $3",
+            JobState::Compensating.as_str()
+        );
+        match outcome {
+            StepOutcome::Done(_) if index <= 0 => {
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "UPDATE fulfilment_jobs SET state = $1, step_index = -1, lease_until_ms = NULL, last_error = NULL {guard}"
+                )))
+                .bind(JobState::Compensated.as_str())
+                .bind(booking.id)
+                .bind(job.step_index)
+                .execute(&mut *tx)
+                .await?;
+                // The tickets were voided: the booking no longer shows them.
+                sqlx::query("UPDATE bookings SET tickets = '[]' WHERE id = $1")
+                    .bind(booking.id)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            StepOutcome::Done(_) => {
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "UPDATE fulfilment_jobs SET step_index = $1, attempts = 0, next_attempt_ms = $4, lease_until_ms = NULL, last_error = NULL {guard}"
+                )))
+                .bind(index - 1)
+                .bind(booking.id)
+                .bind(job.step_index)
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+            }
+            StepOutcome::Transient(error) if pipelines.retries(job.attempts) => {
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "UPDATE fulfilment_jobs SET attempts = attempts + 1, next_attempt_ms = $1, lease_until_ms = NULL, last_error = $4 {guard}"
+                )))
+                .bind(now + pipelines.backoff_ms(job.attempts))
+                .bind(booking.id)
+                .bind(job.step_index)
+                .bind(&error)
+                .execute(&mut *tx)
+                .await?;
+            }
+            StepOutcome::Transient(error) | StepOutcome::Permanent(error) => {
+                tracing::error!(booking = booking.id, %error, "a cancelled booking's step could not be undone");
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "UPDATE fulfilment_jobs SET state = $1, lease_until_ms = NULL, last_error = $4 {guard}"
+                )))
+                .bind(JobState::CompensationFailed.as_str())
+                .bind(booking.id)
+                .bind(job.step_index)
+                .bind(&error)
+                .execute(&mut *tx)
+                .await?;
+            }
+        }
+        tx.commit().await?;
+        Ok(())
     }
 
     async fn advance(
@@ -181,33 +368,30 @@ impl Bookings {
         runner: &dyn StepRunner,
         pipelines: &Pipelines,
         job: Job,
+        lease_ms: i64,
     ) -> Result<(), BookingError> {
-        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "{} WHERE id = $1",
-            crate::SELECT_BOOKING
-        )))
-        .bind(job.booking_id)
-        .fetch_one(self.store().writer())
-        .await?;
-        let booking = BookingRow::from_row(&row);
-        let env = Environment::parse(&booking.environment).unwrap_or(Environment::Production);
+        let (booking, view) = self.step_booking(job.booking_id).await?;
         let steps = pipelines.steps(&booking.product_type);
         let index = usize::try_from(job.step_index).unwrap_or(usize::MAX);
         let outcome = match steps.get(index) {
             None => StepOutcome::Done(job.step_input.clone()),
             Some(step) => {
                 let key = format!("booking:{}:step:{index}", booking.id);
-                match runner
-                    .run(step, &booking_view(&booking), &job.step_input, &key)
+                let run = runner.run(step, &view, &job.step_input, &key);
+                self.under_lease(&job, lease_ms, &format!("step `{step}`"), run)
                     .await
-                {
-                    Ok(o) => o,
-                    Err(e) => StepOutcome::Transient(format!("step `{step}` could not run: {e:#}")),
-                }
             }
         };
         let now = self.now_ms();
         let mut tx = self.store().begin_write().await?;
+        // Read again, locked: the booking may have been cancelled or rescheduled while the step
+        // ran, and what happens now is decided on what it is.
+        let booking = self.locked(&mut tx, job.booking_id).await?;
+        if booking.status != BookingStatus::Pending {
+            // Cancelled meanwhile (the cancel ended the job): the step's result is moot.
+            return Ok(());
+        }
+        // Every job update below is for a job still running: one ended meanwhile stays ended.
         match outcome {
             StepOutcome::Done(output) => {
                 // Steps may hand over tickets and a voucher URL (in the Booking's JSON shape).
@@ -231,71 +415,120 @@ impl Bookings {
                 }
                 let next = job.step_index + 1;
                 if usize::try_from(next).unwrap_or(usize::MAX) >= steps.len() {
-                    sqlx::query("UPDATE fulfilment_jobs SET state = 'done', step_index = $1, step_input = $2, lease_until_ms = NULL WHERE booking_id = $3")
+                    sqlx::query("UPDATE fulfilment_jobs SET state = $4, step_index = $1, step_input = $2, lease_until_ms = NULL WHERE booking_id = $3 AND state = $5")
                         .bind(next)
                         .bind(output.to_string())
                         .bind(booking.id)
+                        .bind(JobState::Done.as_str())
+                        .bind(JobState::Running.as_str())
                         .execute(&mut *tx)
                         .await?;
-                    let moved = sqlx::query("UPDATE bookings SET status = 'COMPLETED', updated_ms = $1 WHERE id = $2 AND status = 'PENDING'")
-                        .bind(now)
-                        .bind(booking.id)
-                        .execute(&mut *tx)
-                        .await?;
-                    if moved.rows_affected() == 1 {
-                        record_status(
-                            &mut tx,
-                            env,
-                            &booking.partner_id,
-                            booking.id,
-                            "COMPLETED",
-                            now,
-                        )
-                        .await?;
-                    }
+                    transition(&mut tx, &booking, BookingStatus::Completed, None, now).await?;
                 } else {
                     sqlx::query(
                         "UPDATE fulfilment_jobs SET step_index = $1, step_input = $2, attempts = 0, next_attempt_ms = $3, lease_until_ms = NULL, last_error = NULL
-                         WHERE booking_id = $4",
+                         WHERE booking_id = $4 AND state = $5",
                     )
                     .bind(next)
                     .bind(output.to_string())
                     .bind(now)
                     .bind(booking.id)
+                    .bind(JobState::Running.as_str())
                     .execute(&mut *tx)
                     .await?;
                 }
             }
-            StepOutcome::Transient(error) if job.attempts < i64::from(pipelines.max_retries) => {
-                let delay = 1_000i64 << job.attempts.clamp(0, 10);
-                sqlx::query("UPDATE fulfilment_jobs SET attempts = attempts + 1, next_attempt_ms = $1, lease_until_ms = NULL, last_error = $2 WHERE booking_id = $3")
+            StepOutcome::Transient(error) if pipelines.retries(job.attempts) => {
+                let delay = pipelines.backoff_ms(job.attempts);
+                sqlx::query("UPDATE fulfilment_jobs SET attempts = attempts + 1, next_attempt_ms = $1, lease_until_ms = NULL, last_error = $2 WHERE booking_id = $3 AND state = $4")
                     .bind(now + delay)
                     .bind(&error)
                     .bind(booking.id)
+                    .bind(JobState::Running.as_str())
                     .execute(&mut *tx)
                     .await?;
             }
             StepOutcome::Transient(error) | StepOutcome::Permanent(error) => {
-                sqlx::query("UPDATE fulfilment_jobs SET state = 'failed', lease_until_ms = NULL, last_error = $1 WHERE booking_id = $2")
+                sqlx::query("UPDATE fulfilment_jobs SET state = $3, lease_until_ms = NULL, last_error = $1 WHERE booking_id = $2 AND state = $4")
+                    .bind(&error)
+                    .bind(booking.id)
+                    .bind(JobState::Failed.as_str())
+                    .bind(JobState::Running.as_str())
+                    .execute(&mut *tx)
+                    .await?;
+                transition(&mut tx, &booking, BookingStatus::Failed, None, now).await?;
+                sqlx::query("UPDATE bookings SET failure_reason = $1 WHERE id = $2")
                     .bind(&error)
                     .bind(booking.id)
                     .execute(&mut *tx)
                     .await?;
-                let moved = sqlx::query("UPDATE bookings SET status = 'FAILED', failure_reason = $1, updated_ms = $2 WHERE id = $3 AND status = 'PENDING'")
-                    .bind(&error)
-                    .bind(now)
-                    .bind(booking.id)
-                    .execute(&mut *tx)
-                    .await?;
-                if moved.rows_affected() == 1 {
-                    crate::release_seats(&mut tx, env, &booking).await?;
-                    record_status(&mut tx, env, &booking.partner_id, booking.id, "FAILED", now)
-                        .await?;
-                }
             }
         }
         tx.commit().await?;
         Ok(())
+    }
+
+    /// A job's booking, and its booking view as steps see it (amounts in the minor units of the
+    /// catalog's precision for the currency; a currency since dropped from the catalog keeps
+    /// the ISO 4217 default of two decimals).
+    async fn step_booking(&self, id: i64) -> Result<(BookingRow, Value), BookingError> {
+        let booking = self.get_row(id).await?.ok_or_else(|| {
+            BookingError::internal(format!(
+                "a fulfilment job names booking {id}, which is gone"
+            ))
+        })?;
+        let precision = self
+            .catalog()
+            .currency(&booking.price_currency)
+            .map_or(2, |c| c.precision);
+        let view = booking_view(&booking, precision);
+        Ok((booking, view))
+    }
+
+    /// Runs `work` (a step or its undo, `what`) while the job's lease is renewed, so the lease
+    /// can be short: a node killed mid-step leaves a lease that runs out within `lease_ms`, and
+    /// another pass (on any node) takes the job over. A renewal that fails (the job ended or
+    /// was taken over) stops the work, as a transient failure.
+    async fn under_lease(
+        &self,
+        job: &Job,
+        lease_ms: i64,
+        what: &str,
+        work: impl Future<Output = anyhow::Result<StepOutcome>>,
+    ) -> StepOutcome {
+        tokio::select! {
+            done = work => done.unwrap_or_else(|e| {
+                StepOutcome::Transient(format!("{what} could not run: {e:#}"))
+            }),
+            () = self.keep_leased(job, lease_ms) => {
+                StepOutcome::Transient("the job's lease could not be renewed".into())
+            }
+        }
+    }
+
+    /// Renews the job's lease every third of `lease_ms` until it fails to (the job ended, or
+    /// another node took it over after a lapse); never returns while renewals succeed.
+    async fn keep_leased(&self, job: &Job, lease_ms: i64) {
+        let every =
+            std::time::Duration::from_millis(u64::try_from(lease_ms / 3).unwrap_or(1).max(1));
+        loop {
+            tokio::time::sleep(every).await;
+            let renewed = sqlx::query(
+                "UPDATE fulfilment_jobs SET lease_until_ms = $1 WHERE booking_id = $2 AND state = $3 AND step_index = $4",
+            )
+            .bind(self.now_ms() + lease_ms)
+            .bind(job.booking_id)
+            .bind(job.state.as_str())
+            .bind(job.step_index)
+            .execute(self.store().writer())
+            .await;
+            match renewed {
+                Ok(done) if done.rows_affected() == 1 => {}
+                Ok(_) => return,
+                // The database is away: the step goes on; its result is written if it can be.
+                Err(error) => tracing::warn!(%error, "fulfilment lease renewal failed; retrying"),
+            }
+        }
     }
 
     /// The fulfilment job of a booking: `{state, step, attempts, lastError}` (for operators).

@@ -2,28 +2,41 @@
 //!
 //! The partner booking domain behind `/api/public/...` (docs/partner-api.md):
 //! - `catalog` — the catalog file (docs/catalog-format.md), its validation and in-memory index;
-//! - `views` — the documented JSON shapes of products, variants and slots;
+//! - `views` — the documented JSON shapes of the catalog (products, variants, slots, …);
 //! - `request` — booking requests parsed with the documented errors;
-//! - this module — partners, inventory, bookings (holds, capture window, cancel, reschedule),
-//!   the capture-timeout sweeper, fulfilment jobs and the booking-webhook outbox, on the SQL store.
+//! - `partners` — partners and their keys;
+//! - `status` — a booking's statuses and the one table of moves between them;
+//! - `fulfilment` — the fulfilment jobs that run a product type's step components, and undo them;
+//! - `webhooks` — partner webhook registrations and their delivery queue;
+//! - this module — the catalog's import, inventory, bookings (holds, capture window, cancel,
+//!   reschedule), the capture-timeout sweeper and each status change's history and deliveries,
+//!   on the SQL store.
 //!
 //! Selling is one guarded statement, `UPDATE slot_usage SET taken = taken + pax WHERE taken + pax
 //! <= capacity`, in the same transaction as the booking row: concurrent creates never oversell, on
-//! SQLite (one writer) as on PostgreSQL (row lock). Every status change writes a `booking_events`
-//! row and, in the same transaction, one pending delivery per enabled partner webhook.
+//! SQLite (one writer) as on PostgreSQL (row lock). Every other path that changes a booking
+//! (capture, cancel, reschedule, the capture-window timeout, fulfilment) reads it locked in its
+//! own transaction and moves it with [`transition`] (the table of `status`), which moves exactly
+//! the seats it held. Every status change writes a `booking_events` row and, in the same
+//! transaction, one pending delivery per enabled partner webhook.
 
 pub mod catalog;
 pub mod fulfilment;
 pub mod partners;
 pub mod request;
+pub mod status;
 pub mod views;
 pub mod webhooks;
 
-use crate::catalog::{Catalog, CatalogError, LOCAL_FORMAT, local};
+pub use status::BookingStatus;
+
+use crate::catalog::{
+    Catalog, CatalogError, LOCAL_FORMAT, LOCALIZED_FORMAT, instant, iso_at, iso_in, local_in,
+};
 use crate::request::{CreateBooking, UpdateBooking};
 use capstan_core::Clock;
 use capstan_store::{Sql, Store};
-use chrono::Duration;
+use chrono_tz::Tz;
 use serde_json::{Value, json};
 use sqlx::Row;
 use std::sync::{Arc, RwLock};
@@ -279,11 +292,14 @@ impl Bookings {
         &self,
         catalog: &Catalog,
         req: &CreateBooking,
-        now: chrono::NaiveDateTime,
+        now_ms: i64,
     ) -> Result<Checked, BookingError> {
         let product = catalog.product(&req.product_id).ok_or_else(|| {
             BookingError::not_found(format!("product `{}` does not exist", req.product_id))
         })?;
+        // The slot's times are the supplier's wall clock: what is past is decided there.
+        let zone = catalog.zone(product);
+        let now = local_in(zone, now_ms);
         let (owner, variant) = catalog
             .variant(&req.variant_id)
             .filter(|(p, _)| p.id == product.id)
@@ -447,6 +463,7 @@ impl Bookings {
                 .collect::<Vec<_>>()
         });
         Ok(Checked {
+            zone,
             product_name: owner.name.clone(),
             product_type: owner.product_type.clone(),
             variant_name: variant.name.clone(),
@@ -495,7 +512,7 @@ impl Bookings {
         }
         let now_ms = self.now_ms();
         let catalog = self.catalog();
-        let checked = self.check_create(&catalog, &req, local(now_ms))?;
+        let checked = self.check_create(&catalog, &req, now_ms)?;
         // A slot that is already full is refused from a read connection, without queueing on
         // the single writer: the read is a committed state during this request, so the answer
         // is the one a transaction would have given at that moment.
@@ -520,17 +537,23 @@ impl Bookings {
         )
         .await?;
         let start_local = checked.slot.start.format(LOCAL_FORMAT).to_string();
-        let inserted = sqlx::query(
-            "INSERT INTO bookings (environment, partner_id, api_version, status, product_id, product_name, product_type,
+        // A random id, not a counter: ids reveal nothing about how many bookings others make.
+        // Drawn again on the (rare) collision with an existing id.
+        let mut inserted = Err(sqlx::Error::RowNotFound);
+        for _ in 0..8 {
+            let attempt = sqlx::query(
+            "INSERT INTO bookings (id, environment, partner_id, api_version, status, product_id, product_name, product_type,
                 variant_id, variant_name, slot_id, start_local, pax, customers, variant_input_fields, seat_info,
                 price_amount, price_currency, voucher_url, policy, idempotency_key, request_hash,
-                created_ms, capture_deadline_ms, updated_ms)
-             VALUES ($1, $2, $3, 'UNCAPTURED', $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, '', $17, $18, $19, $20, $21, $22)
+                created_ms, capture_deadline_ms, updated_ms, time_zone)
+             VALUES ($25, $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, '', $18, $19, $20, $21, $22, $23, $24)
+             ON CONFLICT (id) DO NOTHING
              RETURNING id",
         )
         .bind(env.as_str())
         .bind(partner_id)
         .bind(i64::from(api_version))
+        .bind(BookingStatus::Uncaptured.as_str())
         .bind(&req.product_id)
         .bind(&checked.product_name)
         .bind(&checked.product_type)
@@ -550,8 +573,22 @@ impl Bookings {
         .bind(now_ms)
         .bind(now_ms + self.config.capture_window_ms)
         .bind(now_ms)
-        .fetch_one(&mut *tx)
+        .bind(checked.zone.name())
+        .bind(booking_id())
+        .fetch_optional(&mut *tx)
         .await;
+            match attempt {
+                Ok(None) => continue,
+                Ok(Some(row)) => {
+                    inserted = Ok(row);
+                    break;
+                }
+                Err(e) => {
+                    inserted = Err(e);
+                    break;
+                }
+            }
+        }
         let id: i64 = match inserted {
             Ok(row) => row.get(0),
             Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
@@ -594,7 +631,16 @@ impl Bookings {
                 }
             }
         }
-        record_status(&mut tx, env, partner_id, id, "UNCAPTURED", now_ms).await?;
+        record_status(
+            &mut tx,
+            env,
+            partner_id,
+            id,
+            BookingStatus::Uncaptured,
+            checked.zone,
+            now_ms,
+        )
+        .await?;
         tx.commit().await?;
         self.get_row(id)
             .await?
@@ -615,14 +661,14 @@ impl Bookings {
         .bind(key)
         .fetch_optional(self.store.pool())
         .await?;
-        Ok(row.map(|r| BookingRow::from_row(&r)))
+        row.map(|r| BookingRow::from_row(&r)).transpose()
     }
 
     async fn get_row(&self, id: i64) -> Result<Option<BookingRow>, BookingError> {
         // A read sees every commit before it (callers read after their commit).
         let read = Sql::new(&format!("{SELECT_BOOKING} WHERE id = $1")).arg(id);
         let row = self.store.fetch_optional(read).await?;
-        Ok(row.map(|r| BookingRow::from_row(&r)))
+        row.map(|r| BookingRow::from_row(&r)).transpose()
     }
 
     /// A booking of `partner_id`: 400 for a non-numeric id, 404 unknown, 403 another partner's.
@@ -640,6 +686,7 @@ impl Bookings {
         .fetch_optional(self.store.pool())
         .await?
         .map(|r| BookingRow::from_row(&r))
+        .transpose()?
         .filter(|b| b.environment == env.as_str())
         .ok_or_else(|| BookingError::not_found(format!("booking {id} does not exist")))?;
         if row.partner_id != partner_id {
@@ -661,7 +708,7 @@ impl Bookings {
         limit: i64,
     ) -> Result<(Vec<BookingRow>, i64), BookingError> {
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "{SELECT_BOOKING} WHERE environment = $1 AND partner_id = $2 ORDER BY id DESC LIMIT $3 OFFSET $4"
+            "{SELECT_BOOKING} WHERE environment = $1 AND partner_id = $2 ORDER BY created_ms DESC, id DESC LIMIT $3 OFFSET $4"
         )))
         .bind(env.as_str())
         .bind(partner_id)
@@ -676,7 +723,11 @@ impl Bookings {
         .bind(partner_id)
         .fetch_one(self.store.pool())
         .await?;
-        Ok((rows.iter().map(BookingRow::from_row).collect(), total))
+        let rows = rows
+            .iter()
+            .map(BookingRow::from_row)
+            .collect::<Result<_, _>>()?;
+        Ok((rows, total))
     }
 
     /// `PUT` booking: capture (status PENDING) within the window; v1 also accepts CANCELLED (a
@@ -691,9 +742,9 @@ impl Bookings {
     ) -> Result<BookingRow, BookingError> {
         let booking_id = parse_id(id)?;
         let update = UpdateBooking::parse(body, v2)?;
-        match update.status.as_str() {
-            "PENDING" => {}
-            "CANCELLED" => {
+        match update.status {
+            BookingStatus::Pending => {}
+            BookingStatus::Cancelled => {
                 self.cancel(
                     env,
                     partner_id,
@@ -709,42 +760,78 @@ impl Bookings {
                 )));
             }
         }
-        let booking = self.get(env, partner_id, id).await?;
+        // Another partner's booking is refused before anything is locked.
+        self.get(env, partner_id, id).await?;
         let now_ms = self.now_ms();
         let mut tx = self.store.begin_write().await?;
-        let (status, deadline): (String, i64) =
-            sqlx::query_as("SELECT status, capture_deadline_ms FROM bookings WHERE id = $1")
-                .bind(booking_id)
-                .fetch_one(&mut *tx)
+        let booking = self.locked(&mut tx, booking_id).await?;
+        let captured = |b: &BookingRow| {
+            matches!(b.status, BookingStatus::Pending | BookingStatus::Completed)
+                && update.partner_reference_id.is_some()
+                && b.partner_reference_id == update.partner_reference_id
+        };
+        match booking.status {
+            // A capture retried after a lost answer: the booking as it is, no second fulfilment.
+            _ if captured(&booking) => {
+                drop(tx);
+                return Ok(booking);
+            }
+            BookingStatus::Uncaptured if now_ms >= booking.capture_deadline_ms => {
+                // The window closed before the sweeper came by: time the booking out now.
+                transition(
+                    &mut tx,
+                    &booking,
+                    BookingStatus::CaptureTimeout,
+                    None,
+                    now_ms,
+                )
                 .await?;
-        if status == "UNCAPTURED" && now_ms >= deadline {
-            // The window closed before the sweeper came by: time the booking out now.
-            time_out(&mut tx, env, &booking, now_ms).await?;
-            tx.commit().await?;
-            return Err(BookingError::state(format!(
-                "booking {booking_id} cannot be captured: its capture window closed at {} (status is now CAPTURE_TIMEOUT)",
-                local(deadline).format(LOCAL_FORMAT)
-            )));
+                tx.commit().await?;
+                return Err(BookingError::state(format!(
+                    "booking {booking_id} cannot be captured: its capture window closed at {} (status is now CAPTURE_TIMEOUT)",
+                    local_in(booking.time_zone, booking.capture_deadline_ms)
+                        .format(LOCALIZED_FORMAT)
+                )));
+            }
+            BookingStatus::Uncaptured => {}
+            other => {
+                return Err(BookingError::state(format!(
+                    "booking {booking_id} is {other}; only an UNCAPTURED booking can be captured"
+                )));
+            }
         }
-        if status != "UNCAPTURED" {
-            return Err(BookingError::state(format!(
-                "booking {booking_id} is {status}; only an UNCAPTURED booking can be captured"
-            )));
-        }
-        sqlx::query("UPDATE bookings SET status = 'PENDING', partner_reference_id = $1, updated_ms = $2 WHERE id = $3 AND status = 'UNCAPTURED'")
+        transition(&mut tx, &booking, BookingStatus::Pending, None, now_ms).await?;
+        sqlx::query("UPDATE bookings SET partner_reference_id = $1 WHERE id = $2")
             .bind(&update.partner_reference_id)
-            .bind(now_ms)
             .bind(booking_id)
             .execute(&mut *tx)
             .await?;
-        record_status(&mut tx, env, partner_id, booking_id, "PENDING", now_ms).await?;
-        sqlx::query("INSERT INTO fulfilment_jobs (booking_id, step_index, next_attempt_ms, state) VALUES ($1, 0, $2, 'running')")
+        sqlx::query("INSERT INTO fulfilment_jobs (booking_id, step_index, next_attempt_ms, state) VALUES ($1, 0, $2, $3)")
             .bind(booking_id)
             .bind(now_ms)
+            .bind(fulfilment::JobState::Running.as_str())
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
         self.get(env, partner_id, id).await
+    }
+
+    /// The booking `id` read in `tx` for a change: locked on PostgreSQL (`FOR UPDATE`) until
+    /// the transaction ends, so a concurrent change waits and then reads what this one wrote;
+    /// SQLite's write transaction holds the one write lock already.
+    async fn locked(&self, tx: &mut Tx<'_>, id: i64) -> Result<BookingRow, BookingError> {
+        let lock = match self.store.backend() {
+            capstan_store::Backend::Postgres => " FOR UPDATE",
+            capstan_store::Backend::Sqlite => "",
+        };
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "{SELECT_BOOKING} WHERE id = $1{lock}"
+        )))
+        .bind(id)
+        .fetch_optional(&mut **tx)
+        .await?
+        .ok_or_else(|| BookingError::not_found(format!("booking {id} does not exist")))?;
+        BookingRow::from_row(&row)
     }
 
     /// Cancels a booking under its policy: UNCAPTURED always; PENDING or COMPLETED while the
@@ -756,16 +843,13 @@ impl Bookings {
         id: &str,
         reason: Option<String>,
     ) -> Result<BookingRow, BookingError> {
-        let booking = self.get(env, partner_id, id).await?;
+        let booking_id = self.get(env, partner_id, id).await?.id;
         let now_ms = self.now_ms();
         let mut tx = self.store.begin_write().await?;
-        let (status,): (String,) = sqlx::query_as("SELECT status FROM bookings WHERE id = $1")
-            .bind(booking.id)
-            .fetch_one(&mut *tx)
-            .await?;
-        match status.as_str() {
-            "UNCAPTURED" => {}
-            "PENDING" | "COMPLETED" => {
+        let booking = self.locked(&mut tx, booking_id).await?;
+        match booking.status {
+            BookingStatus::Uncaptured => {}
+            BookingStatus::Pending | BookingStatus::Completed => {
                 let policy: catalog::CancellationPolicy =
                     serde_json::from_value(booking.policy["cancellation"].clone())
                         .map_err(BookingError::internal)?;
@@ -775,17 +859,13 @@ impl Bookings {
                         booking.id
                     )));
                 }
-                let start =
-                    chrono::NaiveDateTime::parse_from_str(&booking.start_local, LOCAL_FORMAT)
-                        .map_err(BookingError::internal)?;
-                let cutoff =
-                    start - Duration::minutes(policy.cancellable_up_to_in_minutes.unwrap_or(0));
-                if local(now_ms) > cutoff {
+                let minutes = policy.cancellable_up_to_in_minutes.unwrap_or(0);
+                let cutoff = booking.cutoff_ms(minutes)?;
+                if now_ms > cutoff {
                     return Err(BookingError::state(format!(
-                        "booking {} could be cancelled until {} ({} minutes before the start)",
+                        "booking {} could be cancelled until {} ({minutes} minutes before the start)",
                         booking.id,
-                        cutoff.format(LOCAL_FORMAT),
-                        policy.cancellable_up_to_in_minutes.unwrap_or(0)
+                        local_in(booking.time_zone, cutoff).format(LOCALIZED_FORMAT),
                     )));
                 }
             }
@@ -796,18 +876,28 @@ impl Bookings {
                 )));
             }
         }
-        sqlx::query("UPDATE bookings SET status = 'CANCELLED', cancel_reason = $1, updated_ms = $2 WHERE id = $3")
+        transition(&mut tx, &booking, BookingStatus::Cancelled, None, now_ms).await?;
+        sqlx::query("UPDATE bookings SET cancel_reason = $1 WHERE id = $2")
             .bind(reason)
-            .bind(now_ms)
             .bind(booking.id)
             .execute(&mut *tx)
             .await?;
-        release_seats(&mut tx, env, &booking).await?;
-        sqlx::query("UPDATE fulfilment_jobs SET state = 'cancelled' WHERE booking_id = $1 AND state = 'running'")
-            .bind(booking.id)
-            .execute(&mut *tx)
-            .await?;
-        record_status(&mut tx, env, partner_id, booking.id, "CANCELLED", now_ms).await?;
+        // What fulfilment did (or may be doing) is undone, backward: from the step after the
+        // last that finished when the pipeline ran through, else from the step in progress
+        // (its effects may have happened). The lease of a step still running elsewhere is
+        // kept, so the undo starts only once that step has stopped.
+        sqlx::query(
+            "UPDATE fulfilment_jobs SET state = $1, attempts = 0, next_attempt_ms = $2, last_error = NULL,
+                step_index = CASE WHEN state = $3 THEN step_index - 1 ELSE step_index END
+             WHERE booking_id = $4 AND state IN ($5, $3)",
+        )
+        .bind(fulfilment::JobState::Compensating.as_str())
+        .bind(now_ms)
+        .bind(fulfilment::JobState::Done.as_str())
+        .bind(booking.id)
+        .bind(fulfilment::JobState::Running.as_str())
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await?;
         self.get(env, partner_id, id).await
     }
@@ -821,11 +911,13 @@ impl Bookings {
         id: &str,
         inventory_id: &str,
     ) -> Result<BookingRow, BookingError> {
-        let booking = self.get(env, partner_id, id).await?;
-        if !matches!(
-            booking.status.as_str(),
-            "UNCAPTURED" | "PENDING" | "COMPLETED"
-        ) {
+        let booking_id = self.get(env, partner_id, id).await?.id;
+        let now_ms = self.now_ms();
+        let catalog = self.catalog();
+        let mut tx = self.store.begin_write().await?;
+        let booking = self.locked(&mut tx, booking_id).await?;
+        let now = local_in(booking.time_zone, now_ms);
+        if !booking.status.may_reschedule() {
             return Err(BookingError::state(format!(
                 "booking {} is {} and cannot be rescheduled",
                 booking.id, booking.status
@@ -839,25 +931,20 @@ impl Bookings {
         let policy: catalog::ReschedulePolicy =
             serde_json::from_value(booking.policy["reschedule"].clone())
                 .map_err(BookingError::internal)?;
-        let now_ms = self.now_ms();
-        let now = local(now_ms);
-        let start = chrono::NaiveDateTime::parse_from_str(&booking.start_local, LOCAL_FORMAT)
-            .map_err(BookingError::internal)?;
         if !policy.reschedulable {
             return Err(BookingError::state(format!(
                 "booking {} is not reschedulable under the product's policy",
                 booking.id
             )));
         }
-        let cutoff = start - Duration::minutes(policy.reschedulable_up_to_in_minutes.unwrap_or(0));
-        if now > cutoff {
+        let cutoff = booking.cutoff_ms(policy.reschedulable_up_to_in_minutes.unwrap_or(0))?;
+        if now_ms > cutoff {
             return Err(BookingError::state(format!(
                 "booking {} could be rescheduled until {}",
                 booking.id,
-                cutoff.format(LOCAL_FORMAT)
+                local_in(booking.time_zone, cutoff).format(LOCALIZED_FORMAT)
             )));
         }
-        let catalog = self.catalog();
         let (_, variant) = catalog.variant(&booking.variant_id).ok_or_else(|| {
             BookingError::state("the booking's variant is no longer in the catalog")
         })?;
@@ -872,20 +959,7 @@ impl Bookings {
         if slot.id == booking.slot_id {
             return Err(BookingError::invalid("the booking is already in that slot"));
         }
-        let mut tx = self.store.begin_write().await?;
-        take_seats(&mut tx, env, &slot.id, slot.capacity, booking.pax).await?;
-        release_seats(&mut tx, env, &booking).await?;
-        let updated = sqlx::query("UPDATE bookings SET slot_id = $1, start_local = $2, updated_ms = $3 WHERE id = $4 AND status = $5")
-            .bind(&slot.id)
-            .bind(slot.start.format(LOCAL_FORMAT).to_string())
-            .bind(now_ms)
-            .bind(booking.id)
-            .bind(&booking.status)
-            .execute(&mut *tx)
-            .await?;
-        if updated.rows_affected() == 0 {
-            return Err(BookingError::state("the booking changed meanwhile; retry"));
-        }
+        transition(&mut tx, &booking, booking.status, Some(&slot), now_ms).await?;
         tx.commit().await?;
         self.get(env, partner_id, id).await
     }
@@ -894,34 +968,162 @@ impl Bookings {
     /// its seats back. Returns how many were timed out.
     pub async fn expire_due(&self, limit: i64) -> Result<usize, BookingError> {
         let now_ms = self.now_ms();
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "{SELECT_BOOKING} WHERE status = 'UNCAPTURED' AND capture_deadline_ms <= $1 ORDER BY capture_deadline_ms LIMIT $2"
-        )))
+        let due: Vec<(i64,)> = sqlx::query_as(
+            "SELECT id FROM bookings WHERE status = $1 AND capture_deadline_ms <= $2 ORDER BY capture_deadline_ms LIMIT $3",
+        )
+        .bind(BookingStatus::Uncaptured.as_str())
         .bind(now_ms)
         .bind(limit)
         .fetch_all(self.store.pool())
         .await?;
         let mut count = 0;
-        for row in rows {
-            let booking = BookingRow::from_row(&row);
-            let env = Environment::parse(&booking.environment).unwrap_or(Environment::Production);
+        for (id,) in due {
             let mut tx = self.store.begin_write().await?;
-            if time_out(&mut tx, env, &booking, now_ms).await? {
-                count += 1;
+            let booking = self.locked(&mut tx, id).await?;
+            // Captured or cancelled since the read: no longer the sweeper's.
+            if booking.status != BookingStatus::Uncaptured || booking.capture_deadline_ms > now_ms {
+                continue;
             }
+            transition(
+                &mut tx,
+                &booking,
+                BookingStatus::CaptureTimeout,
+                None,
+                now_ms,
+            )
+            .await?;
             tx.commit().await?;
+            count += 1;
         }
         Ok(count)
     }
 
     /// The next time the sweeper has work, if any.
     pub async fn next_deadline(&self) -> Result<Option<i64>, BookingError> {
-        let (next,): (Option<i64>,) = sqlx::query_as(
-            "SELECT MIN(capture_deadline_ms) FROM bookings WHERE status = 'UNCAPTURED'",
-        )
-        .fetch_one(self.store.pool())
-        .await?;
+        let (next,): (Option<i64>,) =
+            sqlx::query_as("SELECT MIN(capture_deadline_ms) FROM bookings WHERE status = $1")
+                .bind(BookingStatus::Uncaptured.as_str())
+                .fetch_one(self.store.pool())
+                .await?;
         Ok(next)
+    }
+
+    /// The open slot `inventory_id` of the seatmap variant `variant_id` and its map.
+    fn seatmap_slot<'c>(
+        &self,
+        catalog: &'c Catalog,
+        variant_id: &str,
+        inventory_id: &str,
+    ) -> Result<(catalog::Slot, &'c catalog::Seatmap), BookingError> {
+        let (product, variant) = catalog.variant(variant_id).ok_or_else(|| {
+            BookingError::not_found(format!("variant `{variant_id}` does not exist"))
+        })?;
+        let map = variant.seatmap.as_ref().ok_or_else(|| {
+            BookingError::invalid(format!(
+                "variant `{variant_id}` is not sold by seat (it has no seatmap)"
+            ))
+        })?;
+        let now = local_in(catalog.zone(product), self.now_ms());
+        let slot = catalog
+            .find_slot(variant, inventory_id, now)
+            .ok_or_else(|| {
+                BookingError::not_found(format!(
+                    "inventory `{inventory_id}` is not an open slot of variant `{variant_id}`"
+                ))
+            })?;
+        Ok((slot, map))
+    }
+
+    /// Seat codes held or sold in a slot.
+    async fn seats_held(
+        &self,
+        env: Environment,
+        slot_id: &str,
+    ) -> Result<std::collections::HashSet<String>, BookingError> {
+        let read =
+            Sql::new("SELECT seat_code FROM slot_seats WHERE environment = $1 AND slot_id = $2")
+                .arg(env.as_str())
+                .arg(slot_id.to_owned());
+        Ok(self
+            .store
+            .fetch_all(read)
+            .await?
+            .iter()
+            .map(|r| r.get::<String, _>(0))
+            .collect())
+    }
+
+    /// Every seat of a seatmap slot with whether it is free:
+    /// `{variantId, inventoryId, total, available, seats: [{section, row, seatNumber, seatCode,
+    /// available}]}`.
+    pub async fn seatmap(
+        &self,
+        env: Environment,
+        variant_id: &str,
+        inventory_id: &str,
+    ) -> Result<Value, BookingError> {
+        let catalog = self.catalog();
+        let (slot, map) = self.seatmap_slot(&catalog, variant_id, inventory_id)?;
+        let held = self.seats_held(env, &slot.id).await?;
+        let seats: Vec<Value> = map
+            .seats()
+            .into_iter()
+            .map(|mut seat| {
+                let free = seat["seatCode"].as_str().is_some_and(|c| !held.contains(c));
+                seat["available"] = Value::Bool(free);
+                seat
+            })
+            .collect();
+        let available = seats.iter().filter(|s| s["available"] == true).count();
+        Ok(json!({
+            "variantId": variant_id,
+            "inventoryId": slot.id,
+            "total": seats.len(),
+            "available": available,
+            "seats": seats,
+        }))
+    }
+
+    /// Whether `seat_ids` can be booked together in a seatmap slot now:
+    /// `{valid, seats (the known ones, with `available`), unknownSeatIds, takenSeatIds,
+    /// duplicateSeatIds}`. Nothing is held: a booking made after may still find one taken.
+    pub async fn validate_seats(
+        &self,
+        env: Environment,
+        variant_id: &str,
+        inventory_id: &str,
+        seat_ids: &[String],
+    ) -> Result<Value, BookingError> {
+        let catalog = self.catalog();
+        let (slot, map) = self.seatmap_slot(&catalog, variant_id, inventory_id)?;
+        let held = self.seats_held(env, &slot.id).await?;
+        let mut seen = std::collections::HashSet::new();
+        let (mut seats, mut unknown, mut taken, mut twice) = (vec![], vec![], vec![], vec![]);
+        for id in seat_ids {
+            if !seen.insert(id.as_str()) {
+                twice.push(id.clone());
+                continue;
+            }
+            match map.seat(id) {
+                None => unknown.push(id.clone()),
+                Some(mut seat) => {
+                    let free = !held.contains(id);
+                    if !free {
+                        taken.push(id.clone());
+                    }
+                    seat["available"] = Value::Bool(free);
+                    seats.push(seat);
+                }
+            }
+        }
+        Ok(json!({
+            "valid": !seat_ids.is_empty() && unknown.is_empty() && taken.is_empty() && twice.is_empty(),
+            "inventoryId": slot.id,
+            "seats": seats,
+            "unknownSeatIds": unknown,
+            "takenSeatIds": taken,
+            "duplicateSeatIds": twice,
+        }))
     }
 
     /// Seats taken (held or sold) in a slot — for tests, benchmarks and the admin.
@@ -938,7 +1140,7 @@ impl Bookings {
 pub(crate) const SELECT_BOOKING: &str = "SELECT id, environment, partner_id, api_version, status, product_id, product_name, product_type,
     variant_id, variant_name, slot_id, start_local, pax, customers, variant_input_fields, seat_info, price_amount,
     price_currency, partner_reference_id, tickets, voucher_url, policy, request_hash, created_ms, capture_deadline_ms,
-    updated_ms FROM bookings";
+    updated_ms, time_zone FROM bookings";
 
 /// A booking as stored.
 #[derive(Debug, Clone, PartialEq)]
@@ -947,7 +1149,7 @@ pub struct BookingRow {
     pub environment: String,
     pub partner_id: String,
     pub api_version: i64,
-    pub status: String,
+    pub status: BookingStatus,
     pub product_id: String,
     pub product_name: String,
     pub product_type: String,
@@ -969,6 +1171,8 @@ pub struct BookingRow {
     pub created_ms: i64,
     pub capture_deadline_ms: i64,
     pub updated_ms: i64,
+    /// The supplier's time zone at sale (its local times are read in it).
+    pub time_zone: Tz,
 }
 
 fn json_col(s: Option<String>) -> Option<Value> {
@@ -976,13 +1180,17 @@ fn json_col(s: Option<String>) -> Option<Value> {
 }
 
 impl BookingRow {
-    pub(crate) fn from_row(r: &sqlx::any::AnyRow) -> Self {
-        Self {
+    pub(crate) fn from_row(r: &sqlx::any::AnyRow) -> Result<Self, BookingError> {
+        let status: String = r.get("status");
+        let status = BookingStatus::parse(&status).ok_or_else(|| {
+            BookingError::internal(format!("a booking has the unknown status `{status}`"))
+        })?;
+        Ok(Self {
             id: r.get("id"),
             environment: r.get("environment"),
             partner_id: r.get("partner_id"),
             api_version: r.get("api_version"),
-            status: r.get("status"),
+            status,
             product_id: r.get("product_id"),
             product_name: r.get("product_name"),
             product_type: r.get("product_type"),
@@ -1004,7 +1212,28 @@ impl BookingRow {
             created_ms: r.get("created_ms"),
             capture_deadline_ms: r.get("capture_deadline_ms"),
             updated_ms: r.get("updated_ms"),
-        }
+            time_zone: r
+                .get::<String, _>("time_zone")
+                .parse()
+                .map_err(|e| BookingError::internal(format!("a booking's time zone: {e}")))?,
+        })
+    }
+
+    /// The start as the supplier's wall-clock time.
+    pub fn start(&self) -> Result<chrono::NaiveDateTime, BookingError> {
+        chrono::NaiveDateTime::parse_from_str(&self.start_local, LOCAL_FORMAT)
+            .map_err(BookingError::internal)
+    }
+
+    /// The instant (epoch ms) `minutes` before the start: a policy's cut-off, counted in real
+    /// time (across a change of the clocks, 24 hours before is 24 hours before).
+    pub fn cutoff_ms(&self, minutes: i64) -> Result<i64, BookingError> {
+        Ok(instant(self.time_zone, self.start()?).timestamp_millis() - minutes * 60_000)
+    }
+
+    /// The environment the booking lives in.
+    pub fn env(&self) -> Environment {
+        Environment::parse(&self.environment).unwrap_or(Environment::Production)
     }
 
     /// The documented Booking shape (`v2` adds `variantInputFields`).
@@ -1014,11 +1243,15 @@ impl BookingRow {
             "partnerReferenceId": self.partner_reference_id,
             "variantId": self.variant_id,
             "startDateTime": self.start_local,
+            "startTime": self.start().map(|t| iso_in(self.time_zone, t)).unwrap_or_default(),
+            "startTimeLocal": self.start().map(|t| t.format(LOCALIZED_FORMAT).to_string()).unwrap_or_default(),
+            "dateCreated": iso_at(self.time_zone, self.created_ms),
+            "dateUpdated": iso_at(self.time_zone, self.updated_ms),
             "product": {"id": self.product_id, "name": self.product_name, "variant": {"id": self.variant_id, "name": self.variant_name}},
             "customersDetails": self.customers,
             "seatInfo": self.seat_info,
             "price": {"amount": self.price_amount, "currencyCode": self.price_currency},
-            "status": self.status,
+            "status": self.status.as_str(),
             "voucherUrl": self.voucher_url,
             "tickets": self.tickets,
             "creationTimestamp": self.created_ms,
@@ -1031,6 +1264,7 @@ impl BookingRow {
 }
 
 struct Checked {
+    zone: Tz,
     product_name: String,
     product_type: String,
     variant_name: String,
@@ -1042,6 +1276,13 @@ struct Checked {
     seat_info: Option<Value>,
     variant_input_fields: Option<Value>,
     policy: Value,
+}
+
+/// A new booking id: twelve random digits (the first not 0) from the OS generator.
+fn booking_id() -> i64 {
+    const FIRST: u64 = 100_000_000_000;
+    let draw = u64::from_le_bytes(capstan_core::secrets::random_bytes::<8>());
+    i64::try_from(FIRST + draw % (9 * FIRST)).unwrap_or(i64::MAX)
 }
 
 fn parse_id(id: &str) -> Result<i64, BookingError> {
@@ -1199,18 +1440,27 @@ fn seats_unavailable(slot_id: &str, remaining: i64, pax: u32) -> BookingError {
     err
 }
 
-pub(crate) async fn release_seats(
+/// Returns the seats `booking` holds in `slot_id` (and its named seats there).
+async fn release_seats(
     tx: &mut Tx<'_>,
-    env: Environment,
     booking: &BookingRow,
+    slot_id: &str,
 ) -> Result<(), BookingError> {
-    sqlx::query("UPDATE slot_usage SET taken = taken - $1 WHERE environment = $2 AND slot_id = $3 AND taken >= $4")
+    let env = booking.env();
+    let released = sqlx::query("UPDATE slot_usage SET taken = taken - $1 WHERE environment = $2 AND slot_id = $3 AND taken >= $4")
         .bind(i64::from(booking.pax))
         .bind(env.as_str())
-        .bind(&booking.slot_id)
+        .bind(slot_id)
         .bind(i64::from(booking.pax))
         .execute(&mut **tx)
         .await?;
+    if released.rows_affected() != 1 {
+        // The ledger and the bookings disagree: refuse rather than make it worse.
+        return Err(BookingError::internal(format!(
+            "slot `{slot_id}` holds fewer seats than booking {} had",
+            booking.id
+        )));
+    }
     sqlx::query("DELETE FROM slot_seats WHERE environment = $1 AND booking_id = $2")
         .bind(env.as_str())
         .bind(booking.id)
@@ -1219,32 +1469,80 @@ pub(crate) async fn release_seats(
     Ok(())
 }
 
-/// UNCAPTURED → CAPTURE_TIMEOUT with the seats returned; `false` if the booking moved meanwhile.
-async fn time_out(
+/// Moves `booking`, as read locked in `tx` ([`Bookings::locked`]), to status `to` and, for a
+/// reschedule, to `slot`, and moves exactly the seats it held: returned when `to` holds none,
+/// taken in the new slot and returned in the old one when it moves. The update is guarded by
+/// the status and slot read (compare-and-set), so a move decided on a stale read changes
+/// nothing and answers 409. A status change is recorded (history and webhooks).
+pub(crate) async fn transition(
     tx: &mut Tx<'_>,
-    env: Environment,
     booking: &BookingRow,
+    to: BookingStatus,
+    slot: Option<&catalog::Slot>,
     now_ms: i64,
-) -> Result<bool, BookingError> {
-    let changed = sqlx::query("UPDATE bookings SET status = 'CAPTURE_TIMEOUT', updated_ms = $1 WHERE id = $2 AND status = 'UNCAPTURED'")
-        .bind(now_ms)
-        .bind(booking.id)
-        .execute(&mut **tx)
-        .await?;
-    if changed.rows_affected() == 0 {
-        return Ok(false);
+) -> Result<(), BookingError> {
+    let from = booking.status;
+    let legal = if to == from {
+        slot.is_some() && from.may_reschedule()
+    } else {
+        from.may_become(to)
+    };
+    if !legal {
+        return Err(BookingError::state(format!(
+            "booking {} is {from} and cannot become {to}",
+            booking.id
+        )));
     }
-    release_seats(tx, env, booking).await?;
-    record_status(
-        tx,
-        env,
-        &booking.partner_id,
-        booking.id,
-        "CAPTURE_TIMEOUT",
-        now_ms,
+    let (slot_id, start_local) = match slot {
+        Some(s) => (s.id.clone(), s.start.format(LOCAL_FORMAT).to_string()),
+        None => (booking.slot_id.clone(), booking.start_local.clone()),
+    };
+    let moved = sqlx::query(
+        "UPDATE bookings SET status = $1, slot_id = $2, start_local = $3, updated_ms = $4
+         WHERE id = $5 AND status = $6 AND slot_id = $7",
     )
+    .bind(to.as_str())
+    .bind(&slot_id)
+    .bind(&start_local)
+    .bind(now_ms)
+    .bind(booking.id)
+    .bind(from.as_str())
+    .bind(&booking.slot_id)
+    .execute(&mut **tx)
     .await?;
-    Ok(true)
+    if moved.rows_affected() != 1 {
+        return Err(BookingError::state(format!(
+            "booking {} changed meanwhile; read it again",
+            booking.id
+        )));
+    }
+    if let Some(new) = slot {
+        // Slot rows in one order (by id) in every transaction, so two reschedules crossing
+        // between the same slots never wait on each other on PostgreSQL (a deadlock). Giving
+        // back first is safe: a take that fails rolls the whole transaction back.
+        if new.id < booking.slot_id {
+            take_seats(tx, booking.env(), &new.id, new.capacity, booking.pax).await?;
+            release_seats(tx, booking, &booking.slot_id).await?;
+        } else {
+            release_seats(tx, booking, &booking.slot_id).await?;
+            take_seats(tx, booking.env(), &new.id, new.capacity, booking.pax).await?;
+        }
+    } else if from.holds_seats() && !to.holds_seats() {
+        release_seats(tx, booking, &booking.slot_id).await?;
+    }
+    if to != from {
+        record_status(
+            tx,
+            booking.env(),
+            &booking.partner_id,
+            booking.id,
+            to,
+            booking.time_zone,
+            now_ms,
+        )
+        .await?;
+    }
+    Ok(())
 }
 
 /// Appends the status change to the booking's history and, except for UNCAPTURED, queues one
@@ -1254,23 +1552,28 @@ pub(crate) async fn record_status(
     env: Environment,
     partner_id: &str,
     booking_id: i64,
-    status: &str,
+    status: BookingStatus,
+    zone: Tz,
     now_ms: i64,
 ) -> Result<(), BookingError> {
-    let event_local = local(now_ms).format("%Y-%m-%dT%H:%M:%S%.3f").to_string();
+    // The document's eventTimestamp: the supplier's local time, ISO 8601 without a zone.
+    let event_local = local_in(zone, now_ms)
+        .format("%Y-%m-%dT%H:%M:%S%.3f")
+        .to_string();
     let seq: i64 = sqlx::query("INSERT INTO booking_events (booking_id, status, at_ms, event_local) VALUES ($1, $2, $3, $4) RETURNING seq")
         .bind(booking_id)
-        .bind(status)
+        .bind(status.as_str())
         .bind(now_ms)
         .bind(&event_local)
         .fetch_one(&mut **tx)
         .await?
         .get(0);
-    if status == "UNCAPTURED" {
+    if status == BookingStatus::Uncaptured {
         return Ok(());
     }
-    let payload = json!({"bookingId": booking_id, "status": status, "eventTimestamp": event_local})
-        .to_string();
+    let payload =
+        json!({"bookingId": booking_id, "status": status.as_str(), "eventTimestamp": event_local})
+            .to_string();
     sqlx::query(
         "INSERT INTO booking_webhook_deliveries (webhook_id, booking_id, event_seq, payload, message_id, status, next_attempt_ms, created_ms)
          SELECT id, $1, $2, $3, 'msg_bk_' || $4 || '_' || id, 'pending', $5, $6 FROM booking_webhooks

@@ -170,7 +170,7 @@ impl CreateBooking {
 /// The body of a capture (`PUT` booking).
 #[derive(Debug, Clone, PartialEq)]
 pub struct UpdateBooking {
-    pub status: String,
+    pub status: crate::BookingStatus,
     pub partner_reference_id: Option<String>,
 }
 
@@ -181,18 +181,19 @@ impl UpdateBooking {
             return Err(BookingError::invalid("the body must be a JSON object"));
         }
         let status = string(body, "status", "status")?;
-        const V1: [&str; 5] = ["PENDING", "UNCAPTURED", "COMPLETED", "CANCELLED", "FAILED"];
         if v2 && status != "PENDING" {
             return Err(BookingError::invalid(format!(
                 "`status` must be PENDING (the only status a partner sets), not `{status}`"
             )));
         }
-        if !V1.contains(&status.as_str()) {
-            return Err(invalid(
-                "status",
-                "one of PENDING, UNCAPTURED, COMPLETED, CANCELLED, FAILED",
-            ));
-        }
+        let status = crate::BookingStatus::parse(&status)
+            .filter(|s| *s != crate::BookingStatus::CaptureTimeout)
+            .ok_or_else(|| {
+                invalid(
+                    "status",
+                    "one of PENDING, UNCAPTURED, COMPLETED, CANCELLED, FAILED",
+                )
+            })?;
         let partner_reference_id = match body.get("partnerReferenceId") {
             None | Some(Value::Null) if v2 => return Err(missing("partnerReferenceId")),
             None | Some(Value::Null) => None,

@@ -306,10 +306,12 @@ pub fn slot_json(
     catalog: &Catalog,
     locale: &Locale,
     v: &Variant,
+    zone: chrono_tz::Tz,
     slot: &Slot,
     remaining: u32,
     closed: bool,
 ) -> Value {
+    use crate::catalog::{LOCAL_FORMAT, LOCALIZED_FORMAT, iso_in};
     let availability = if closed || remaining == 0 {
         "CLOSED"
     } else {
@@ -317,8 +319,12 @@ pub fn slot_json(
     };
     json!({
         "id": slot.id,
-        "startDateTime": slot.start.format(crate::catalog::LOCAL_FORMAT).to_string(),
-        "endDateTime": slot.end.format(crate::catalog::LOCAL_FORMAT).to_string(),
+        "startDateTime": slot.start.format(LOCAL_FORMAT).to_string(),
+        "endDateTime": slot.end.format(LOCAL_FORMAT).to_string(),
+        "startTime": iso_in(zone, slot.start),
+        "endTime": iso_in(zone, slot.end),
+        "startTimeLocal": slot.start.format(LOCALIZED_FORMAT).to_string(),
+        "timeZone": zone.name(),
         "availability": availability,
         "remaining": if closed { 0 } else { remaining },
         "pricing": price_table(catalog, locale, v),

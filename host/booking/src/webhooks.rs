@@ -1,6 +1,10 @@
-//! Partner booking webhooks: registrations and the delivery queue. Deliveries are queued in the
-//! transaction of the status change (`record_status`), so a change is never lost; the dispatcher
-//! (host/api `partner::webhooks`) sends them with the documented retry rules.
+//! Partner booking webhooks: registrations (each with its signing secret sealed) and the
+//! delivery queue. Deliveries are queued in the transaction of the status change
+//! (`record_status`), so a committed change is never lost. The dispatcher (host/api
+//! `partner::delivery`) sends them with the documented retry rules: it takes only the oldest
+//! pending delivery of each (webhook, booking), so a receiver sees a booking's changes in order,
+//! and claims each with a lease on its due time, so no other pass or node sends it meanwhile and
+//! a crash leaves it due again.
 
 use crate::{BookingError, Bookings, Environment};
 use serde_json::{Value, json};
@@ -224,9 +228,9 @@ impl Bookings {
             .collect())
     }
 
-    /// Claims a due delivery for one attempt: pushes its due time to `lease_until_ms` (the attempt's
-    /// time limit and a margin) so no other pass or node sends it meanwhile; after a crash it is
-    /// due again when the lease passes. `false` when someone else claimed it first.
+    /// Claims a due delivery for one attempt: pushes its due time to `lease_until_ms` (the
+    /// attempt's time limit and a margin) so no other pass or node sends it meanwhile; after a
+    /// crash it is due again when the lease passes. `false` when someone else claimed it first.
     pub async fn claim_webhook_delivery(
         &self,
         d: &DueDelivery,
@@ -238,6 +242,25 @@ impl Bookings {
         .bind(lease_until_ms)
         .bind(d.id)
         .bind(d.next_attempt_ms)
+        .execute(self.store().writer())
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Moves a claimed delivery's lease from `held_until_ms` to `until_ms`; `false` when the
+    /// lease is no longer this claim's (it lapsed and another pass took it, or it finished).
+    pub async fn renew_webhook_lease(
+        &self,
+        id: i64,
+        held_until_ms: i64,
+        until_ms: i64,
+    ) -> Result<bool, BookingError> {
+        let done = sqlx::query(
+            "UPDATE booking_webhook_deliveries SET next_attempt_ms = $1 WHERE id = $2 AND status = 'pending' AND next_attempt_ms = $3",
+        )
+        .bind(until_ms)
+        .bind(id)
+        .bind(held_until_ms)
         .execute(self.store().writer())
         .await?;
         Ok(done.rows_affected() == 1)

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use capstan_booking::catalog::{Catalog, CatalogError, local};
 use capstan_booking::fulfilment::{Pipelines, StepOutcome, StepRunner};
 use capstan_booking::partners::{PartnerRecord, PartnerType};
-use capstan_booking::{BookingConfig, Bookings, Environment};
+use capstan_booking::{BookingConfig, BookingStatus, Bookings, Environment};
 use capstan_core::ManualClock;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -32,12 +32,16 @@ struct World {
 }
 
 async fn world() -> World {
+    world_at(START).await
+}
+
+async fn world_at(start: u64) -> World {
     let dir = tempfile::tempdir().unwrap();
     let store =
         capstan_store::Store::open(&capstan_store::testing::fresh_database_url(dir.path()).await)
             .await
             .unwrap();
-    let clock = ManualClock::new(START);
+    let clock = ManualClock::new(start);
     let bookings = Bookings::new(store, Arc::new(clock.clone()), BookingConfig::default());
     bookings.import_catalog(&catalog_text()).await.unwrap();
     for (id, env) in [
@@ -74,6 +78,23 @@ fn slot(clock: &ManualClock) -> String {
     format!("5001-{}0900", day.format("%Y%m%d"))
 }
 
+/// Creates a booking of `body` for partner `p1` and captures it with `reference`.
+async fn captured(w: &World, body: &Value, reference: &str) -> capstan_booking::BookingRow {
+    let env = Environment::Production;
+    let b = w.bookings.create(env, "p1", 2, body, None).await.unwrap();
+    w.bookings
+        .update(
+            env,
+            "p1",
+            &b.id.to_string(),
+            &json!({"status": "PENDING", "partnerReferenceId": reference}),
+            true,
+        )
+        .await
+        .unwrap();
+    b
+}
+
 fn request(slot: &str, adults: usize) -> Value {
     let customers: Vec<Value> = (0..adults)
         .map(|i| {
@@ -106,7 +127,7 @@ async fn the_capture_window_closes_on_the_injected_clock_and_the_seats_come_back
         .create(env, "p1", 2, &request(&slot, 1), None)
         .await
         .unwrap();
-    assert_eq!(a.status, "UNCAPTURED");
+    assert_eq!(a.status, BookingStatus::Uncaptured);
     assert_eq!(
         w.bookings.seats_taken(env, &slot).await.unwrap(),
         3,
@@ -127,7 +148,7 @@ async fn the_capture_window_closes_on_the_injected_clock_and_the_seats_come_back
         )
         .await
         .unwrap();
-    assert_eq!(captured.status, "PENDING");
+    assert_eq!(captured.status, BookingStatus::Pending);
     assert_eq!(captured.partner_reference_id.as_deref(), Some("ref-b"));
 
     // At the deadline the sweeper times `a` out and returns its seats; `b` (captured) keeps its.
@@ -138,7 +159,7 @@ async fn the_capture_window_closes_on_the_injected_clock_and_the_seats_come_back
     );
     assert_eq!(w.bookings.expire_due(100).await.unwrap(), 1);
     let a2 = w.bookings.get(env, "p1", &a.id.to_string()).await.unwrap();
-    assert_eq!(a2.status, "CAPTURE_TIMEOUT");
+    assert_eq!(a2.status, BookingStatus::CaptureTimeout);
     assert_eq!(w.bookings.seats_taken(env, &slot).await.unwrap(), 1);
     let late = w
         .bookings
@@ -188,7 +209,7 @@ async fn the_capture_window_closes_on_the_injected_clock_and_the_seats_come_back
             .await
             .unwrap()
             .status,
-        "CAPTURE_TIMEOUT"
+        BookingStatus::CaptureTimeout
     );
     assert_eq!(w.bookings.seats_taken(env, &slot).await.unwrap(), 1);
     // Capturing twice is refused too.
@@ -232,6 +253,15 @@ async fn concurrent_creates_never_oversell_and_remaining_stays_exact() {
     }
     let taken = w.bookings.seats_taken(env, &slot).await.unwrap();
     assert!(sold <= 5, "oversold: {sold} seats of 5");
+    // Ids are twelve random digits, not a counter anyone could read volumes from.
+    assert!(
+        ids.iter()
+            .all(|id| (100_000_000_000..1_000_000_000_000).contains(id)),
+        "{ids:?}"
+    );
+    let mut sorted = ids.clone();
+    sorted.sort_unstable();
+    assert!(sorted.windows(2).all(|w| w[1] - w[0] > 1), "{sorted:?}");
     assert_eq!(
         taken, sold,
         "usage equals the seats of the bookings that exist"
@@ -553,7 +583,7 @@ async fn cancellation_honours_the_policy_cut_off() {
         .cancel(env, "p1", &c.id.to_string(), Some("no".into()))
         .await
         .unwrap();
-    assert_eq!(cancelled.status, "CANCELLED");
+    assert_eq!(cancelled.status, BookingStatus::Cancelled);
     assert_eq!(w.bookings.seats_taken(env, &slot).await.unwrap(), 1);
     let twice = w
         .bookings
@@ -667,7 +697,7 @@ async fn fulfilment_completes_with_tickets_or_fails_and_returns_the_seats() {
             .unwrap();
     }
     let done = w.bookings.get(env, "p1", &ok.id.to_string()).await.unwrap();
-    assert_eq!(done.status, "COMPLETED");
+    assert_eq!(done.status, BookingStatus::Completed);
     assert_eq!(
         done.tickets,
         json!([{"publicId": format!("T-{}", ok.id), "url": null, "type": "QRCODE"}])
@@ -707,7 +737,7 @@ async fn fulfilment_completes_with_tickets_or_fails_and_returns_the_seats() {
         .get(env, "p1", &bad.id.to_string())
         .await
         .unwrap();
-    assert_eq!(failed.status, "FAILED");
+    assert_eq!(failed.status, BookingStatus::Failed);
     assert_eq!(
         w.bookings.seats_taken(env, &slot).await.unwrap(),
         2,
@@ -762,6 +792,7 @@ fn an_invalid_catalog_lists_every_problem_with_its_path() {
     doc["products"][0]["cityCode"] = json!("BERLIN");
     doc["products"][1]["variants"][0]["id"] = json!("5001");
     doc["products"][2]["variants"][0]["slots"][0]["startDateTime"] = json!("tomorrow");
+    doc["cities"][1]["timeZone"] = json!("Europe/Atlantis");
     let err = Catalog::parse(&doc.to_string()).unwrap_err();
     let CatalogError::Invalid(problems) = &err else {
         panic!("{err}")
@@ -770,6 +801,7 @@ fn an_invalid_catalog_lists_every_problem_with_its_path() {
     assert_eq!(
         paths,
         vec![
+            "cities[1].timeZone",
             "products[0].cityCode",
             "products[0].variants[0].pax",
             "products[1].variants[0].id",
@@ -815,7 +847,7 @@ async fn a_cancelled_booking_cannot_be_captured_and_reschedule_moves_the_seats_a
             .await
             .unwrap()
             .status,
-        "CANCELLED"
+        BookingStatus::Cancelled
     );
 
     // Reschedule 09:00 → 15:00 the same day: the seats move in one transaction.
@@ -949,4 +981,441 @@ async fn seatmap_bookings_take_named_seats_once() {
         .create(env, "p1", 2, &body(json!(["STALLS-A-2"]), 1), None)
         .await
         .unwrap();
+}
+
+/// Succeeds for most bookings, fails for every third (a permanent supplier refusal), and
+/// yields between steps so that other changes interleave with fulfilment.
+#[derive(Debug)]
+struct StormSteps;
+
+#[async_trait]
+impl StepRunner for StormSteps {
+    async fn run(
+        &self,
+        _step: &str,
+        booking: &Value,
+        _input: &Value,
+        _key: &str,
+    ) -> anyhow::Result<StepOutcome> {
+        tokio::task::yield_now().await;
+        let id: i64 = booking["booking_id"].as_str().unwrap().parse().unwrap();
+        Ok(if id % 3 == 0 {
+            StepOutcome::Permanent("supplier_rejected: storm".into())
+        } else {
+            StepOutcome::Done(json!({}))
+        })
+    }
+}
+
+/// A small deterministic generator (no dependency for one test): xorshift64.
+struct Dice(u64);
+
+impl Dice {
+    fn roll(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n as u64) as usize
+    }
+}
+
+/// Concurrent storms of creates, captures, cancels, reschedules, capture timeouts and
+/// fulfilment (successes and failures) over four slots keep the ledger exact: for every slot,
+/// seats taken = Σ pax of its UNCAPTURED, PENDING and COMPLETED bookings, never above capacity.
+/// Every refusal is a documented 4xx; nothing answers 5xx.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn storms_of_every_change_keep_the_seat_ledger_exact() {
+    let w = world().await;
+    let env = Environment::Production;
+    let day = |n: i64| {
+        local(capstan_core::Clock::now_millis(&w.clock) as i64).date() + chrono::Duration::days(n)
+    };
+    let slots: Vec<String> = [(1, "0900"), (1, "1500"), (2, "0900"), (2, "1500")]
+        .iter()
+        .map(|(n, at)| format!("5001-{}{at}", day(*n).format("%Y%m%d")))
+        .collect();
+    let known = Arc::new(std::sync::Mutex::new(Vec::<i64>::new()));
+    let pipelines = Arc::new(Pipelines::default());
+    let mut tasks = Vec::new();
+    for task in 0..8u64 {
+        let (bookings, clock, slots, known, pipelines) = (
+            w.bookings.clone(),
+            w.clock.clone(),
+            slots.clone(),
+            known.clone(),
+            pipelines.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let mut dice = Dice(0x9E37_79B9_7F4A_7C15 ^ (task + 1));
+            for _ in 0..60 {
+                let pick = {
+                    let known = known.lock().unwrap();
+                    (!known.is_empty()).then(|| known[dice.roll(known.len())].to_string())
+                };
+                let slot = &slots[dice.roll(slots.len())];
+                let result = match (dice.roll(8), pick) {
+                    (0 | 1, _) | (_, None) => bookings
+                        .create(env, "p1", 2, &request(slot, 1 + dice.roll(2)), None)
+                        .await
+                        .map(|b| known.lock().unwrap().push(b.id)),
+                    (2, Some(id)) => bookings
+                        .update(
+                            env,
+                            "p1",
+                            &id,
+                            &json!({"status": "PENDING", "partnerReferenceId": format!("r{id}")}),
+                            true,
+                        )
+                        .await
+                        .map(drop),
+                    (3, Some(id)) => bookings.cancel(env, "p1", &id, None).await.map(drop),
+                    (4 | 5, Some(id)) => bookings.reschedule(env, "p1", &id, slot).await.map(drop),
+                    (6, _) => {
+                        if dice.roll(4) == 0 {
+                            // Some holds outlive their capture window.
+                            clock.advance(20 * 60_000);
+                        }
+                        bookings.expire_due(100).await.map(drop)
+                    }
+                    (_, _) => bookings
+                        .run_fulfilment(&StormSteps, &pipelines, 60_000, 10)
+                        .await
+                        .map(drop),
+                };
+                if let Err(e) = result {
+                    assert!(
+                        e.status == 409
+                            || (e.status == 400 && e.message.contains("already in that slot")),
+                        "only documented refusals: {e}"
+                    );
+                }
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let (all, total) = w.bookings.list(env, "p1", 0, 10_000).await.unwrap();
+    assert_eq!(all.len() as i64, total);
+    assert!(all.len() >= 20, "the storm made bookings: {}", all.len());
+    let moved = all
+        .iter()
+        .filter(|b| b.status != BookingStatus::Uncaptured)
+        .count();
+    assert!(moved > 10, "the storm changed bookings: {moved}");
+    for slot in &slots {
+        let held: u32 = all
+            .iter()
+            .filter(|b| &b.slot_id == slot && b.status.holds_seats())
+            .map(|b| b.pax)
+            .sum();
+        let taken = w.bookings.seats_taken(env, slot).await.unwrap();
+        assert_eq!(taken, held, "slot {slot}: the ledger matches its bookings");
+        assert!(taken <= 5, "slot {slot} oversold: {taken}");
+    }
+}
+
+/// Fails transiently while `failures` lasts, then succeeds; records the amounts in minor units
+/// it was handed.
+#[derive(Debug, Default)]
+struct FlakySupplier {
+    failures: AtomicUsize,
+    amounts: std::sync::Mutex<Vec<(String, i64)>>,
+}
+
+#[async_trait]
+impl StepRunner for FlakySupplier {
+    async fn run(
+        &self,
+        _step: &str,
+        booking: &Value,
+        _input: &Value,
+        _key: &str,
+    ) -> anyhow::Result<StepOutcome> {
+        self.amounts.lock().unwrap().push((
+            booking["currency_code"].as_str().unwrap().to_owned(),
+            booking["amount_minor"].as_i64().unwrap(),
+        ));
+        if self.failures.load(Ordering::SeqCst) > 0 {
+            self.failures.fetch_sub(1, Ordering::SeqCst);
+            return Ok(StepOutcome::Transient("supplier down".into()));
+        }
+        Ok(StepOutcome::Done(json!({})))
+    }
+}
+
+/// A supplier outage is retried with growing waits for the pipeline's budget, the booking
+/// staying PENDING (with the seats) meanwhile; past the budget it fails and the seats return.
+/// Steps get amounts in the currency's minor units (cents for EUR, yen for JPY).
+#[tokio::test]
+async fn fulfilment_outlasts_an_outage_within_its_budget_and_hands_over_minor_units() {
+    let w = world().await;
+    let env = Environment::Production;
+    let slot = slot(&w.clock);
+    let capture =
+        async |body: Value, reference: &str| captured(&w, &body, reference).await.id.to_string();
+    // Default budget: hours of failures keep the booking PENDING.
+    let defaults = Pipelines::default();
+    let waits: i64 = (0..1000)
+        .take_while(|n| defaults.retries(*n))
+        .map(|n| defaults.backoff_ms(n))
+        .sum();
+    assert!(waits >= 5 * HOUR as i64, "retried for {waits} ms");
+
+    let pipelines = Pipelines {
+        default: vec!["confirm-supplier".into()],
+        retry_for_ms: 10_000,
+        max_backoff_ms: 4_000,
+        ..Pipelines::default()
+    };
+    let supplier = FlakySupplier {
+        failures: AtomicUsize::new(100),
+        ..FlakySupplier::default()
+    };
+    let id = capture(request(&slot, 1), "out").await;
+    // Waits of 1, 2 and 4 s (7 s of the 10 s budget); the next wait would exceed it.
+    for wait in [1_000, 2_000, 4_000] {
+        w.bookings
+            .run_fulfilment(&supplier, &pipelines, 60_000, 10)
+            .await
+            .unwrap();
+        let b = w.bookings.get(env, "p1", &id).await.unwrap();
+        assert_eq!(b.status, BookingStatus::Pending, "still retrying");
+        assert_eq!(w.bookings.seats_taken(env, &slot).await.unwrap(), 1);
+        w.clock.advance(wait);
+    }
+    w.bookings
+        .run_fulfilment(&supplier, &pipelines, 60_000, 10)
+        .await
+        .unwrap();
+    let b = w.bookings.get(env, "p1", &id).await.unwrap();
+    assert_eq!(b.status, BookingStatus::Failed, "past the budget");
+    assert_eq!(w.bookings.seats_taken(env, &slot).await.unwrap(), 0);
+
+    // Minor units by the currency's precision: 40 EUR is 4000 cents, 40 EUR in JPY (rate
+    // 160.3, no decimals) is 6412 yen.
+    supplier.failures.store(0, Ordering::SeqCst);
+    supplier.amounts.lock().unwrap().clear();
+    capture(request(&slot, 1), "eur").await;
+    let mut yen = request(&slot, 1);
+    yen["price"] = json!({"amount": 6412.0, "currencyCode": "JPY"});
+    capture(yen, "jpy").await;
+    w.bookings
+        .run_fulfilment(&supplier, &pipelines, 60_000, 10)
+        .await
+        .unwrap();
+    let mut amounts = supplier.amounts.lock().unwrap().clone();
+    amounts.sort();
+    assert_eq!(
+        amounts,
+        [("EUR".to_owned(), 4000), ("JPY".to_owned(), 6412)]
+    );
+}
+
+/// Milliseconds of an RFC 3339 instant.
+fn at(rfc3339: &str) -> u64 {
+    chrono::DateTime::parse_from_rfc3339(rfc3339)
+        .unwrap()
+        .timestamp_millis() as u64
+}
+
+/// Rome's clocks go back on 2026-10-25 (03:00 CEST → 02:00 CET). What is past, a policy's
+/// cut-off and the webhook's eventTimestamp are all read in the supplier's zone, and a cut-off
+/// of 24 hours is 24 real hours across the change.
+#[tokio::test]
+async fn local_times_are_the_suppliers_across_a_daylight_saving_change() {
+    let w = world_at(at("2026-10-24T06:00:00Z")).await; // 08:00 in Rome (CEST)
+    let env = Environment::Production;
+    let slot = "5001-202610250900"; // 09:00 CET = 08:00Z
+    w.bookings
+        .create_webhook(
+            env,
+            "p1",
+            "https://hooks.example/cb",
+            true,
+            "local:1",
+            "sealed",
+        )
+        .await
+        .unwrap();
+    let capture = async |reference: &str| captured(&w, &request(slot, 1), reference).await;
+    let early = capture("early").await;
+    let late = capture("late").await;
+    let json = early.to_json(true);
+    assert_eq!(json["startDateTime"], "2026-10-25T09:00:00");
+    assert_eq!(json["startTime"], "2026-10-25T09:00:00+01:00");
+    assert_eq!(json["startTimeLocal"], "2026-10-25 09:00:00");
+    assert_eq!(json["dateCreated"], "2026-10-24T08:00:00.000+02:00");
+
+    // Cut-off 1,440 minutes before the start: 2026-10-24T08:00Z, 10:00 in Rome. (Counted on the
+    // wall clock it would be 09:00 in Rome, an hour early.)
+    w.clock.advance(90 * 60_000); // 07:30Z, 09:30 in Rome
+    w.bookings
+        .cancel(env, "p1", &early.id.to_string(), None)
+        .await
+        .unwrap();
+    w.clock.advance(60 * 60_000); // 08:30Z, 10:30 in Rome
+    let refused = w
+        .bookings
+        .cancel(env, "p1", &late.id.to_string(), None)
+        .await
+        .unwrap_err();
+    assert_eq!((refused.status, refused.code), (409, "E_INVALID_STATE"));
+    assert!(
+        refused.message.contains("until 2026-10-24 10:00:00"),
+        "{}",
+        refused.message
+    );
+    // The webhook says when, in Rome, without a zone.
+    let payloads: Vec<String> =
+        sqlx::query_scalar("SELECT payload FROM booking_webhook_deliveries ORDER BY event_seq")
+            .fetch_all(w.bookings.store().pool())
+            .await
+            .unwrap();
+    let cancelled = payloads
+        .iter()
+        .map(|p| serde_json::from_str::<Value>(p).unwrap())
+        .find(|p| p["status"] == "CANCELLED")
+        .unwrap();
+    assert_eq!(cancelled["eventTimestamp"], "2026-10-24T09:30:00.000");
+
+    // On the day, after the change: the 09:00 slot is on sale at 08:30 in Rome (07:30Z) and
+    // gone at 09:05 (08:05Z), though UTC still reads 08:05.
+    w.clock.set(at("2026-10-25T07:30:00Z"));
+    w.bookings
+        .create(env, "p1", 2, &request(slot, 1), None)
+        .await
+        .unwrap();
+    w.clock.set(at("2026-10-25T08:05:00Z"));
+    let gone = w
+        .bookings
+        .create(env, "p1", 2, &request(slot, 1), None)
+        .await
+        .unwrap_err();
+    assert_eq!((gone.status, gone.code), (404, "E_NOT_FOUND"), "{gone}");
+}
+
+/// Records every undo (step, key, handover) and fails the first undo of `issue-tickets`
+/// transiently.
+#[derive(Debug, Default)]
+struct Undoing {
+    undone: std::sync::Mutex<Vec<(String, String, Value)>>,
+    flaky: AtomicUsize,
+}
+
+#[async_trait]
+impl StepRunner for Undoing {
+    async fn run(
+        &self,
+        step: &str,
+        booking: &Value,
+        input: &Value,
+        key: &str,
+    ) -> anyhow::Result<StepOutcome> {
+        FakeSteps {
+            transient_failures: AtomicUsize::new(0),
+            permanent: false,
+        }
+        .run(step, booking, input, key)
+        .await
+    }
+
+    async fn compensate(
+        &self,
+        step: &str,
+        _booking: &Value,
+        handover: &Value,
+        key: &str,
+    ) -> anyhow::Result<StepOutcome> {
+        if step == "issue-tickets" && self.flaky.fetch_add(1, Ordering::SeqCst) == 0 {
+            return Ok(StepOutcome::Transient("admission busy".into()));
+        }
+        self.undone
+            .lock()
+            .unwrap()
+            .push((step.to_owned(), key.to_owned(), handover.clone()));
+        Ok(StepOutcome::Done(Value::Null))
+    }
+}
+
+/// Cancelling a fulfilled booking undoes its steps backward, each once with its own key (a
+/// transient failure is retried), then clears its tickets; cancelling one mid-pipeline undoes
+/// only the steps that ran or were running.
+#[tokio::test]
+async fn cancelling_a_fulfilled_booking_undoes_its_steps_backward_exactly_once() {
+    let w = world().await;
+    let env = Environment::Production;
+    let slot = slot(&w.clock);
+    let pipelines = Pipelines::default();
+    let runner = Undoing::default();
+    let capture = async |reference: &str| captured(&w, &request(&slot, 1), reference).await.id;
+    let run = async || {
+        for _ in 0..10 {
+            w.bookings
+                .run_fulfilment(&runner, &pipelines, 60_000, 10)
+                .await
+                .unwrap();
+            w.clock.advance(5_000);
+        }
+    };
+    let done = capture("done").await;
+    run().await;
+    let fulfilled = w.bookings.get(env, "p1", &done.to_string()).await.unwrap();
+    assert_eq!(fulfilled.status, BookingStatus::Completed);
+    assert_eq!(fulfilled.tickets.as_array().unwrap().len(), 1);
+    w.bookings
+        .cancel(env, "p1", &done.to_string(), None)
+        .await
+        .unwrap();
+    run().await;
+    let undone: Vec<(String, String)> = runner
+        .undone
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(step, key, _)| (step.clone(), key.clone()))
+        .collect();
+    assert_eq!(
+        undone,
+        [
+            (
+                "deliver-voucher".to_owned(),
+                format!("booking:{done}:undo:2")
+            ),
+            ("issue-tickets".to_owned(), format!("booking:{done}:undo:1")),
+            (
+                "confirm-supplier".to_owned(),
+                format!("booking:{done}:undo:0")
+            ),
+        ]
+    );
+    // Each undo sees what the pipeline had handed on: the last step's output.
+    let handover = runner.undone.lock().unwrap()[2].2.clone();
+    assert_eq!(handover["voucherUrl"], format!("https://v.example/{done}"));
+    let state = w.bookings.fulfilment_state(done).await.unwrap().unwrap();
+    assert_eq!(state["state"], "compensated", "{state}");
+    let cancelled = w.bookings.get(env, "p1", &done.to_string()).await.unwrap();
+    assert_eq!(cancelled.status, BookingStatus::Cancelled);
+    assert_eq!(cancelled.tickets, json!([]));
+
+    // Cancelled after its first step: only that step and the one it was at are undone.
+    runner.undone.lock().unwrap().clear();
+    let midway = capture("midway").await;
+    w.bookings
+        .run_fulfilment(&runner, &pipelines, 60_000, 10)
+        .await
+        .unwrap();
+    w.bookings
+        .cancel(env, "p1", &midway.to_string(), None)
+        .await
+        .unwrap();
+    run().await;
+    let steps: Vec<String> = runner
+        .undone
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(step, _, _)| step.clone())
+        .collect();
+    assert_eq!(steps, ["issue-tickets", "confirm-supplier"]);
 }

@@ -1,10 +1,12 @@
-//! The storage contract of the durable engine. The engine talks only to [`EngineStore`]; SQLite
-//! implements it now and PostgreSQL next, each in its own crate, both held to one conformance suite.
+//! The storage contract of the durable engine and its records. The engine talks only to
+//! [`EngineStore`], so it never sees SQL; `capstan-store` implements it once for SQLite and
+//! PostgreSQL, and the same tests hold both backends to it.
 //!
 //! Writes are data ([`Write`]) applied atomically by [`EngineStore::apply`]: stage transitions,
 //! journal entries, receipts and outbox events that belong together commit in one transaction, and
-//! a [`Fence`] makes the transaction fail if the writer no longer holds the run's lease or the run
-//! was canceled meanwhile.
+//! a [`Fence`] makes the transaction fail if the writer no longer holds the run's lease, the run
+//! was canceled meanwhile, or a write made behind a provider's answer failed since the activation
+//! began.
 
 use crate::execution::{ExecutionStatus, StageStatus};
 use async_trait::async_trait;
@@ -275,8 +277,8 @@ pub enum Write {
     /// Records an idempotency key with the execution it created, in the trigger's own batch:
     /// a second request with the key fails the batch on the key's uniqueness and replays this.
     InsertIdempotency(IdempotencyRecord),
-    /// Removes a key record that no longer counts (kept past its retention, or a reservation of
-    /// an earlier version that never completed), if it is still the one created at `created_ms`.
+    /// Removes a key record that no longer counts (kept past its retention, or a reservation
+    /// that never completed), if it is still the one created at `created_ms`.
     DropIdempotency {
         principal_id: String,
         workflow: String,
@@ -324,7 +326,7 @@ pub struct IdempotencyRecord {
     pub workflow: String,
     pub key: String,
     pub body_sha256: String,
-    /// `None` only for a reservation an earlier version wrote before creating its execution.
+    /// `None` only for a reservation: a key recorded without the execution it creates.
     pub execution_id: Option<String>,
     pub response_json: Option<Value>,
     pub created_ms: Millis,

@@ -11,8 +11,8 @@
 //! the call under the same token, which the provider answers as the same request; its answer and
 //! receipt ride the activation's next commit. Providers bind a token to the operation and
 //! request it first came with: a replay that reaches the token with another call (the guest
-//! branched on a read the crash lost) is refused, and the execution pauses as nondeterministic. (Journals written before tokens were derived may
-//! hold an `intent` entry with a drawn token; a replay uses that token.)
+//! branched on a read the crash lost) is refused, and the execution pauses as nondeterministic.
+//! (An `intent` entry carries a drawn token instead; a replay uses that token.)
 
 use crate::effects::is_effect;
 use crate::events::event;
@@ -502,8 +502,8 @@ impl JournalHost {
     async fn flush(&self, st: &mut Activation) -> Result<(), Interrupt> {
         let mut writes = std::mem::take(&mut st.pending);
         crate::events::stamp_published(&mut writes, self.inner.now());
-        // A cancel keeps the activation's receipts (`Engine::finish_cancel_keeping`): a copy of them
-        // goes back to the buffer if the commit is refused for one.
+        // A cancel keeps the activation's receipts (`Engine::finish_cancel_keeping`): a copy of
+        // them goes back to the buffer if the commit is refused for one.
         let receipts: Vec<Write> = writes
             .iter()
             .filter(|w| matches!(w, Write::InsertReceipt(_)))

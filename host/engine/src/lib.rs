@@ -15,6 +15,8 @@
 //! - `host` — the journal: replay, live calls, waits, effect tokens and receipts.
 //! - `effects` — which calls are side effects and how each is compensated.
 //! - `events` — outbox events.
+//! - `catalog` — the public event catalog: every published event version and its schema.
+//! - `check` — `capstan workflows check`: whether a candidate build replays the runs in flight.
 
 pub mod catalog;
 pub mod check;
@@ -76,8 +78,8 @@ pub struct EngineConfig {
     pub provider_retry_by_capability: std::collections::BTreeMap<capstan_core::Capability, Backoff>,
     /// Polling of `await-converged` conditions.
     pub convergence: Backoff,
-    /// How long an idempotency reservation that never completed blocks its key (reservations
-    /// are only found in databases an earlier version wrote: keys now come with their execution).
+    /// How long an idempotency reservation that never completed (a key recorded without its
+    /// execution) blocks its key. A trigger records its key with its execution, in one batch.
     pub reservation_timeout_ms: i64,
     /// How long a trigger's idempotency key replays its execution (then the key is free again).
     pub idempotency_retention_ms: i64,
@@ -268,7 +270,7 @@ pub(crate) struct Inner {
 /// A trigger that finds a slot free inserts its run already leased to this node and hands it
 /// over with the execution it just wrote: the run skips the claim (a write), reading back what
 /// was claimed, reading the execution and reading an empty journal. A trigger that finds every
-/// slot taken inserts its run unleased and wakes the claimer, as before.
+/// slot taken inserts its run unleased and wakes the claimer, which claims it like any due run.
 #[derive(Clone)]
 struct EagerStart {
     slots: Arc<tokio::sync::Semaphore>,
@@ -1453,7 +1455,8 @@ impl Engine {
         }
     }
 
-    /// Re-queues a run from `from_seq` of its journal: entries before it replay, the rest runs live.
+    /// Re-queues a run from `from_seq` of its journal: entries before it replay, the rest runs
+    /// live.
     async fn requeue(
         &self,
         execution: &ExecutionRecord,

@@ -12,7 +12,8 @@
 //!
 //! # Layout
 //! - `bindings` — the `bindgen!` of the `workflow` world and one `Host` impl per interface.
-//! - `sandbox` — [`RunState`] (store data), memory cap, the deterministic WASI context, [`HostCalls`].
+//! - `sandbox` — [`RunState`] (store data), memory cap, the deterministic WASI context,
+//!   [`HostCalls`].
 //! - `limits` — [`GuestLimits`]: the deadline and the bounds on host-call arguments.
 //! - `cache` — content-addressed compilation with an on-disk artifact cache.
 //! - `loader` — loading a workflows directory: digest, describe, grant check, [`LoadReport`].
@@ -47,7 +48,7 @@ const TABLES_PER_COMPONENT: u32 = 8;
 /// The most of a slot's memory (and of each table) left resident, zeroed, between activations
 /// where only written pages are reset (see [`Runtime::new`]). The workflows here write far less
 /// than this per activation (with it, `madvise` left the profile), so a slot keeps what its last
-/// activation wrote; a guest that writes more has the rest `madvise`d away as before. Resident
+/// activation wrote; a guest that writes more has the rest `madvise`d away. Resident
 /// memory is bounded by this times the slots in use (`runtime.instance_pool`).
 const KEEP_RESIDENT: usize = 4 << 20;
 
@@ -166,17 +167,17 @@ impl Runtime {
         let n = config.instance_pool;
         if n > 0 {
             let mut pool = PoolingAllocationConfig::new();
-            // A slot is reset, when its instance is dropped, by zeroing what the activation
-            // wrote. By default wasmtime `madvise`s the whole memory away: on a machine with
-            // more than one core the kernel then flushes the other cores' TLBs (an
-            // inter-processor interrupt, costly under a hypervisor), and the next activation in
-            // the slot faults in again every page it touches — about a tenth of the server's CPU
-            // at 32 executions in flight (BENCHMARKS.md, "Where the executions waited"). Where the
-            // kernel can say which pages were written (`PAGEMAP_SCAN`, Linux ≥ 6.7), only those are zeroed with `memset` and
+            // A slot is reset, when its instance is dropped, by zeroing what the activation wrote.
+            // By default wasmtime `madvise`s the whole memory away: on a machine with more than one
+            // core the kernel then flushes the other cores' TLBs (an inter-processor interrupt,
+            // costly under a hypervisor), and the next activation in the slot faults in again every
+            // page it touches — about a tenth of the server's CPU at 32 executions in flight
+            // (BENCHMARKS.md, "Where the executions waited"). Where the kernel can say which pages
+            // were written (`PAGEMAP_SCAN`, Linux ≥ 6.7), only those are zeroed with `memset` and
             // they stay resident (at most `KEEP_RESIDENT` per memory or table; above that,
-            // `madvise`). Elsewhere, `memset` would have to zero the whole first
-            // `KEEP_RESIDENT` bytes, which measured dearer than `madvise` for 64 MiB memories: nothing
-            // is kept resident there.
+            // `madvise`). Elsewhere, `memset` would have to zero the whole first `KEEP_RESIDENT`
+            // bytes, which measured dearer than `madvise` for 64 MiB memories: nothing is kept
+            // resident there.
             if PoolingAllocationConfig::is_pagemap_scan_available() {
                 pool.pagemap_scan(wasmtime::Enabled::Yes)
                     .linear_memory_keep_resident(KEEP_RESIDENT)

@@ -12,7 +12,8 @@
 //! - [`Runtime::load_step_dir`] / [`Runtime::load_step_file`] / [`Runtime::load_step_bytes`] load
 //!   and describe step components; a component of another world (a workflow, say) is refused with
 //!   [`LoadError::NotAStep`], naming the file.
-//! - [`LoadedStep::run`] runs one step on its input (the previous step's output, or `null`).
+//! - [`LoadedStep::run`] runs one step on its input (the previous step's output, or `null`);
+//!   [`LoadedStep::compensate`] undoes it on a cancelled booking's handover.
 //!
 //! # The JSON of each operation
 //!
@@ -40,10 +41,10 @@
 //! | `time.now` | `{}` | `u64` (milliseconds since the Unix epoch) |
 //! | `time.sleep` | `{"millis": u64}` | `null` |
 //!
-//! The step SDK (`step-sdk/`) calls only `booking.current`, the four booking capabilities,
-//! `context.log` and `time.now`; the other `context.*` and `time.sleep` exist because the world
-//! imports the whole `context` and `time` interfaces, and a host may refuse them with
-//! [`Interrupt::Host`].
+//! The step SDK (`step-sdk/`) calls only `booking.current`, the `supplier`, `admission` and
+//! `vouchers` operations above, `context.log` and `time.now`; the other `context.*` and
+//! `time.sleep` exist because the world imports the whole `context` and `time` interfaces, and a
+//! host may refuse them with [`Interrupt::Host`].
 //!
 //! `ticket` is `{"public_id": str, "url": str | null, "type_": str}` and `booking-view` is
 //!
@@ -227,6 +228,35 @@ impl LoadedStep {
             Ok(Ok(output)) => serde_json::from_str(&output)
                 .map(Ok)
                 .map_err(|e| StepFailure::InvalidOutput(format!("{e}; output was {output}"))),
+            Ok(Err(error)) => Ok(Err(guest_error(error))),
+            Err(trap) => Err(failure(classify(trap, &mut store, &self.config))),
+        }
+    }
+}
+
+impl LoadedStep {
+    /// Runs the step's compensation once on `handover` (what the pipeline had handed on when
+    /// the booking was cancelled): instantiate, call `compensate`, drop the instance. Answers
+    /// as [`LoadedStep::run`], with `Ok(Ok(()))` for an undo that is done.
+    pub async fn compensate(
+        &self,
+        calls: impl HostCalls + 'static,
+        handover: Value,
+    ) -> Result<Result<(), CapabilityError>, StepFailure> {
+        let handover = handover.to_string();
+        let seed = seed_of(&handover);
+        let engine = self.pre.engine();
+        let (_slot, mut store) =
+            new_store(engine, &self.config, &self.slots, Box::new(calls), seed).await;
+        let ran = within_deadline(&mut store, &self.config, async |store| {
+            let step = self.pre.instantiate_async(&mut *store).await?;
+            step.capstan_booking_step()
+                .call_compensate(store, &handover)
+                .await
+        })
+        .await;
+        match ran {
+            Ok(Ok(())) => Ok(Ok(())),
             Ok(Err(error)) => Ok(Err(guest_error(error))),
             Err(trap) => Err(failure(classify(trap, &mut store, &self.config))),
         }

@@ -125,6 +125,11 @@ async fn one(
     let home = Arc::new(Server::home(&[fixture], &config(concurrency.max(4)))?);
     let database = match backend {
         "sqlite" => format!("sqlite://{}/capstan.db", home.path().display()),
+        // The weaker durability mode (docs/operating.md), to price the default's fsyncs.
+        "sqlite-normal" => format!(
+            "sqlite://{}/capstan.db?synchronous=normal",
+            home.path().display()
+        ),
         _ => crate::bench_cluster::postgres_schema().await?,
     };
     capstan_store::Store::open(&database).await?;
@@ -246,7 +251,8 @@ async fn one(
     })
 }
 
-/// SQLite, then PostgreSQL (skipped with a note when it cannot be reached); 32 in flight, then 1.
+/// SQLite (`synchronous=full`, the default), SQLite with `synchronous=normal`, then PostgreSQL
+/// (skipped with a note when it cannot be reached); 32 in flight, then 1.
 pub async fn run(fixture: &Path, quick: bool) -> anyhow::Result<Vec<EngineHttpRun>> {
     anyhow::ensure!(
         fixture.is_file(),
@@ -254,7 +260,7 @@ pub async fn run(fixture: &Path, quick: bool) -> anyhow::Result<Vec<EngineHttpRu
         fixture.display()
     );
     let executions = if quick { 100 } else { 2_000 };
-    let mut backends = vec!["sqlite"];
+    let mut backends = vec!["sqlite", "sqlite-normal"];
     let server = crate::bench_cluster::postgres_server();
     match <sqlx::PgConnection as sqlx::Connection>::connect(&server).await {
         Ok(_) => backends.push("postgres"),
@@ -265,7 +271,7 @@ pub async fn run(fixture: &Path, quick: bool) -> anyhow::Result<Vec<EngineHttpRu
         for concurrency in [32, 1] {
             let run = one(fixture, backend, concurrency, executions).await?;
             println!(
-                "engine    {:<8} {:>2} in flight: {} ten-stage executions over HTTP, {:.0}/s, trigger→terminal p50 {:.1} ms, p99 {:.1} ms, {} write transactions each, CPU {:.2} ms server + {:.2} ms client each",
+                "engine    {:<13} {:>2} in flight: {} ten-stage executions over HTTP, {:.0}/s, trigger→terminal p50 {:.1} ms, p99 {:.1} ms, {} write transactions each, CPU {:.2} ms server + {:.2} ms client each",
                 run.backend,
                 run.concurrency,
                 run.executions,

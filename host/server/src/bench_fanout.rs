@@ -1,4 +1,4 @@
-//! `capstan bench` — fan-out (issue [5/8]): SSE clients and webhook deliveries against a real
+//! `capstan bench` — fan-out: SSE clients and webhook deliveries against a real
 //! `capstan serve`.
 //!
 //! Each part spawns this executable as `capstan serve` on 127.0.0.1 (ports chosen by the OS) with

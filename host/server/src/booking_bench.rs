@@ -18,7 +18,7 @@ fn catalog(slots: usize, capacity: u32) -> String {
     json!({
         "baseCurrency": "EUR",
         "currencies": [{"code": "EUR", "currencyName": "Euro", "symbol": "€", "localSymbol": "€", "precision": 2, "rate": 1.0}],
-        "cities": [{"code": "BENCH", "name": "Bench"}],
+        "cities": [{"code": "BENCH", "name": "Bench", "timeZone": "UTC"}],
         "categories": [{"id": "1", "name": "Tours", "cityCode": "BENCH"}],
         "products": [{
             "id": "1", "name": "Contended tour", "productType": "TOUR", "cityCode": "BENCH", "primaryCategoryId": "1",

@@ -139,6 +139,15 @@ pub struct BookingSettings {
     /// Requests per partner key: `[booking.rate_limit] requests_per_second = 50, burst = 100`
     /// (0 = off); one more is 429 `E_RATE_LIMITED` with `Retry-After`.
     pub rate_limit: capstan_api::ratelimit::RateLimit,
+    /// How long a node holds a fulfilment job it works on without renewing it (it renews every
+    /// third of this while a step runs): after a crash, another pass takes the job over once
+    /// it lapses.
+    pub fulfilment_lease_ms: i64,
+    /// The URL partners reach the production partner API at (`https://api.example.com`):
+    /// the base of `nextUrl`/`prevUrl`. Unset, the request's `Host` is used.
+    pub public_base_url: Option<String>,
+    /// The same for the sandbox listener.
+    pub sandbox_public_base_url: Option<String>,
 }
 
 impl Default for BookingSettings {
@@ -157,6 +166,9 @@ impl Default for BookingSettings {
                 requests_per_second: 50.0,
                 burst: 100,
             },
+            fulfilment_lease_ms: 10_000,
+            public_base_url: None,
+            sandbox_public_base_url: None,
         }
     }
 }

@@ -69,6 +69,9 @@ pub async fn serve(
         request_deadline(Duration::from_millis(request_ms), req, next)
     }));
     let acceptor = tls.map(TlsAcceptor::from);
+    // Plain HTTP sent to a TLS port is answered 301 to the same port over HTTPS (the partner
+    // contract: "plain HTTP is redirected with status 301") rather than with a failed handshake.
+    let plain_redirect = crate::tls::redirect_router(listener.local_addr()?.port());
     let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let graceful = GracefulShutdown::new();
     let mut builder = Builder::new(TokioExecutor::new());
@@ -115,6 +118,7 @@ pub async fn serve(
         let builder = builder.clone();
         let watcher = graceful.watcher();
         let acceptor = acceptor.clone();
+        let plain_redirect = plain_redirect.clone();
         tokio::spawn(async move {
             let _permit = permit;
             let served = match acceptor {
@@ -122,22 +126,40 @@ pub async fn serve(
                     let conn = builder.serve_connection_with_upgrades(TokioIo::new(tcp), service);
                     watcher.watch(conn.into_owned()).await
                 }
-                Some(acceptor) => match tokio::time::timeout(handshake, acceptor.accept(tcp)).await
-                {
-                    Ok(Ok(stream)) => {
-                        let conn =
-                            builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-                        watcher.watch(conn.into_owned()).await
+                Some(acceptor) => {
+                    // One deadline for the first byte and the handshake together.
+                    let deadline = tokio::time::Instant::now() + handshake;
+                    // A TLS connection opens with a handshake record (content type 22).
+                    let mut first = [0u8; 1];
+                    match tokio::time::timeout_at(deadline, tcp.peek(&mut first)).await {
+                        Ok(Ok(1)) if first[0] != 0x16 => {
+                            let service = TowerToHyperService::new(plain_redirect);
+                            let conn = builder.serve_connection(TokioIo::new(tcp), service);
+                            if let Err(error) = watcher.watch(conn.into_owned()).await {
+                                tracing::debug!(%peer, %error, "plain-HTTP redirect ended with an error");
+                            }
+                            return;
+                        }
+                        Ok(Ok(1)) => {}
+                        // Closed, failed, or silent past the handshake deadline.
+                        _ => return,
                     }
-                    Ok(Err(error)) => {
-                        tracing::debug!(%peer, %error, "TLS handshake failed");
-                        return;
+                    match tokio::time::timeout_at(deadline, acceptor.accept(tcp)).await {
+                        Ok(Ok(stream)) => {
+                            let conn = builder
+                                .serve_connection_with_upgrades(TokioIo::new(stream), service);
+                            watcher.watch(conn.into_owned()).await
+                        }
+                        Ok(Err(error)) => {
+                            tracing::debug!(%peer, %error, "TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::debug!(%peer, "TLS handshake timed out");
+                            return;
+                        }
                     }
-                    Err(_) => {
-                        tracing::debug!(%peer, "TLS handshake timed out");
-                        return;
-                    }
-                },
+                }
             };
             if let Err(error) = served {
                 tracing::debug!(%peer, %error, "connection ended with an error");

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 
 /// mimalloc instead of glibc's malloc: an execution allocates and frees many small values across
 /// threads (JSON, statements, futures), where glibc's arenas spent ~10 % of the workers' time
-/// (`malloc_consolidate`, `_int_free`; BENCHMARKS.md, session 9).
+/// (`malloc_consolidate`, `_int_free` in a profile; BENCHMARKS.md).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -169,8 +169,19 @@ impl App {
         let partner_limiter = Arc::new(capstan_api::ratelimit::RateLimiter::new(
             settings.booking.rate_limit,
         ));
+        let scheme = if settings.tls_cert.is_some() {
+            "https"
+        } else {
+            "http"
+        };
         let partner = |environment| PartnerState {
             bookings: bookings.clone(),
+            public_base_url: match environment {
+                Environment::Production => settings.booking.public_base_url.clone(),
+                Environment::Sandbox => settings.booking.sandbox_public_base_url.clone(),
+            }
+            .map(|url| Arc::from(url.trim_end_matches('/'))),
+            scheme,
             environment,
             peppers: partner_peppers.clone(),
             webhooks: api.webhooks.clone(),
@@ -319,6 +330,19 @@ pub fn router(app: App) -> Router {
         .layer(axum::middleware::from_fn(
             capstan_api::partner::refuse_preflight,
         ))
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(panicked))
+}
+
+/// A handler that panicked answers 500 `internal` (the connection stays usable) and is logged.
+/// The partner router answers its own panics in its own error shape.
+fn panicked(panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    let what = panic
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| panic.downcast_ref::<&str>().copied())
+        .unwrap_or("a panic without a message");
+    capstan_api::error::ApiError::internal(format_args!("a handler panicked: {what}"))
+        .into_response()
 }
 
 async fn healthz() -> Json<serde_json::Value> {
@@ -353,10 +377,13 @@ struct Readiness {
     failed_workflows: Vec<FailedFile>,
     /// Each configured real provider and whether its service answers.
     providers: Vec<capstan_providers::ProviderReadiness>,
+    /// Fulfilment steps the catalog's products need that no loaded component provides.
+    missing_steps: Vec<String>,
 }
 
-/// Ready when the database answers; the body lists the loaded workflows, the files that failed
-/// and whether each configured real provider answers.
+/// Ready when the database answers and every fulfilment step the catalog's products need is
+/// loaded; the body lists the loaded workflows, the files that failed, whether each configured
+/// real provider answers and the missing steps.
 async fn readyz(State(app): State<App>) -> Response {
     let database = match tokio::time::timeout(Duration::from_secs(2), app.store.ping()).await {
         Ok(Ok(())) => "ok".to_owned(),
@@ -366,11 +393,25 @@ async fn readyz(State(app): State<App>) -> Response {
     let providers = app.providers.readiness(Duration::from_secs(2)).await;
     // Reported, not required: a provider that is down fails (and pauses) the executions that
     // need it, while the node keeps serving everything else.
-    let ready = database == "ok";
+    // Required: a booking captured on a node without its steps could never complete here (it
+    // waits PENDING, retried, until one is loaded).
+    let catalog = app.production.bookings.catalog();
+    let missing_steps: Vec<String> = catalog
+        .file
+        .products
+        .iter()
+        .flat_map(|p| app.booking.fulfilment.steps(&p.product_type))
+        .filter(|step| !app.steps.has(step))
+        .cloned()
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let ready = database == "ok" && missing_steps.is_empty();
     let body = Readiness {
         status: if ready { "ready" } else { "not_ready" },
         database,
         providers,
+        missing_steps,
         workflows: app
             .registry
             .summaries(|c| app.providers.kind_of(c).unwrap_or(HOST_SERVED)),
@@ -510,11 +551,12 @@ fn spawn_booking_tasks(
         let bookings = bookings.clone();
         let steps = app.steps.clone();
         let pipelines = app.booking.fulfilment.clone();
+        let lease_ms = app.booking.fulfilment_lease_ms.max(1);
         let mut stop = stop.clone();
         tokio::spawn(async move {
             loop {
                 let ran = match bookings
-                    .run_fulfilment(steps.as_ref(), &pipelines, 60_000, 32)
+                    .run_fulfilment(steps.as_ref(), &pipelines, lease_ms, 32)
                     .await
                 {
                     Ok(n) => n,

@@ -45,11 +45,15 @@ impl WasmSteps {
 
 #[async_trait]
 impl StepRunner for WasmSteps {
-    async fn run(
+    fn has(&self, name: &str) -> bool {
+        self.steps.contains_key(name)
+    }
+
+    async fn compensate(
         &self,
         step: &str,
         booking: &Value,
-        input: &Value,
+        handover: &Value,
         key: &str,
     ) -> anyhow::Result<StepOutcome> {
         let Some(loaded) = self.steps.get(step) else {
@@ -63,21 +67,54 @@ impl StepRunner for WasmSteps {
             voucher_base: self.voucher_base.clone(),
             key: key.to_owned(),
         };
-        match loaded.run(host, input.clone()).await {
-            Ok(Ok(output)) => Ok(StepOutcome::Done(output)),
-            Ok(Err(error)) if error.is_transient() => Ok(StepOutcome::Transient(format!(
-                "{}: {}",
-                error.code, error.message
-            ))),
-            Ok(Err(error)) => Ok(StepOutcome::Permanent(format!(
-                "{}: {}",
-                error.code, error.message
-            ))),
-            Err(failure) if failure.is_guest_fault() => Ok(StepOutcome::Permanent(format!(
-                "step `{step}` failed: {failure}"
-            ))),
-            Err(failure) => Ok(StepOutcome::Transient(format!("step `{step}`: {failure}"))),
+        Ok(outcome(
+            step,
+            loaded
+                .compensate(host, handover.clone())
+                .await
+                .map(|undone| undone.map(|()| Value::Null)),
+        ))
+    }
+
+    async fn run(
+        &self,
+        step: &str,
+        booking: &Value,
+        input: &Value,
+        key: &str,
+    ) -> anyhow::Result<StepOutcome> {
+        let Some(loaded) = self.steps.get(step) else {
+            // Transient: the node reports itself not ready (`/readyz`) until an operator puts
+            // the component in place, and the booking waits PENDING meanwhile.
+            return Ok(StepOutcome::Transient(format!(
+                "no fulfilment step component named `{step}` is loaded (booking.steps)"
+            )));
+        };
+        let host = StepHost {
+            booking: booking.clone(),
+            rejects: self.rejects.clone(),
+            voucher_base: self.voucher_base.clone(),
+            key: key.to_owned(),
+        };
+        Ok(outcome(step, loaded.run(host, input.clone()).await))
+    }
+}
+
+/// What a step's run or compensation came to, for the booking's fulfilment.
+fn outcome(
+    step: &str,
+    ran: Result<Result<Value, capstan_core::CapabilityError>, capstan_runtime::steps::StepFailure>,
+) -> StepOutcome {
+    match ran {
+        Ok(Ok(output)) => StepOutcome::Done(output),
+        Ok(Err(error)) if error.is_transient() => {
+            StepOutcome::Transient(format!("{}: {}", error.code, error.message))
         }
+        Ok(Err(error)) => StepOutcome::Permanent(format!("{}: {}", error.code, error.message)),
+        Err(failure) if failure.is_guest_fault() => {
+            StepOutcome::Permanent(format!("step `{step}` failed: {failure}"))
+        }
+        Err(failure) => StepOutcome::Transient(format!("step `{step}`: {failure}")),
     }
 }
 
@@ -130,7 +167,9 @@ impl HostCalls for StepHost {
                     .collect();
                 json!({"Ok": tickets})
             }
-            "admission.void-tickets" => json!({"Ok": []}),
+            // Voids what the booking holds, and answers those tickets (none the second time
+            // the booking shows none).
+            "admission.void-tickets" => json!({"Ok": self.booking["tickets"]}),
             "vouchers.deliver-voucher" => {
                 json!({"Ok": {"url": format!("{}/{booking_id}.pdf", self.voucher_base)}})
             }

@@ -1,5 +1,14 @@
-//! [`EngineStore`] on SQLite. One writer at a time (SQLite's rule), `BEGIN IMMEDIATE` so a batch
-//! takes the write lock up front instead of failing half-way on a busy upgrade.
+//! [`EngineStore`] on both backends: the statements each [`Write`] becomes, gathered per
+//! transaction in a [`Batch`], and the engine's reads.
+//!
+//! On SQLite a batch joins the next group commit (`writer.rs`) rather than taking the single
+//! write lock itself, so under load one transaction carries many activations' writes; a
+//! provider may also queue writes behind an answer it already gave ([`Store::write_behind`]), and
+//! a caller that decided outside a transaction commits guarded statements
+//! ([`Store::commit_guarded`]). On PostgreSQL every batch is a transaction of its own, run claims
+//! skip rows other nodes hold (`FOR UPDATE SKIP LOCKED`), and outbox events are inserted under a
+//! lock so that their sequence follows commit order. `journal` stores a run's journal one row per
+//! commit.
 
 use crate::rows::parse_enum;
 use crate::sql::Check;
@@ -769,12 +778,15 @@ impl Store {
         requires: Option<u64>,
     ) -> Result<Vec<Returned>, StoreError> {
         let (done, answer) = tokio::sync::oneshot::channel();
+        // Waits while the queue is full: back-pressure on a writer that cannot keep up.
+        let room = self.group_writer()?.room(&part).await?;
         self.enqueue(crate::writer::Job {
             part,
             events,
             requires,
             done: Some(done),
             queued_at: std::time::Instant::now(),
+            room,
         })?;
         answer.await.unwrap_or_else(|_| Err(interrupted()))
     }
@@ -806,13 +818,22 @@ impl Store {
                     .to_owned(),
             ));
         }
+        let part = crate::writer::Part::Statements(sql.into_statements());
+        // The caller answers before the write is durable, so it cannot wait for room: with the
+        // queue full it takes its ordinary path, which does.
+        let Some(room) = self.group_writer()?.try_room(&part) else {
+            return Err(StoreError::Unavailable(
+                "the SQLite writer's queue is full".to_owned(),
+            ));
+        };
         let number = self.inner.behind.queue();
         let job = crate::writer::Job {
-            part: crate::writer::Part::Statements(sql.into_statements()),
+            part,
             events: false,
             requires: Some(epoch),
             done: None,
             queued_at: std::time::Instant::now(),
+            room,
         };
         if let Err(e) = self.enqueue(job) {
             // Never queued: counted as answered (and failed) so that nothing waits for it.

@@ -201,6 +201,8 @@ struct Inner {
     /// Transactions waiting for the writer pool's connection ([`Store::begin_write`]): the group
     /// writer's session gives it back at its next group when there are any.
     writer_wanted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    /// Bytes the group writer's queue holds at most ([`writer::QUEUE_BYTES`]; smaller in tests).
+    writer_queue_bytes: std::sync::atomic::AtomicUsize,
     /// The thread that commits groups (SQLite), started with the first group.
     group_writer: std::sync::OnceLock<Result<writer::GroupWriter, String>>,
     /// Writes made behind their answers and their epoch ([`Store::write_behind`]).
@@ -222,6 +224,7 @@ impl Default for Inner {
             touched: Default::default(),
             keys: Default::default(),
             writer_wanted: Default::default(),
+            writer_queue_bytes: std::sync::atomic::AtomicUsize::new(writer::QUEUE_BYTES),
             group_writer: Default::default(),
             behind: Default::default(),
             readers: Default::default(),
@@ -561,6 +564,9 @@ impl Store {
                     self.events.clone(),
                     self.inner.writer_wanted.clone(),
                     self.inner.behind.clone(),
+                    self.inner
+                        .writer_queue_bytes
+                        .load(std::sync::atomic::Ordering::Relaxed),
                 )
                 .map_err(|e| format!("cannot start the SQLite group writer: {e}"))
             })
@@ -921,6 +927,43 @@ mod tests {
         assert_eq!(zones(&store).await, ["galone", "gbefore", "gwaited"]);
     }
 
+    /// The writer's queue is bounded: while the writer cannot commit (its connection is held
+    /// elsewhere), a full queue makes a caller that can wait wait for room, and refuses a write
+    /// behind its answer (which cannot wait); both commit nothing twice and lose nothing once
+    /// the writer goes on.
+    #[tokio::test]
+    async fn a_full_writer_queue_pushes_back() {
+        use capstan_core::store::EngineStore as _;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&format!("sqlite://{}/q.db", dir.path().display()))
+            .await
+            .unwrap();
+        // Room for one part at a time.
+        store
+            .inner
+            .writer_queue_bytes
+            .store(1, std::sync::atomic::Ordering::Relaxed);
+        let epoch = store.behind_epoch().unwrap();
+        let held = store.writer().acquire().await.unwrap();
+        let first = store.write_behind(insert_zone("gq0"), epoch).unwrap();
+        let full = store.write_behind(insert_zone("gq1"), epoch).unwrap_err();
+        assert!(
+            matches!(&full, capstan_core::store::StoreError::Unavailable(m) if m.contains("queue is full")),
+            "{full:?}"
+        );
+        let waiting = tokio::spawn({
+            let store = store.clone();
+            async move { store.commit_guarded(insert_zone("gq2"), 0).await }
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        assert!(!waiting.is_finished(), "a caller waits for room");
+        assert_eq!(store.behind_answered(), first - 1, "nothing committed yet");
+        drop(held);
+        waiting.await.unwrap().unwrap();
+        assert_eq!(store.behind_answered(), first);
+        assert_eq!(zones(&store).await, ["gq0", "gq2"]);
+    }
+
     /// Writes behind their answers commit in the order queued and before whatever is queued
     /// after them; `settle_behind` waits for them. One that fails moves the epoch: from then on
     /// what named the old epoch is refused unrun (writes behind answers decided on it, commits
@@ -1198,7 +1241,7 @@ mod tests {
             ExecutionStatus::Running
         );
         // A patch that only states a precondition is a guard alone, and a patch that changes
-        // nothing writes nothing (both used to be `SET id = id`, see `SetList`).
+        // nothing writes nothing (no `SET id = id`, see `SetList`).
         let only_checks = |expect: ExecutionStatus| {
             Write::UpdateExecution(ExecutionPatch {
                 id: "e1".into(),

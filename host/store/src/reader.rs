@@ -4,7 +4,7 @@
 //! thread, and every row comes back as a message of its own, each a futex wake on both sides.
 //! For the small reads on the hot paths (an execution and its stages, a run's journal, a key
 //! and its grants, the simulator's record sets) the hand-offs cost more than the query: the
-//! profile in BENCHMARKS.md (session 9) had sqlx's read threads spending more time waking and
+//! profile in BENCHMARKS.md had sqlx's read threads spending more time waking and
 //! waiting than in `sqlite3_step`. Here the caller runs the query itself on a connection it
 //! takes from an idle list, as a function call: a read bounded by a key takes microseconds
 //! (WAL readers never wait for the writer), which is less than a thread hop costs.
@@ -123,9 +123,9 @@ impl Readers {
 ///
 /// Without it, a statement whose plan read a bound value — `LIMIT $5`, or, with the bundled
 /// library's STAT4 and statistics present, a constraint on an indexed column — is marked expired
-/// by every bind and parsed and planned again on its next step: the run claim was re-prepared on every call (~100 µs of
-/// the group writer's time each, BENCHMARKS.md session 10). Our statements are written for one
-/// plan, so nothing is lost.
+/// by every bind and parsed and planned again on its next step: the run claim would be
+/// re-prepared on every call (~100 µs of the group writer's time each in a profile,
+/// BENCHMARKS.md). Our statements are written for one plan, so nothing is lost.
 pub(crate) fn plan_once(conn: &Connection) -> rusqlite::Result<()> {
     conn.set_db_config(
         rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,

@@ -57,6 +57,22 @@ impl Statement {
         &self.args.values.0
     }
 
+    /// About the bytes the statement holds while it waits for the writer: its text and its
+    /// values (what the writer's queue is bounded by, `crate::writer::QUEUE_BYTES`).
+    pub(crate) fn weight(&self) -> usize {
+        let values: usize = self
+            .values()
+            .iter()
+            .map(|value| match value {
+                AnyValueKind::Text(text) => text.len(),
+                AnyValueKind::TextSlice(text) => text.len(),
+                AnyValueKind::Blob(bytes) => bytes.len(),
+                _ => 0,
+            } + std::mem::size_of::<AnyValueKind>())
+            .sum();
+        self.text.len() + values
+    }
+
     /// The statement alone, as an sqlx query.
     pub(crate) fn into_query(self) -> sqlx::query::Query<'static, Any, AnyArguments> {
         sqlx::query_with(sqlx::AssertSqlSafe(self.text), self.args)

@@ -340,6 +340,7 @@ impl Store {
         now: Millis,
         lease_until: Millis,
         limit: i64,
+        per_owner: i64,
     ) -> Result<Vec<DeliveryRecord>, StoreError> {
         // Most wake-ups find nothing due: ask a reader first and keep the writer free.
         let read = Sql::new(
@@ -351,18 +352,32 @@ impl Store {
         if any_due.is_none() {
             return Ok(Vec::new());
         }
-        let skip_locked = match self.backend() {
-            crate::Backend::Sqlite => "",
-            crate::Backend::Postgres => " FOR UPDATE SKIP LOCKED",
-        };
+        // An owner's due deliveries are numbered oldest first and taken while that number plus
+        // the attempts it has in flight (leased, on any node) stays within `per_owner`, so slow
+        // receivers of one owner hold at most that many attempts and the rest go to others.
+        // (No `FOR UPDATE SKIP LOCKED` on PostgreSQL, which refuses it beside a window
+        // function: the outer lease condition is checked again on a row another node leased
+        // meanwhile, so that node keeps it.)
         let sql = format!(
-            "UPDATE deliveries SET lease_owner = $1, lease_expires_ms = $2 WHERE id IN (
-               SELECT d.id FROM deliveries d
-               WHERE d.status = 'pending' AND d.next_attempt_ms <= $3
-                 AND (d.lease_expires_ms IS NULL OR d.lease_expires_ms < $3)
-                 AND d.event_seq = (SELECT MIN(p.event_seq) FROM deliveries p
-                                    WHERE p.subscription_id = d.subscription_id AND p.status = 'pending')
-               ORDER BY d.next_attempt_ms LIMIT {limit}{skip_locked})
+            "UPDATE deliveries SET lease_owner = $1, lease_expires_ms = $2
+             WHERE (lease_expires_ms IS NULL OR lease_expires_ms < $3) AND status = 'pending' AND id IN (
+               WITH busy AS (
+                 SELECT g.owner_principal_id AS owner, COUNT(*) AS n
+                 FROM deliveries f JOIN subscriptions g ON g.id = f.subscription_id
+                 WHERE f.status = 'pending' AND f.lease_expires_ms >= $3
+                 GROUP BY g.owner_principal_id),
+               due AS (
+                 SELECT d.id, d.next_attempt_ms, COALESCE(b.n, 0) AS busy,
+                        ROW_NUMBER() OVER (PARTITION BY s.owner_principal_id ORDER BY d.next_attempt_ms, d.id) AS nth
+                 FROM deliveries d
+                 JOIN subscriptions s ON s.id = d.subscription_id
+                 LEFT JOIN busy b ON b.owner = s.owner_principal_id
+                 WHERE d.status = 'pending' AND d.next_attempt_ms <= $3
+                   AND (d.lease_expires_ms IS NULL OR d.lease_expires_ms < $3)
+                   AND d.event_seq = (SELECT MIN(p.event_seq) FROM deliveries p
+                                      WHERE p.subscription_id = d.subscription_id AND p.status = 'pending'))
+               SELECT id FROM due WHERE busy + nth <= {per_owner}
+               ORDER BY next_attempt_ms LIMIT {limit})
              RETURNING *"
         );
         let rows = sqlx::query(sqlx::AssertSqlSafe(sql))

@@ -9,10 +9,10 @@
 //!
 //! Callers queue their statements ([`GroupWriter::enqueue`]) and the thread takes whatever is
 //! queued each time it is free: while one group commits, the next gathers, and no async task
-//! stands between one commit and the next. (Handing each group over from a tokio task left the
-//! thread idle while that task waited its turn behind the very callers the last commit had just
-//! woken: the writer was busy half the time and the machine a third idle at 32 executions in
-//! flight, BENCHMARKS.md session 14.)
+//! stands between one commit and the next. (Handing each group over from a tokio task leaves the
+//! thread idle while that task waits its turn behind the very callers the last commit has just
+//! woken: measured that way, the writer was busy half the time and the machine a third idle at
+//! 32 executions in flight; BENCHMARKS.md.)
 //!
 //! When one caller's guard fails (a lost lease, a cancel, a value that moved) or one of its
 //! statements is refused (a unique key), the transaction rolls back, that caller alone gets the
@@ -21,7 +21,7 @@
 //! SQLite allows one writer: the process's other writes go through sqlx's single-connection
 //! writer pool. The thread commits only in a *session*, while a tokio task holds that pool's
 //! connection for it ([`crate::Store`]'s `group_session`), so the two never race for the file's
-//! write lock (other processes, like the CLI, wait in the busy timeout as before). A session ends
+//! write lock (other processes, like the CLI, wait in the busy timeout). A session ends
 //! when nothing has been queued for [`LINGER`], after [`SLICE`], or at its next group when a
 //! transaction waits for the pool, so the pool's other users get their turn; the task then gives
 //! the connection back (and takes it again for the next session).
@@ -56,9 +56,29 @@ const BEHIND_COMPANY: Duration = Duration::from_millis(2);
 /// next group instead; other statements on the pool wait at most this long.
 const SLICE: Duration = Duration::from_millis(25);
 
+/// Bytes of statements (texts and values) queued for the writer at most. A slow disk makes
+/// callers wait for room ([`GroupWriter::room`]) instead of growing the queue without bound;
+/// writes behind answers, which cannot wait, are refused when there is none
+/// ([`GroupWriter::try_room`]) and their callers take the ordinary path, which waits.
+pub(crate) const QUEUE_BYTES: usize = 64 << 20;
+
 /// One caller's part of a group: statements, guards marked ([`Statement::check`]).
 pub(crate) enum Part {
     Statements(Vec<Statement>),
+}
+
+impl Part {
+    /// What the part counts against [`QUEUE_BYTES`].
+    fn weight(&self) -> usize {
+        match self {
+            Part::Statements(statements) => statements.iter().map(Statement::weight).sum(),
+        }
+    }
+}
+
+/// A job's share of the queue's room, given back once the job is answered.
+pub(crate) struct Room {
+    _permit: tokio::sync::OwnedSemaphorePermit,
 }
 
 /// A part's answer: the first column of every row its statements returned, guards aside.
@@ -76,6 +96,8 @@ pub(crate) struct Job {
     pub(crate) done: Option<tokio::sync::oneshot::Sender<Answer>>,
     /// When it was queued (how long writes behind answers have waited for company).
     pub(crate) queued_at: Instant,
+    /// Its room in the queue ([`GroupWriter::room`]).
+    pub(crate) room: Room,
 }
 
 /// Writes made behind their answers ([`crate::Store::write_behind`]): a caller that decided in
@@ -215,6 +237,9 @@ const BACKSTOP_PAGES: u32 = 10_000;
 pub(crate) struct GroupWriter {
     sessions: mpsc::Sender<Session>,
     shared: Arc<Shared>,
+    /// Room in the queue, in bytes ([`QUEUE_BYTES`]).
+    room: Arc<tokio::sync::Semaphore>,
+    capacity: usize,
     _checkpoints: mpsc::Sender<()>,
 }
 
@@ -234,6 +259,7 @@ impl GroupWriter {
         events: Arc<tokio::sync::watch::Sender<u64>>,
         wanted: Arc<AtomicUsize>,
         behind: Arc<Behind>,
+        capacity: usize,
     ) -> std::io::Result<Self> {
         let (checkpoints, stop) = mpsc::channel::<()>();
         let checkpointer_path = path.clone();
@@ -258,11 +284,40 @@ impl GroupWriter {
                     let _ = session.ended.send(ended);
                 }
             })?;
+        let capacity = capacity.clamp(1, tokio::sync::Semaphore::MAX_PERMITS);
         Ok(Self {
             sessions,
             shared,
+            room: Arc::new(tokio::sync::Semaphore::new(capacity)),
+            capacity,
             _checkpoints: checkpoints,
         })
+    }
+
+    /// The bytes `part` takes in the queue: a part larger than the whole queue takes all of it
+    /// (and waits for the queue to empty).
+    fn share(&self, part: &Part) -> u32 {
+        let share = part.weight().clamp(1, self.capacity);
+        u32::try_from(share).unwrap_or(u32::MAX)
+    }
+
+    /// Waits until the queue has room for `part`.
+    pub(crate) async fn room(&self, part: &Part) -> Result<Room, StoreError> {
+        self.room
+            .clone()
+            .acquire_many_owned(self.share(part))
+            .await
+            .map(|permit| Room { _permit: permit })
+            .map_err(|_| crate::engine::interrupted())
+    }
+
+    /// Room for `part` if the queue has it now.
+    pub(crate) fn try_room(&self, part: &Part) -> Option<Room> {
+        self.room
+            .clone()
+            .try_acquire_many_owned(self.share(part))
+            .ok()
+            .map(|permit| Room { _permit: permit })
     }
 
     /// Queues a job for the next group; true when no session is open, and the caller must open
@@ -281,7 +336,7 @@ impl GroupWriter {
         };
         // Woken after the lock is let go: the thread, woken while the caller still held it,
         // often ran at once on the caller's core and blocked on that lock (~100 such switches a
-        // second on each side in a `sched_switch` profile, BENCHMARKS.md session 17). It finds
+        // second on each side in a `sched_switch` profile, BENCHMARKS.md). It finds
         // the job either way: it looks for jobs under the lock before it parks.
         if parked {
             self.shared.arrived.notify_one();
@@ -380,9 +435,12 @@ fn run_session(
             std::mem::take(&mut queue.jobs)
         };
         crate::count_write();
+        // Given back once every part is answered: until then the parts are still in memory.
+        let mut rooms = Vec::with_capacity(jobs.len());
         let (parts, waiters): (Vec<Entry>, Vec<_>) = jobs
             .into_iter()
             .map(|job| {
+                rooms.push(job.room);
                 let entry = Entry {
                     part: job.part,
                     requires: job.requires,
@@ -416,6 +474,7 @@ fn run_session(
                 let _ = done.send(answer);
             }
         }
+        drop(rooms);
         if started.elapsed() >= SLICE || wanted.load(Ordering::Relaxed) > 0 {
             return Ended::SliceUsed;
         }
@@ -426,8 +485,8 @@ fn run_session(
 /// sender is dropped.
 ///
 /// SQLite checkpoints automatically in the commit that grows the WAL past 1,000 pages, so the
-/// group writer used to copy pages and `fsync` the database file in the middle of its commits
-/// (~12 % of its time in the profile, BENCHMARKS.md session 10) while every caller waited. Its
+/// group writer would copy pages and `fsync` the database file in the middle of its commits
+/// (~12 % of its time in a profile, BENCHMARKS.md) while every caller waited. Its
 /// connection moves that threshold out of the way ([`BACKSTOP_PAGES`]) and this thread
 /// checkpoints instead, `PASSIVE`ly: it copies what no reader still needs and never blocks the
 /// writer or a reader.

@@ -68,6 +68,11 @@ pub async fn run(
     }
 }
 
+/// How long a claimed attempt is held without renewal: renewed every third of it while the
+/// request is out, so a node killed mid-attempt leaves a delivery that is due again within
+/// this, whatever the receiver's time limit (45 s documented).
+const LEASE_MS: i64 = 10_000;
+
 /// One pass: claims every due delivery there is room for and starts its attempt. Returns how
 /// many were started.
 pub async fn dispatch(
@@ -85,8 +90,8 @@ pub async fn dispatch(
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut started = 0;
-    for d in due {
-        let lease_until = state.bookings.now_ms() + policy.timeout_ms as i64 + 5_000;
+    for mut d in due {
+        let lease_until = state.bookings.now_ms() + LEASE_MS;
         if !state
             .bookings
             .claim_webhook_delivery(&d, lease_until)
@@ -95,6 +100,8 @@ pub async fn dispatch(
         {
             continue;
         }
+        // The claim moved the due time to the lease's end; renewals move it on from there.
+        d.next_attempt_ms = lease_until;
         let Ok(permit) = slots.clone().acquire_owned().await else {
             break;
         };
@@ -132,15 +139,21 @@ async fn attempt(
         timeout_ms: policy.timeout_ms,
         ..(**config).clone()
     };
-    let result = crate::webhooks::delivery::send(
+    let send = crate::webhooks::delivery::send(
         &send_config,
         &d.url,
         &d.message_id,
         timestamp,
         &signatures,
         d.payload.clone(),
-    )
-    .await;
+    );
+    let result = tokio::select! {
+        result = send => result,
+        () = keep_leased(state, &d) => {
+            // Another node took the delivery over after a lapse: its attempt is the one.
+            return Ok(());
+        }
+    };
     let (code, error) = match result {
         Ok((code, _)) => (Some(code), format!("the receiver answered {code}")),
         Err(e) => (None, e),
@@ -175,6 +188,26 @@ async fn attempt(
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(())
+}
+
+/// Renews the attempt's lease every third of [`LEASE_MS`]; returns once a renewal finds the
+/// delivery no longer held by this attempt.
+async fn keep_leased(state: &PartnerState, d: &DueDelivery) {
+    let mut held_until = d.next_attempt_ms;
+    loop {
+        tokio::time::sleep(std::time::Duration::from_millis((LEASE_MS / 3) as u64)).await;
+        let until = state.bookings.now_ms() + LEASE_MS;
+        match state
+            .bookings
+            .renew_webhook_lease(d.id, held_until, until)
+            .await
+        {
+            Ok(true) => held_until = until,
+            Ok(false) => return,
+            // The database is away: the request goes on; its outcome is written if it can be.
+            Err(error) => tracing::warn!(%error, "booking webhook lease renewal failed; retrying"),
+        }
+    }
 }
 
 /// The AAD the secret was sealed with (`booking-webhook:<partner id>`).

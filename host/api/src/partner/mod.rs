@@ -7,6 +7,7 @@
 //! catalog only; no CORS (a preflight is refused, no `Access-Control-*` header is ever sent).
 
 pub mod delivery;
+pub mod schema;
 
 use crate::keys::Peppers;
 use crate::webhooks::{WebhookConfig, safety};
@@ -19,7 +20,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use base64::Engine as _;
 use capstan_booking::catalog::{
-    Catalog, EXTRA_LIST_LANGUAGES, LOCAL_FORMAT, PRODUCT_LANGUAGES, local,
+    Catalog, EXTRA_LIST_LANGUAGES, LOCAL_FORMAT, LOCALIZED_FORMAT, PRODUCT_LANGUAGES, local_in,
 };
 use capstan_booking::partners::{PartnerRecord, PartnerType};
 use capstan_booking::views::{self, Audience, Locale};
@@ -27,12 +28,20 @@ use capstan_booking::{BookingError, Bookings, Environment};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use utoipa::OpenApi as _;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 /// What the partner routes of one environment reach.
 #[derive(Debug, Clone)]
 pub struct PartnerState {
     pub bookings: Bookings,
     pub environment: Environment,
+    /// Where partners reach this listener (`[booking] public_base_url`); unset, the request's
+    /// `Host` with [`PartnerState::scheme`].
+    pub public_base_url: Option<Arc<str>>,
+    /// `https` with TLS, else `http`.
+    pub scheme: &'static str,
     pub peppers: Peppers,
     pub webhooks: Arc<WebhookConfig>,
     /// Token buckets per partner key (both environments share them: a key lives in one).
@@ -134,6 +143,36 @@ pub async fn create_partner(
 #[derive(Debug, Clone)]
 pub struct Partner(pub PartnerRecord);
 
+/// The scheme and authority partners reach this listener at: the base of absolute links
+/// (`nextUrl`, `prevUrl`).
+#[derive(Debug, Clone)]
+pub struct Origin(pub String);
+
+impl FromRequestParts<PartnerState> for Origin {
+    type Rejection = PartnerError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &PartnerState) -> Result<Self> {
+        if let Some(base) = &state.public_base_url {
+            return Ok(Self(base.to_string()));
+        }
+        // Only a plain authority (host and port): a `Host` carrying anything else would make
+        // the links point wherever the sender wanted.
+        let authority = parts
+            .headers
+            .get(axum::http::header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .and_then(|h| h.parse::<axum::http::uri::Authority>().ok())
+            .or_else(|| parts.uri.authority().cloned())
+            .filter(|a| !a.as_str().contains('@'))
+            .ok_or_else(|| {
+                PartnerError(BookingError::invalid(
+                    "the request has no valid Host header",
+                ))
+            })?;
+        Ok(Self(format!("{}://{authority}", state.scheme)))
+    }
+}
+
 impl FromRequestParts<PartnerState> for Partner {
     type Rejection = PartnerError;
 
@@ -228,54 +267,78 @@ impl Partner {
     }
 }
 
+/// The documented routes (paths as in the contract), without state: the router and the OpenAPI
+/// document ([`schema::document`]) are both made from it.
+pub fn routes() -> OpenApiRouter<PartnerState> {
+    let v1 = OpenApiRouter::new()
+        .routes(routes!(product_v1))
+        .routes(routes!(cities_v1))
+        .routes(routes!(categories_v1))
+        .routes(routes!(listing_by_city_v1))
+        .routes(routes!(listing_by_category_v1))
+        .routes(routes!(inventory_v1))
+        .routes(routes!(create_v1, list_v1))
+        .routes(routes!(get_booking_v1, update_v1));
+    let v2 = OpenApiRouter::new()
+        .routes(routes!(product_v2))
+        .routes(routes!(products_v2))
+        .routes(routes!(cities_v2))
+        .routes(routes!(categories_v2))
+        .routes(routes!(subcategories_v2))
+        .routes(routes!(collections_v2))
+        .routes(routes!(inventory_v2))
+        .routes(routes!(seatmap_v2))
+        .routes(routes!(validate_seats_v2))
+        .routes(routes!(create_v2, list_v2))
+        .routes(routes!(get_booking_v2, update_v2))
+        .routes(routes!(cancel_v2))
+        .routes(routes!(reschedule_v2))
+        .routes(routes!(create_webhook, list_webhooks))
+        .routes(routes!(get_webhook, update_webhook, delete_webhook))
+        .routes(routes!(webhook_deliveries));
+    // Partners' clients differ on trailing slashes: each v2 path also answers in the other form
+    // (undocumented aliases of the same handlers).
+    let v2_aliases = Router::new()
+        .route("/products", get(products_v2))
+        .route("/cities", get(cities_v2))
+        .route("/categories/", get(categories_v2))
+        .route("/subcategories/", get(subcategories_v2))
+        .route("/collections/", get(collections_v2))
+        .route("/seatmap/inventory", get(seatmap_v2))
+        .route("/seatmap/validate", post(validate_seats_v2))
+        .route("/bookings", post(create_v2).get(list_v2))
+        .route("/bookings/{id}", get(get_booking_v2).put(update_v2))
+        .route("/webhooks", post(create_webhook).get(list_webhooks));
+    let legacy: Router<PartnerState> = v1.clone().split_for_parts().0;
+    OpenApiRouter::with_openapi(schema::Base::openapi())
+        .nest("/api/public/v1", v1)
+        .nest("/api/public/v2", v2.merge(OpenApiRouter::from(v2_aliases)))
+        .nest(
+            "/api/public",
+            OpenApiRouter::new().routes(routes!(schema::serve)),
+        )
+        .merge(OpenApiRouter::from(Router::new().nest("/api/v1", legacy)))
+}
+
 /// The partner router of one environment.
 pub fn router(state: PartnerState) -> Router {
-    let v1 = Router::new()
-        .route("/product/get/{id}", get(product_v1))
-        .route("/city", get(cities_v1))
-        .route("/category/list-by/city", get(categories_v1))
-        .route("/product/listing/list-by/city", get(listing_by_city_v1))
-        .route(
-            "/product/listing/list-by/category",
-            get(listing_by_category_v1),
-        )
-        .route("/inventory/list-by/variant", get(inventory_v1))
-        .route("/booking", post(create::<1>).get(list::<1>))
-        .route("/booking/{id}", get(get_booking::<1>).put(update::<1>));
-    let v2 = Router::new()
-        .route("/products/{id}", get(product_v2))
-        .route("/products/", get(products_v2))
-        .route("/products", get(products_v2))
-        .route("/cities/", get(cities_v2))
-        .route("/cities", get(cities_v2))
-        .route("/categories", get(categories_v2))
-        .route("/categories/", get(categories_v2))
-        .route("/subcategories", get(subcategories_v2))
-        .route("/subcategories/", get(subcategories_v2))
-        .route("/collections", get(collections_v2))
-        .route("/collections/", get(collections_v2))
-        .route("/inventory/list-by/tour", get(inventory_v2))
-        .route("/bookings/", post(create::<2>).get(list::<2>))
-        .route("/bookings", post(create::<2>).get(list::<2>))
-        .route("/bookings/{id}/", get(get_booking::<2>).put(update::<2>))
-        .route("/bookings/{id}", get(get_booking::<2>).put(update::<2>))
-        .route("/bookings/{id}/cancel/", post(cancel_v2))
-        .route("/bookings/{id}/reschedule/", post(reschedule_v2))
-        .route("/webhooks/", post(create_webhook).get(list_webhooks))
-        .route("/webhooks", post(create_webhook).get(list_webhooks))
-        .route(
-            "/webhooks/{id}/",
-            get(get_webhook)
-                .put(update_webhook)
-                .patch(update_webhook)
-                .delete(delete_webhook),
-        )
-        .route("/webhooks/{id}/deliveries/", get(webhook_deliveries));
-    Router::new()
-        .nest("/api/public/v1", v1.clone())
-        .nest("/api/v1", v1)
-        .nest("/api/public/v2", v2)
+    let (router, _) = routes().split_for_parts();
+    router
         .with_state(state)
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(panicked))
+}
+
+/// A handler that panicked answers 500 `E_INTERNAL` (the connection stays usable) and is logged.
+fn panicked(panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    let what = panic
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| panic.downcast_ref::<&str>().copied())
+        .unwrap_or("a panic without a message");
+    PartnerError(BookingError::internal(format_args!(
+        "a partner API handler panicked: {what}"
+    )))
+    .into_response()
 }
 
 /// Server-to-server only: a CORS preflight (any OPTIONS under `/api/`) is refused and no CORS
@@ -403,7 +466,15 @@ fn page(q: &Query, default_limit: i64, max: i64) -> Result<(i64, i64)> {
 }
 
 /// The pagination wrapper, with next/prev URLs that keep the other query parameters.
-fn paged(uri: &Uri, key: &str, items: Vec<Value>, total: i64, offset: i64, limit: i64) -> Value {
+fn paged(
+    origin: &Origin,
+    uri: &Uri,
+    key: &str,
+    items: Vec<Value>,
+    total: i64,
+    offset: i64,
+    limit: i64,
+) -> Value {
     let url_at = |off: i64| {
         let mut pairs: Vec<(String, String)> =
             url::form_urlencoded::parse(uri.query().unwrap_or_default().as_bytes())
@@ -415,10 +486,11 @@ fn paged(uri: &Uri, key: &str, items: Vec<Value>, total: i64, offset: i64, limit
         let query: String = url::form_urlencoded::Serializer::new(String::new())
             .extend_pairs(pairs)
             .finish();
-        format!("{}?{query}", uri.path())
+        format!("{}{}?{query}", origin.0, uri.path())
     };
-    let next = (offset + limit < total).then(|| offset + limit);
-    let prev = (offset > 0).then(|| (offset - limit).max(0));
+    // Saturating: `offset` is the caller's and may be as large as an i64 goes.
+    let next = (offset.saturating_add(limit) < total).then(|| offset + limit);
+    let prev = (offset > 0).then(|| offset.saturating_sub(limit).max(0));
     json!({
         key: items,
         "nextUrl": next.map(url_at),
@@ -443,6 +515,13 @@ fn json_body(body: &Bytes) -> Result<Value> {
 
 // ---- catalog -------------------------------------------------------------------------------
 
+#[utoipa::path(
+    get, path = "/products/{productId}", tag = "catalog", operation_id = "getProductV2",
+    description = "One product with its variants and their pricing.",
+    params(("productId" = String, Path), schema::ProductQuery),
+    responses((status = 200, description = "Product (v2).", body = schema::ProductV2), (status = 400, description = "`E_MISSING_PARAMETER` or `E_INVALID_ARGUMENT` (an unknown, repeated or malformed parameter).", body = schema::PartnerError), (status = 404, description = "`E_NOT_FOUND`: no such product.", body = schema::PartnerError)),
+    security(("partnerAuth" = [])),
+)]
 async fn product_v2(
     State(s): State<PartnerState>,
     partner: Partner,
@@ -498,9 +577,17 @@ fn matches(catalog: &Catalog, p: &capstan_booking::catalog::Product, q: &Query) 
     Ok(true)
 }
 
+#[utoipa::path(
+    get, path = "/products/", tag = "catalog", operation_id = "listProductsV2",
+    description = "Products matching every filter given, in catalog order.",
+    params(schema::ProductListQuery),
+    responses((status = 200, description = "A page of products (v2, without variant pricing).", body = schema::ProductPage), (status = 400, description = "`E_MISSING_PARAMETER` or `E_INVALID_ARGUMENT` (an unknown, repeated or malformed parameter).", body = schema::PartnerError)),
+    security(("partnerAuth" = [])),
+)]
 async fn products_v2(
     State(s): State<PartnerState>,
     partner: Partner,
+    origin: Origin,
     OriginalUri(uri): OriginalUri,
     RawQuery(raw): RawQuery,
 ) -> Result<Response> {
@@ -542,9 +629,18 @@ async fn products_v2(
         .take(limit as usize)
         .map(|p| views::product_v2(&catalog, &locale, p, false))
         .collect();
-    Ok(axum::Json(paged(&uri, "products", items, total, offset, limit)).into_response())
+    Ok(axum::Json(paged(
+        &origin, &uri, "products", items, total, offset, limit,
+    ))
+    .into_response())
 }
 
+#[utoipa::path(
+    get, path = "/product/get/{productId}", tag = "catalog", operation_id = "getProductV1",
+    params(("productId" = String, Path), schema::ProductV1Query),
+    responses((status = 200, description = "Product (v1).", body = schema::ProductV1), (status = 400, description = "`E_MISSING_PARAMETER` or `E_INVALID_ARGUMENT` (an unknown, repeated or malformed parameter).", body = schema::PartnerError), (status = 404, description = "`E_NOT_FOUND`: no such product.", body = schema::PartnerError)),
+    security(("partnerAuth" = [])),
+)]
 async fn product_v1(
     State(s): State<PartnerState>,
     partner: Partner,
@@ -569,7 +665,7 @@ async fn product_v1(
     Ok(axum::Json(views::product_v1(&catalog, &locale, product, with_variants)).into_response())
 }
 
-fn list_of(uri: &Uri, q: &Query, items: Vec<Value>) -> Result<Response> {
+fn list_of(origin: &Origin, uri: &Uri, q: &Query, items: Vec<Value>) -> Result<Response> {
     let (offset, limit) = page(q, 100, 500)?;
     let total = items.len() as i64;
     let page_items = items
@@ -577,12 +673,22 @@ fn list_of(uri: &Uri, q: &Query, items: Vec<Value>) -> Result<Response> {
         .skip(offset as usize)
         .take(limit as usize)
         .collect();
-    Ok(axum::Json(paged(uri, "items", page_items, total, offset, limit)).into_response())
+    Ok(axum::Json(paged(
+        origin, uri, "items", page_items, total, offset, limit,
+    ))
+    .into_response())
 }
 
+#[utoipa::path(
+    get, path = "/cities/", tag = "catalog", operation_id = "listCitiesV2",
+    params(schema::CitiesQuery),
+    responses((status = 200, description = "A page of cities.", body = schema::CityPage), (status = 400, description = "`E_MISSING_PARAMETER` or `E_INVALID_ARGUMENT` (an unknown, repeated or malformed parameter).", body = schema::PartnerError)),
+    security(("partnerAuth" = [])),
+)]
 async fn cities_v2(
     State(s): State<PartnerState>,
     _p: Partner,
+    origin: Origin,
     OriginalUri(uri): OriginalUri,
     RawQuery(raw): RawQuery,
 ) -> Result<Response> {
@@ -595,7 +701,7 @@ async fn cities_v2(
         .iter()
         .map(|c| views::city_json(&catalog, &c.code, &lang))
         .collect();
-    list_of(&uri, &q, items)
+    list_of(&origin, &uri, &q, items)
 }
 
 fn city_filter(q: &Query, catalog: &Catalog, required: bool) -> Result<Option<String>> {
@@ -618,9 +724,16 @@ fn city_filter(q: &Query, catalog: &Catalog, required: bool) -> Result<Option<St
     }
 }
 
+#[utoipa::path(
+    get, path = "/categories", tag = "catalog", operation_id = "listCategoriesV2",
+    params(schema::ByCityQuery),
+    responses((status = 200, description = "A page of categories.", body = schema::CategoryPage), (status = 400, description = "`E_MISSING_PARAMETER` or `E_INVALID_ARGUMENT` (an unknown, repeated or malformed parameter).", body = schema::PartnerError), (status = 404, description = "`E_NOT_FOUND`: no such city.", body = schema::PartnerError)),
+    security(("partnerAuth" = [])),
+)]
 async fn categories_v2(
     State(s): State<PartnerState>,
     _p: Partner,
+    origin: Origin,
     OriginalUri(uri): OriginalUri,
     RawQuery(raw): RawQuery,
 ) -> Result<Response> {
@@ -635,12 +748,19 @@ async fn categories_v2(
         .filter(|c| city.as_ref().is_none_or(|x| &c.city_code == x))
         .map(|c| views::category_json(&catalog, &c.id, &lang))
         .collect();
-    list_of(&uri, &q, items)
+    list_of(&origin, &uri, &q, items)
 }
 
+#[utoipa::path(
+    get, path = "/subcategories", tag = "catalog", operation_id = "listSubcategoriesV2",
+    params(schema::SubcategoriesQuery),
+    responses((status = 200, description = "A page of subcategories.", body = schema::SubcategoryPage), (status = 400, description = "`E_MISSING_PARAMETER` or `E_INVALID_ARGUMENT` (an unknown, repeated or malformed parameter).", body = schema::PartnerError), (status = 404, description = "`E_NOT_FOUND`: no such city.", body = schema::PartnerError)),
+    security(("partnerAuth" = [])),
+)]
 async fn subcategories_v2(
     State(s): State<PartnerState>,
     _p: Partner,
+    origin: Origin,
     OriginalUri(uri): OriginalUri,
     RawQuery(raw): RawQuery,
 ) -> Result<Response> {
@@ -666,12 +786,19 @@ async fn subcategories_v2(
         })
         .map(|sc| views::subcategory_json(&catalog, &sc.id, &lang))
         .collect();
-    list_of(&uri, &q, items)
+    list_of(&origin, &uri, &q, items)
 }
 
+#[utoipa::path(
+    get, path = "/collections", tag = "catalog", operation_id = "listCollectionsV2",
+    params(schema::ByCityQuery),
+    responses((status = 200, description = "A page of collections.", body = schema::CollectionPage), (status = 400, description = "`E_MISSING_PARAMETER` or `E_INVALID_ARGUMENT` (an unknown, repeated or malformed parameter).", body = schema::PartnerError), (status = 404, description = "`E_NOT_FOUND`: no such city.", body = schema::PartnerError)),
+    security(("partnerAuth" = [])),
+)]
 async fn collections_v2(
     State(s): State<PartnerState>,
     _p: Partner,
+    origin: Origin,
     OriginalUri(uri): OriginalUri,
     RawQuery(raw): RawQuery,
 ) -> Result<Response> {
@@ -686,21 +813,35 @@ async fn collections_v2(
         .filter(|c| city.as_ref().is_none_or(|x| &c.city_code == x))
         .map(|c| views::collection_json(&catalog, &c.id, &lang))
         .collect();
-    list_of(&uri, &q, items)
+    list_of(&origin, &uri, &q, items)
 }
 
+#[utoipa::path(
+    get, path = "/city", tag = "catalog", operation_id = "listCitiesV1",
+    params(schema::CitiesQuery),
+    responses((status = 200, description = "A page of cities.", body = schema::CityPage), (status = 400, description = "`E_MISSING_PARAMETER` or `E_INVALID_ARGUMENT` (an unknown, repeated or malformed parameter).", body = schema::PartnerError)),
+    security(("partnerAuth" = [])),
+)]
 async fn cities_v1(
     state: State<PartnerState>,
     p: Partner,
+    origin: Origin,
     OriginalUri(uri): OriginalUri,
     RawQuery(raw): RawQuery,
 ) -> Result<Response> {
-    cities_v2(state, p, OriginalUri(uri), RawQuery(raw)).await
+    cities_v2(state, p, origin, OriginalUri(uri), RawQuery(raw)).await
 }
 
+#[utoipa::path(
+    get, path = "/category/list-by/city", tag = "catalog", operation_id = "listCategoriesByCityV1",
+    params(schema::CategoriesV1Query),
+    responses((status = 200, description = "A page of the city's categories.", body = schema::CategoryPage), (status = 400, description = "`E_MISSING_PARAMETER` or `E_INVALID_ARGUMENT` (an unknown, repeated or malformed parameter).", body = schema::PartnerError), (status = 404, description = "`E_NOT_FOUND`: no such city.", body = schema::PartnerError)),
+    security(("partnerAuth" = [])),
+)]
 async fn categories_v1(
     State(s): State<PartnerState>,
     _p: Partner,
+    origin: Origin,
     OriginalUri(uri): OriginalUri,
     RawQuery(raw): RawQuery,
 ) -> Result<Response> {
@@ -715,12 +856,13 @@ async fn categories_v1(
         .filter(|c| city.as_ref().is_none_or(|x| &c.city_code == x))
         .map(|c| views::category_json(&catalog, &c.id, &lang))
         .collect();
-    list_of(&uri, &q, items)
+    list_of(&origin, &uri, &q, items)
 }
 
 async fn listing_v1(
     s: &PartnerState,
     partner: &Partner,
+    origin: &Origin,
     uri: &Uri,
     q: &Query,
     filter: impl Fn(&capstan_booking::catalog::Product) -> bool,
@@ -742,12 +884,19 @@ async fn listing_v1(
         .take(limit as usize)
         .map(|p| views::product_v1(&catalog, &locale, p, false))
         .collect();
-    Ok(axum::Json(paged(uri, "items", items, total, offset, limit)).into_response())
+    Ok(axum::Json(paged(origin, uri, "items", items, total, offset, limit)).into_response())
 }
 
+#[utoipa::path(
+    get, path = "/product/listing/list-by/city", tag = "catalog", operation_id = "listProductsByCityV1",
+    params(schema::ListingByCityQuery),
+    responses((status = 200, description = "A page of the city's products (v1).", body = schema::ProductV1Page), (status = 400, description = "`E_MISSING_PARAMETER` or `E_INVALID_ARGUMENT` (an unknown, repeated or malformed parameter).", body = schema::PartnerError), (status = 404, description = "`E_NOT_FOUND`: no such city.", body = schema::PartnerError)),
+    security(("partnerAuth" = [])),
+)]
 async fn listing_by_city_v1(
     State(s): State<PartnerState>,
     partner: Partner,
+    origin: Origin,
     OriginalUri(uri): OriginalUri,
     RawQuery(raw): RawQuery,
 ) -> Result<Response> {
@@ -756,12 +905,19 @@ async fn listing_by_city_v1(
         &["cityCode", "language", "currencyCode", "offset", "limit"],
     )?;
     let city = city_filter(&q, &s.bookings.catalog(), true)?.unwrap_or_default();
-    listing_v1(&s, &partner, &uri, &q, |p| p.city_code == city).await
+    listing_v1(&s, &partner, &origin, &uri, &q, |p| p.city_code == city).await
 }
 
+#[utoipa::path(
+    get, path = "/product/listing/list-by/category", tag = "catalog", operation_id = "listProductsByCategoryV1",
+    params(schema::ListingByCategoryQuery),
+    responses((status = 200, description = "A page of the category's products (v1), primary or secondary.", body = schema::ProductV1Page), (status = 400, description = "`E_MISSING_PARAMETER` or `E_INVALID_ARGUMENT` (an unknown, repeated or malformed parameter).", body = schema::PartnerError), (status = 404, description = "`E_NOT_FOUND`: no such category.", body = schema::PartnerError)),
+    security(("partnerAuth" = [])),
+)]
 async fn listing_by_category_v1(
     State(s): State<PartnerState>,
     partner: Partner,
+    origin: Origin,
     OriginalUri(uri): OriginalUri,
     RawQuery(raw): RawQuery,
 ) -> Result<Response> {
@@ -776,7 +932,7 @@ async fn listing_by_category_v1(
             "category `{category}` does not exist"
         ))));
     }
-    listing_v1(&s, &partner, &uri, &q, |p| {
+    listing_v1(&s, &partner, &origin, &uri, &q, |p| {
         p.primary_category_id == category || p.secondary_category_ids.contains(&category)
     })
     .await
@@ -787,6 +943,7 @@ async fn listing_by_category_v1(
 async fn inventory(
     s: &PartnerState,
     partner: &Partner,
+    origin: &Origin,
     uri: &Uri,
     q: &Query,
     variant_key: &str,
@@ -794,32 +951,59 @@ async fn inventory(
     partner.must_book()?;
     let variant_id = q.required(variant_key)?;
     let catalog = s.bookings.catalog();
-    let (_, variant) = catalog.variant(variant_id).ok_or_else(|| {
+    let (product, variant) = catalog.variant(variant_id).ok_or_else(|| {
         PartnerError(BookingError::not_found(format!(
             "variant `{variant_id}` does not exist"
         )))
     })?;
     let currency = currency(&catalog, q)?;
-    let now = local(s.bookings.now_ms());
-    let parse_bound = |key: &str| -> Result<Option<chrono::NaiveDateTime>> {
-        q.get(key)
-            .map(|v| {
-                chrono::NaiveDateTime::parse_from_str(v, LOCAL_FORMAT)
-                    .or_else(|_| {
-                        chrono::NaiveDate::parse_from_str(v, "%Y-%m-%d")
-                            .map(|d| d.and_hms_opt(0, 0, 0).unwrap_or_default())
-                    })
-                    .map_err(|_| {
-                        PartnerError(BookingError::invalid(format!(
-                            "`{key}` must be YYYY-MM-DD or YYYY-MM-DDTHH:MM:SS, not `{v}`"
-                        )))
-                    })
-            })
-            .transpose()
+    // Slots are wall-clock times of the supplier's city: "now" is read there too.
+    let zone = catalog.zone(product);
+    let now = local_in(zone, s.bookings.now_ms());
+    let invalid = |key: &str, form: &str, v: &str| {
+        PartnerError(BookingError::invalid(format!(
+            "`{key}` must be {form}, not `{v}`"
+        )))
     };
-    let from = parse_bound("startDateTime")?.unwrap_or(now).max(now);
+    // A bound as an instant (`startTime`, ISO 8601 with an offset), as the supplier's local
+    // time (`startTimeLocal`, `yyyy-MM-dd HH:mm:ss`) or as a local date or date-time
+    // (`startDateTime`); when several are sent, the instant wins, then the localized form.
+    let bound =
+        |instant: &str, localized: &str, legacy: &str| -> Result<Option<chrono::NaiveDateTime>> {
+            if let Some(v) = q.get(instant) {
+                return chrono::DateTime::parse_from_rfc3339(v)
+                    .map(|t| Some(t.with_timezone(&zone).naive_local()))
+                    .map_err(|_| {
+                        invalid(
+                            instant,
+                            "ISO 8601 with an offset (2026-06-01T09:00:00+02:00)",
+                            v,
+                        )
+                    });
+            }
+            if let Some(v) = q.get(localized) {
+                return chrono::NaiveDateTime::parse_from_str(v, LOCALIZED_FORMAT)
+                    .map(Some)
+                    .map_err(|_| invalid(localized, "yyyy-MM-dd HH:mm:ss", v));
+            }
+            q.get(legacy)
+                .map(|v| {
+                    chrono::NaiveDateTime::parse_from_str(v, LOCAL_FORMAT)
+                        .or_else(|_| {
+                            chrono::NaiveDate::parse_from_str(v, "%Y-%m-%d")
+                                .map(|d| d.and_hms_opt(0, 0, 0).unwrap_or_default())
+                        })
+                        .map_err(|_| invalid(legacy, "YYYY-MM-DD or YYYY-MM-DDTHH:MM:SS", v))
+                })
+                .transpose()
+        };
+    let from = bound("startTime", "startTimeLocal", "startDateTime")?
+        .unwrap_or(now)
+        .max(now);
     let horizon = catalog.horizon(variant, now);
-    let to = parse_bound("endDateTime")?.unwrap_or(horizon).min(horizon);
+    let to = bound("endTime", "endTimeLocal", "endDateTime")?
+        .unwrap_or(horizon)
+        .min(horizon);
     let (offset, limit) = page(q, 100, 500)?;
     let slots = if from < to {
         catalog.slots(variant, from, to)
@@ -849,18 +1033,27 @@ async fn inventory(
                 &catalog,
                 &locale,
                 variant,
+                zone,
                 slot,
                 slot.capacity.saturating_sub(used),
                 false,
             )
         })
         .collect();
-    Ok(axum::Json(paged(uri, "items", items, total, offset, limit)).into_response())
+    Ok(axum::Json(paged(origin, uri, "items", items, total, offset, limit)).into_response())
 }
 
+#[utoipa::path(
+    get, path = "/inventory/list-by/tour", tag = "inventory", operation_id = "listInventoryV2",
+    description = "Open slots of a variant from now to its booking horizon (or the window asked), with live remaining seats.",
+    params(schema::TourQuery, schema::WindowQuery),
+    responses((status = 200, description = "A page of slots.", body = schema::SlotPage), (status = 400, description = "`E_MISSING_PARAMETER` or `E_INVALID_ARGUMENT` (an unknown, repeated or malformed parameter).", body = schema::PartnerError), (status = 403, description = "`E_FORBIDDEN`: affiliate partners reach the catalog only.", body = schema::PartnerError), (status = 404, description = "`E_NOT_FOUND`: no such variant.", body = schema::PartnerError)),
+    security(("partnerAuth" = [])),
+)]
 async fn inventory_v2(
     State(s): State<PartnerState>,
     partner: Partner,
+    origin: Origin,
     OriginalUri(uri): OriginalUri,
     RawQuery(raw): RawQuery,
 ) -> Result<Response> {
@@ -870,17 +1063,28 @@ async fn inventory_v2(
             "tourId",
             "startDateTime",
             "endDateTime",
+            "startTime",
+            "endTime",
+            "startTimeLocal",
+            "endTimeLocal",
             "currencyCode",
             "offset",
             "limit",
         ],
     )?;
-    inventory(&s, &partner, &uri, &q, "tourId").await
+    inventory(&s, &partner, &origin, &uri, &q, "tourId").await
 }
 
+#[utoipa::path(
+    get, path = "/inventory/list-by/variant", tag = "inventory", operation_id = "listInventoryV1",
+    params(schema::VariantQuery, schema::WindowQuery),
+    responses((status = 200, description = "A page of slots.", body = schema::SlotPage), (status = 400, description = "`E_MISSING_PARAMETER` or `E_INVALID_ARGUMENT` (an unknown, repeated or malformed parameter).", body = schema::PartnerError), (status = 403, description = "`E_FORBIDDEN`: affiliate partners reach the catalog only.", body = schema::PartnerError), (status = 404, description = "`E_NOT_FOUND`: no such variant.", body = schema::PartnerError)),
+    security(("partnerAuth" = [])),
+)]
 async fn inventory_v1(
     State(s): State<PartnerState>,
     partner: Partner,
+    origin: Origin,
     OriginalUri(uri): OriginalUri,
     RawQuery(raw): RawQuery,
 ) -> Result<Response> {
@@ -890,12 +1094,16 @@ async fn inventory_v1(
             "variantId",
             "startDateTime",
             "endDateTime",
+            "startTime",
+            "endTime",
+            "startTimeLocal",
+            "endTimeLocal",
             "currencyCode",
             "offset",
             "limit",
         ],
     )?;
-    inventory(&s, &partner, &uri, &q, "variantId").await
+    inventory(&s, &partner, &origin, &uri, &q, "variantId").await
 }
 
 // ---- bookings ------------------------------------------------------------------------------
@@ -932,6 +1140,7 @@ async fn create<const V: u8>(
 async fn list<const V: u8>(
     State(s): State<PartnerState>,
     partner: Partner,
+    origin: Origin,
     OriginalUri(uri): OriginalUri,
     RawQuery(raw): RawQuery,
 ) -> Result<Response> {
@@ -943,7 +1152,7 @@ async fn list<const V: u8>(
         .list(s.environment, &partner.0.id, offset, limit)
         .await?;
     let items = rows.iter().map(|b| b.to_json(V == 2)).collect();
-    Ok(axum::Json(paged(&uri, "items", items, total, offset, limit)).into_response())
+    Ok(axum::Json(paged(&origin, &uri, "items", items, total, offset, limit)).into_response())
 }
 
 async fn get_booking<const V: u8>(
@@ -971,6 +1180,148 @@ async fn update<const V: u8>(
     Ok(axum::Json(booking.to_json(V == 2)).into_response())
 }
 
+#[utoipa::path(
+    post, path = "/booking", tag = "bookings", operation_id = "createBookingV1",
+    description = "Creates an UNCAPTURED booking holding its seats for the capture window (1 hour by default). The same `Idempotency-Key` with the same body answers the same booking.",
+    params(("Idempotency-Key" = Option<String>, Header, description = "Makes the creation safe to retry (visible ASCII).")),
+    request_body(content = schema::CreateBookingRequest),
+    responses(
+        (status = 200, description = "The new booking, UNCAPTURED.", body = schema::BookingV1),
+        (status = 400, description = "`E_MISSING_PARAMETER` or `E_INVALID_ARGUMENT` (named in the message).", body = schema::PartnerError),
+        (status = 403, description = "`E_FORBIDDEN`: affiliate partners reach the catalog only.", body = schema::PartnerError),
+        (status = 404, description = "`E_NOT_FOUND`: no such product, variant or open slot.", body = schema::PartnerError),
+        (status = 409, description = "`E_PRICE_MISMATCH` (with `currentPrice`), `E_INVENTORY_UNAVAILABLE` (with `remaining`) or `E_IDEMPOTENCY_CONFLICT`.", body = schema::PartnerError),
+    ),
+    security(("partnerAuth" = [])),
+)]
+async fn create_v1(s: State<PartnerState>, p: Partner, h: HeaderMap, b: Bytes) -> Result<Response> {
+    create::<1>(s, p, h, b).await
+}
+
+#[utoipa::path(
+    get, path = "/booking", tag = "bookings", operation_id = "listBookingsV1",
+    params(schema::BookingListQuery),
+    responses((status = 200, description = "A page of this partner's bookings, newest first.", body = schema::BookingV1Page), (status = 400, description = "`E_MISSING_PARAMETER` or `E_INVALID_ARGUMENT` (named in the message).", body = schema::PartnerError), (status = 403, description = "`E_FORBIDDEN`: affiliate partners reach the catalog only.", body = schema::PartnerError)),
+    security(("partnerAuth" = [])),
+)]
+async fn list_v1(
+    s: State<PartnerState>,
+    p: Partner,
+    o: Origin,
+    u: OriginalUri,
+    q: RawQuery,
+) -> Result<Response> {
+    list::<1>(s, p, o, u, q).await
+}
+
+#[utoipa::path(
+    get, path = "/booking/{id}", tag = "bookings", operation_id = "getBookingV1",
+    params(("id" = String, Path, description = "Numeric.")),
+    responses((status = 200, description = "The booking.", body = schema::BookingV1), (status = 400, description = "`E_INVALID_ARGUMENT`: not a numeric id.", body = schema::PartnerError), (status = 403, description = "`E_FORBIDDEN`: another partner's booking, or an affiliate partner.", body = schema::PartnerError), (status = 404, description = "`E_NOT_FOUND`: no such booking.", body = schema::PartnerError)),
+    security(("partnerAuth" = [])),
+)]
+async fn get_booking_v1(s: State<PartnerState>, p: Partner, id: Path<String>) -> Result<Response> {
+    get_booking::<1>(s, p, id).await
+}
+
+#[utoipa::path(
+    put, path = "/booking/{id}", tag = "bookings", operation_id = "updateBookingV1",
+    description = "`PENDING` captures (idempotent with the same `partnerReferenceId`); `CANCELLED` cancels; another status answers 400.",
+    params(("id" = String, Path, description = "Numeric.")),
+    request_body(content = schema::UpdateBookingV1Request),
+    responses(
+        (status = 200, description = "The booking.", body = schema::BookingV1),
+        (status = 400, description = "`E_MISSING_PARAMETER` or `E_INVALID_ARGUMENT` (named in the message).", body = schema::PartnerError),
+        (status = 403, description = "`E_FORBIDDEN`: another partner's booking, or an affiliate partner.", body = schema::PartnerError),
+        (status = 404, description = "`E_NOT_FOUND`: no such booking.", body = schema::PartnerError),
+        (status = 409, description = "`E_INVALID_STATE`: not UNCAPTURED (cancelled, window closed, captured with another `partnerReferenceId`).", body = schema::PartnerError),
+    ),
+    security(("partnerAuth" = [])),
+)]
+async fn update_v1(
+    s: State<PartnerState>,
+    p: Partner,
+    id: Path<String>,
+    b: Bytes,
+) -> Result<Response> {
+    update::<1>(s, p, id, b).await
+}
+
+#[utoipa::path(
+    post, path = "/bookings/", tag = "bookings", operation_id = "createBookingV2",
+    description = "Creates an UNCAPTURED booking holding its seats for the capture window (1 hour by default). The same `Idempotency-Key` with the same body answers the same booking.",
+    params(("Idempotency-Key" = Option<String>, Header, description = "Makes the creation safe to retry (visible ASCII).")),
+    request_body(content = schema::CreateBookingRequest),
+    responses(
+        (status = 200, description = "The new booking, UNCAPTURED.", body = schema::Booking),
+        (status = 400, description = "`E_MISSING_PARAMETER` or `E_INVALID_ARGUMENT` (named in the message).", body = schema::PartnerError),
+        (status = 403, description = "`E_FORBIDDEN`: affiliate partners reach the catalog only.", body = schema::PartnerError),
+        (status = 404, description = "`E_NOT_FOUND`: no such product, variant or open slot.", body = schema::PartnerError),
+        (status = 409, description = "`E_PRICE_MISMATCH` (with `currentPrice`), `E_INVENTORY_UNAVAILABLE` (with `remaining`) or `E_IDEMPOTENCY_CONFLICT`.", body = schema::PartnerError),
+    ),
+    security(("partnerAuth" = [])),
+)]
+async fn create_v2(s: State<PartnerState>, p: Partner, h: HeaderMap, b: Bytes) -> Result<Response> {
+    create::<2>(s, p, h, b).await
+}
+
+#[utoipa::path(
+    get, path = "/bookings/", tag = "bookings", operation_id = "listBookingsV2",
+    params(schema::BookingListQuery),
+    responses((status = 200, description = "A page of this partner's bookings, newest first.", body = schema::BookingPage), (status = 400, description = "`E_MISSING_PARAMETER` or `E_INVALID_ARGUMENT` (named in the message).", body = schema::PartnerError), (status = 403, description = "`E_FORBIDDEN`: affiliate partners reach the catalog only.", body = schema::PartnerError)),
+    security(("partnerAuth" = [])),
+)]
+async fn list_v2(
+    s: State<PartnerState>,
+    p: Partner,
+    o: Origin,
+    u: OriginalUri,
+    q: RawQuery,
+) -> Result<Response> {
+    list::<2>(s, p, o, u, q).await
+}
+
+#[utoipa::path(
+    get, path = "/bookings/{bookingId}/", tag = "bookings", operation_id = "getBookingV2",
+    params(("bookingId" = String, Path, description = "Numeric.")),
+    responses((status = 200, description = "The booking.", body = schema::Booking), (status = 400, description = "`E_INVALID_ARGUMENT`: not a numeric id.", body = schema::PartnerError), (status = 403, description = "`E_FORBIDDEN`: another partner's booking, or an affiliate partner.", body = schema::PartnerError), (status = 404, description = "`E_NOT_FOUND`: no such booking.", body = schema::PartnerError)),
+    security(("partnerAuth" = [])),
+)]
+async fn get_booking_v2(s: State<PartnerState>, p: Partner, id: Path<String>) -> Result<Response> {
+    get_booking::<2>(s, p, id).await
+}
+
+#[utoipa::path(
+    put, path = "/bookings/{bookingId}/", tag = "bookings", operation_id = "updateBookingV2",
+    description = "Captures the booking: it becomes PENDING and fulfilment starts. Capturing again with the same `partnerReferenceId` answers the booking unchanged.",
+    params(("bookingId" = String, Path, description = "Numeric.")),
+    request_body(content = schema::CaptureRequest),
+    responses(
+        (status = 200, description = "The booking.", body = schema::Booking),
+        (status = 400, description = "`E_MISSING_PARAMETER` or `E_INVALID_ARGUMENT` (named in the message).", body = schema::PartnerError),
+        (status = 403, description = "`E_FORBIDDEN`: another partner's booking, or an affiliate partner.", body = schema::PartnerError),
+        (status = 404, description = "`E_NOT_FOUND`: no such booking.", body = schema::PartnerError),
+        (status = 409, description = "`E_INVALID_STATE`: not UNCAPTURED (cancelled, window closed, captured with another `partnerReferenceId`).", body = schema::PartnerError),
+    ),
+    security(("partnerAuth" = [])),
+)]
+async fn update_v2(
+    s: State<PartnerState>,
+    p: Partner,
+    id: Path<String>,
+    b: Bytes,
+) -> Result<Response> {
+    update::<2>(s, p, id, b).await
+}
+
+#[utoipa::path(
+    post, path = "/bookings/{bookingId}/cancel/", tag = "bookings", operation_id = "cancelBooking",
+    description = "Cancels a booking its variant's cancellation policy still allows; the seats are returned and a captured booking's fulfilment is undone.",
+    params(("bookingId" = String, Path, description = "Numeric.")),
+    request_body(content = Option<schema::CancelRequest>),
+    responses((status = 200, description = "Cancelled.", body = schema::Done), (status = 400, description = "`E_MISSING_PARAMETER` or `E_INVALID_ARGUMENT` (an unknown, repeated or malformed parameter).", body = schema::PartnerError), (status = 403, description = "`E_FORBIDDEN`: another partner's booking, or an affiliate partner.", body = schema::PartnerError), (status = 404, description = "`E_NOT_FOUND`: no such booking.", body = schema::PartnerError), (status = 409, description = "`E_INVALID_STATE`: the state or the policy refuses it.", body = schema::PartnerError)),
+    security(("partnerAuth" = [])),
+)]
 async fn cancel_v2(
     State(s): State<PartnerState>,
     partner: Partner,
@@ -1006,6 +1357,14 @@ async fn cancel_v2(
     .into_response())
 }
 
+#[utoipa::path(
+    post, path = "/bookings/{bookingId}/reschedule/", tag = "bookings", operation_id = "rescheduleBooking",
+    description = "Moves a booking to another open slot of its variant, if its reschedule policy allows.",
+    params(("bookingId" = String, Path, description = "Numeric.")),
+    request_body(content = schema::RescheduleRequest),
+    responses((status = 200, description = "Moved.", body = schema::Done), (status = 400, description = "`E_MISSING_PARAMETER` or `E_INVALID_ARGUMENT` (an unknown, repeated or malformed parameter).", body = schema::PartnerError), (status = 403, description = "`E_FORBIDDEN`: another partner's booking, or an affiliate partner.", body = schema::PartnerError), (status = 404, description = "`E_NOT_FOUND`: no such booking or slot.", body = schema::PartnerError), (status = 409, description = "`E_INVALID_STATE` (state or policy) or `E_INVENTORY_UNAVAILABLE` (with `remaining`).", body = schema::PartnerError)),
+    security(("partnerAuth" = [])),
+)]
 async fn reschedule_v2(
     State(s): State<PartnerState>,
     partner: Partner,
@@ -1034,11 +1393,89 @@ async fn reschedule_v2(
     Ok(axum::Json(json!({"success": true, "message": format!("booking {} moved to {}", booking.id, booking.start_local)})).into_response())
 }
 
+/// The seats of a seatmap slot with whether each is free.
+#[utoipa::path(
+    get, path = "/seatmap/inventory/", tag = "inventory", operation_id = "getSeatmap",
+    description = "Every seat of a seatmap slot with whether it is free.",
+    params(schema::SeatmapQuery),
+    responses((status = 200, description = "The seatmap.", body = schema::Seatmap), (status = 400, description = "`E_MISSING_PARAMETER` or `E_INVALID_ARGUMENT` (among others: the variant is not sold by seat).", body = schema::PartnerError), (status = 403, description = "`E_FORBIDDEN`: affiliate partners reach the catalog only.", body = schema::PartnerError), (status = 404, description = "`E_NOT_FOUND`: no such variant, or the slot is not open.", body = schema::PartnerError)),
+    security(("partnerAuth" = [])),
+)]
+async fn seatmap_v2(
+    State(s): State<PartnerState>,
+    partner: Partner,
+    RawQuery(raw): RawQuery,
+) -> Result<Response> {
+    partner.must_book()?;
+    let q = Query::parse(raw, &["tourId", "inventoryId"])?;
+    let map = s
+        .bookings
+        .seatmap(
+            s.environment,
+            q.required("tourId")?,
+            q.required("inventoryId")?,
+        )
+        .await?;
+    Ok(axum::Json(map).into_response())
+}
+
+/// Whether the seats `{tourId, inventoryId, seatIds}` can be booked together now.
+#[utoipa::path(
+    post, path = "/seatmap/validate/", tag = "inventory", operation_id = "validateSeats",
+    description = "Whether the seats can be booked together now. Nothing is held.",
+    request_body(content = schema::ValidateSeatsRequest),
+    responses((status = 200, description = "The verdict, seat by seat.", body = schema::SeatValidation), (status = 400, description = "`E_MISSING_PARAMETER` or `E_INVALID_ARGUMENT` (among others: more than 100 seats, a variant not sold by seat).", body = schema::PartnerError), (status = 403, description = "`E_FORBIDDEN`: affiliate partners reach the catalog only.", body = schema::PartnerError), (status = 404, description = "`E_NOT_FOUND`: no such variant, or the slot is not open.", body = schema::PartnerError)),
+    security(("partnerAuth" = [])),
+)]
+async fn validate_seats_v2(
+    State(s): State<PartnerState>,
+    partner: Partner,
+    body: Bytes,
+) -> Result<Response> {
+    partner.must_book()?;
+    let body = json_body(&body)?;
+    let text = |key: &str| match body.get(key) {
+        Some(Value::String(v)) if !v.is_empty() => Ok(v.clone()),
+        None | Some(Value::Null) => Err(PartnerError(BookingError::missing(format!(
+            "`{key}` is required"
+        )))),
+        Some(_) => Err(PartnerError(BookingError::invalid(format!(
+            "`{key}` must be a string"
+        )))),
+    };
+    let (variant, inventory) = (text("tourId")?, text("inventoryId")?);
+    let seat_ids: Vec<String> = match body.get("seatIds") {
+        Some(Value::Array(ids)) if ids.len() <= 100 => ids
+            .iter()
+            .map(|v| v.as_str().map(str::to_owned))
+            .collect::<Option<_>>()
+            .ok_or_else(|| PartnerError(BookingError::invalid("`seatIds` must be strings")))?,
+        Some(Value::Array(_)) => {
+            return Err(PartnerError(BookingError::invalid(
+                "`seatIds` names at most 100 seats",
+            )));
+        }
+        None | Some(Value::Null) => {
+            return Err(PartnerError(BookingError::missing("`seatIds` is required")));
+        }
+        Some(_) => {
+            return Err(PartnerError(BookingError::invalid(
+                "`seatIds` must be an array of seat codes",
+            )));
+        }
+    };
+    let report = s
+        .bookings
+        .validate_seats(s.environment, &variant, &inventory, &seat_ids)
+        .await?;
+    Ok(axum::Json(report).into_response())
+}
+
 // ---- webhooks ------------------------------------------------------------------------------
 
 fn envelope(s: &PartnerState, message: Option<&str>, data: Value) -> Response {
     axum::Json(
-        json!({"timestamp": s.bookings.now_ms(), "message": message, "error": null, "data": data}),
+        json!({"timestamp": s.bookings.now_ms(), "message": message, "error": {}, "data": data}),
     )
     .into_response()
 }
@@ -1067,6 +1504,13 @@ async fn vet_url(s: &PartnerState, url: &str) -> Result<()> {
 /// Webhook registrations one partner may hold in one environment.
 pub const MAX_WEBHOOKS_PER_PARTNER: usize = 20;
 
+#[utoipa::path(
+    post, path = "/webhooks/", tag = "webhooks", operation_id = "registerWebhook",
+    description = "Registers a receiver of booking status events (at most 20 per partner and environment).",
+    request_body(content = schema::WebhookRequest),
+    responses((status = 200, description = "Registered; `data.secret` is shown only now.", body = schema::RegisteredWebhookEnvelope), (status = 400, description = "`E_MISSING_PARAMETER` or `E_INVALID_ARGUMENT` (not HTTPS, too long, an address that is not public, the 21st registration).", body = schema::PartnerError), (status = 403, description = "`E_FORBIDDEN`: affiliate partners reach the catalog only.", body = schema::PartnerError)),
+    security(("partnerAuth" = [])),
+)]
 async fn create_webhook(
     State(s): State<PartnerState>,
     partner: Partner,
@@ -1129,6 +1573,11 @@ async fn create_webhook(
     ))
 }
 
+#[utoipa::path(
+    get, path = "/webhooks/", tag = "webhooks", operation_id = "listWebhooks",
+    responses((status = 200, description = "This partner's registrations.", body = schema::WebhookListEnvelope), (status = 403, description = "`E_FORBIDDEN`: affiliate partners reach the catalog only.", body = schema::PartnerError)),
+    security(("partnerAuth" = [])),
+)]
 async fn list_webhooks(State(s): State<PartnerState>, partner: Partner) -> Result<Response> {
     partner.must_book()?;
     let rows = s.bookings.webhooks(s.environment, &partner.0.id).await?;
@@ -1139,6 +1588,12 @@ async fn list_webhooks(State(s): State<PartnerState>, partner: Partner) -> Resul
     ))
 }
 
+#[utoipa::path(
+    get, path = "/webhooks/{webhookId}/", tag = "webhooks", operation_id = "getWebhook",
+    params(("webhookId" = String, Path)),
+    responses((status = 200, description = "The registration.", body = schema::WebhookEnvelope), (status = 400, description = "`E_MISSING_PARAMETER` or `E_INVALID_ARGUMENT` (an unknown, repeated or malformed parameter).", body = schema::PartnerError), (status = 403, description = "`E_FORBIDDEN`: another partner's webhook, or an affiliate partner.", body = schema::PartnerError), (status = 404, description = "`E_NOT_FOUND`: no such webhook.", body = schema::PartnerError)),
+    security(("partnerAuth" = [])),
+)]
 async fn get_webhook(
     State(s): State<PartnerState>,
     partner: Partner,
@@ -1152,6 +1607,13 @@ async fn get_webhook(
     Ok(envelope(&s, None, row.to_json()))
 }
 
+#[utoipa::path(
+    method(put, patch), path = "/webhooks/{webhookId}/", tag = "webhooks", operation_id = "updateWebhook",
+    params(("webhookId" = String, Path)),
+    request_body(content = schema::WebhookUpdate),
+    responses((status = 200, description = "Updated.", body = schema::WebhookEnvelope), (status = 400, description = "`E_MISSING_PARAMETER` or `E_INVALID_ARGUMENT` (an unknown, repeated or malformed parameter).", body = schema::PartnerError), (status = 403, description = "`E_FORBIDDEN`: another partner's webhook, or an affiliate partner.", body = schema::PartnerError), (status = 404, description = "`E_NOT_FOUND`: no such webhook.", body = schema::PartnerError)),
+    security(("partnerAuth" = [])),
+)]
 async fn update_webhook(
     State(s): State<PartnerState>,
     partner: Partner,
@@ -1193,6 +1655,13 @@ async fn update_webhook(
     Ok(envelope(&s, Some("webhook updated"), row.to_json()))
 }
 
+#[utoipa::path(
+    delete, path = "/webhooks/{webhookId}/", tag = "webhooks", operation_id = "deleteWebhook",
+    description = "Deletes a registration; its pending deliveries are given up.",
+    params(("webhookId" = String, Path)),
+    responses((status = 200, description = "Deleted.", body = schema::DeletedEnvelope), (status = 400, description = "`E_MISSING_PARAMETER` or `E_INVALID_ARGUMENT` (an unknown, repeated or malformed parameter).", body = schema::PartnerError), (status = 403, description = "`E_FORBIDDEN`: another partner's webhook, or an affiliate partner.", body = schema::PartnerError), (status = 404, description = "`E_NOT_FOUND`: no such webhook.", body = schema::PartnerError)),
+    security(("partnerAuth" = [])),
+)]
 async fn delete_webhook(
     State(s): State<PartnerState>,
     partner: Partner,
@@ -1205,6 +1674,12 @@ async fn delete_webhook(
     Ok(envelope(&s, Some("webhook deleted"), json!({"id": id})))
 }
 
+#[utoipa::path(
+    get, path = "/webhooks/{webhookId}/deliveries/", tag = "webhooks", operation_id = "listWebhookDeliveries",
+    params(("webhookId" = String, Path)),
+    responses((status = 200, description = "The latest 100 deliveries, newest first.", body = schema::DeliveryListEnvelope), (status = 400, description = "`E_MISSING_PARAMETER` or `E_INVALID_ARGUMENT` (an unknown, repeated or malformed parameter).", body = schema::PartnerError), (status = 403, description = "`E_FORBIDDEN`: another partner's webhook, or an affiliate partner.", body = schema::PartnerError), (status = 404, description = "`E_NOT_FOUND`: no such webhook.", body = schema::PartnerError)),
+    security(("partnerAuth" = [])),
+)]
 async fn webhook_deliveries(
     State(s): State<PartnerState>,
     partner: Partner,
@@ -1217,4 +1692,38 @@ async fn webhook_deliveries(
         .await?;
     let items = s.bookings.webhook_deliveries(row.id, 100).await?;
     Ok(envelope(&s, None, json!({"items": items})))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tower::ServiceExt as _;
+
+    /// A panicking handler behind the partner's panic layer: 500 in the partner error shape.
+    #[tokio::test]
+    async fn a_panicking_handler_answers_500_e_internal() {
+        async fn boom() -> Response {
+            panic!("boom")
+        }
+        let app = Router::new()
+            .route("/boom", get(boom))
+            .layer(tower_http::catch_panic::CatchPanicLayer::custom(panicked));
+        let res = app
+            .oneshot(
+                axum::http::Request::get("/boom")
+                    .body(axum::body::Body::empty())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let body = axum::body::to_bytes(res.into_body(), 1 << 16)
+            .await
+            .unwrap();
+        let body: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            body,
+            json!({"status": 500, "error": {"code": "E_INTERNAL", "message": "An internal error occurred."}})
+        );
+    }
 }

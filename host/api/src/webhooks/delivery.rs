@@ -25,8 +25,8 @@ use std::time::Duration;
 
 /// The shortest time from one pass to the next when events wake the relay: under load, one pass
 /// routes what many commits wrote (one read of the outbox and one write for all of it) instead
-/// of one pass per commit, each a group commit of its own and six reads (BENCHMARKS.md, session
-/// 9). Routing waits at most this long; SSE streams read the outbox themselves, without it.
+/// of one pass per commit, each a group commit of its own and six reads (BENCHMARKS.md).
+/// Routing waits at most this long; SSE streams read the outbox themselves, without it.
 const RELAY_LINGER: Duration = Duration::from_millis(10);
 
 /// Outbox events one relay transaction routes at most.
@@ -138,8 +138,12 @@ async fn relay(state: &ApiState) -> anyhow::Result<()> {
 /// Delivery attempts one node has in flight at most. Attempts run on their own: a pass claims
 /// only what frees up and never waits for a slow receiver, so one subscription's slow receiver
 /// holds one slot (a subscription has one attempt at a time, its oldest pending delivery) for
-/// its time limit, and a principal at most `max_subscriptions_per_owner` of them.
+/// its time limit.
 const MAX_IN_FLIGHT: usize = 128;
+
+/// Attempts one owner's subscriptions have in flight at most, over all nodes: an owner whose
+/// receivers all hang holds this many slots and everyone else's deliveries go on in the rest.
+const MAX_IN_FLIGHT_PER_OWNER: i64 = 16;
 
 async fn dispatch(
     state: &ApiState,
@@ -156,7 +160,12 @@ async fn dispatch(
         now + i64::try_from(state.webhooks.timeout_ms).unwrap_or(i64::MAX / 4) + 2_000;
     let due = state
         .store
-        .claim_deliveries(now, lease_until, i64::try_from(free).unwrap_or(1))
+        .claim_deliveries(
+            now,
+            lease_until,
+            i64::try_from(free).unwrap_or(1),
+            MAX_IN_FLIGHT_PER_OWNER,
+        )
         .await?;
     let n = due.len();
     for delivery in due {

@@ -2,7 +2,7 @@
 //!
 //! A ten-stage workflow makes ten DNS changes. Decided inside a group commit and answered after
 //! it, each one cost its caller a commit's wait and the writer a commit of its own: ten of an
-//! execution's thirteen commit waits (BENCHMARKS.md, session 18). So a DNS change is decided
+//! execution's thirteen commit waits (BENCHMARKS.md). So a DNS change is decided
 //! here, in memory, and answered at once; its writes are queued for the group writer
 //! ([`capstan_store::Store::write_behind`]), where they wait for company and commit with the
 //! caller's own next commit, which is queued after them and so is durable only if they are. A

@@ -108,7 +108,8 @@ async fn concurrent_changes_of_one_record_set_each_see_the_state_before_them() {
 /// A DNS change is decided in memory and answered before its writes commit (SQLite): the next
 /// change of the record set sees it, polling it answers at once, the ordinary path and the
 /// snapshot see it (they wait for the writes behind answers), and once those are committed a
-/// simulation with an empty memory (a restart) answers its token as before and sees its record.
+/// simulation with an empty memory (a restart) gives its token the same answer and sees its
+/// record.
 #[tokio::test]
 async fn a_change_decided_in_memory_is_seen_everywhere_and_survives_a_fresh_memory() {
     let (cloud, _clock, _dir) = cloud().await;

@@ -2,6 +2,10 @@
 //! (`supplier.confirm` with the booking's id, product, variant, start and `pax` = the number of
 //! customers) and hands on `{"supplierReference": ..}` with whatever earlier steps handed over.
 //! A supplier error (a refusal is permanent, a timeout transient) is returned unchanged.
+//!
+//! Compensation (the booking was cancelled) cancels the confirmation by its reference
+//! (`supplier.cancel-confirmation`); without one the step never confirmed, and there is nothing
+//! to cancel.
 
 use capstan_step_sdk::{Ctx, Descriptor, Error, Handover, LogLevel, Step};
 
@@ -35,6 +39,18 @@ impl Step for ConfirmSupplier {
         );
         input.with("supplierReference", confirmation.supplier_reference)
     }
+
+    fn compensate(ctx: &mut Ctx, handover: Handover) -> Result<(), Error> {
+        let Some(reference) = handover.get::<String>("supplierReference")? else {
+            return Ok(());
+        };
+        ctx.supplier().cancel_confirmation(&reference)?;
+        ctx.log(
+            LogLevel::Info,
+            &format!("supplier confirmation {reference} cancelled"),
+        );
+        Ok(())
+    }
 }
 
 capstan_step_sdk::export_step!(ConfirmSupplier);
@@ -44,6 +60,24 @@ mod tests {
     use super::*;
     use capstan_step_sdk::harness::Harness;
     use capstan_step_sdk::json;
+
+    #[test]
+    fn compensation_cancels_the_confirmation_it_made_and_nothing_without_one() {
+        let report = Harness::new()
+            .reply(
+                "supplier.cancel-confirmation",
+                json!({"supplier_reference": "SUP-B-1"}),
+            )
+            .compensate::<ConfirmSupplier>(json!({"supplierReference": "SUP-B-1"}));
+        assert!(report.output.is_ok(), "{:?}", report.output);
+        assert_eq!(
+            report.calls("supplier.cancel-confirmation")[0].request,
+            json!({"supplier_reference": "SUP-B-1"})
+        );
+        let report = Harness::new().compensate::<ConfirmSupplier>(json!(null));
+        assert!(report.output.is_ok());
+        assert!(report.ops().is_empty(), "{:?}", report.ops());
+    }
 
     #[test]
     fn confirms_with_the_bookings_ids_and_party_size_and_hands_on_the_reference() {

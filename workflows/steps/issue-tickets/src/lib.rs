@@ -4,6 +4,10 @@
 //!
 //! One ticket per customer, unless the input says `"ticketsPer": "booking"` (one ticket for the
 //! whole party, for per-group products). An admission error is returned unchanged.
+//!
+//! Compensation (the booking was cancelled) voids the booking's tickets
+//! (`admission.void-tickets`, by booking id, so also tickets issued by a run whose output was
+//! lost in a crash).
 
 use capstan_step_sdk::{Ctx, Descriptor, Error, Handover, LogLevel, Step, TicketJson};
 
@@ -39,6 +43,20 @@ impl Step for IssueTickets {
         );
         let tickets: Vec<TicketJson> = tickets.into_iter().map(TicketJson::from).collect();
         input.with("tickets", tickets)
+    }
+
+    fn compensate(ctx: &mut Ctx, _handover: Handover) -> Result<(), Error> {
+        let booking = ctx.booking();
+        let voided = ctx.admission().void_tickets(&booking.booking_id)?;
+        ctx.log(
+            LogLevel::Info,
+            &format!(
+                "voided {} ticket(s) of booking {}",
+                voided.len(),
+                booking.booking_id
+            ),
+        );
+        Ok(())
     }
 }
 
@@ -97,6 +115,18 @@ mod tests {
         assert_eq!(
             report.calls("admission.issue-tickets")[0].request["count"],
             1
+        );
+    }
+
+    #[test]
+    fn compensation_voids_the_bookings_tickets() {
+        let report = Harness::new()
+            .reply("admission.void-tickets", json!([]))
+            .compensate::<IssueTickets>(json!({"tickets": []}));
+        assert!(report.output.is_ok(), "{:?}", report.output);
+        assert_eq!(
+            report.calls("admission.void-tickets")[0].request,
+            json!({"booking_id": "B-1"})
         );
     }
 
