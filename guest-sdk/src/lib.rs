@@ -27,7 +27,7 @@ mod workflow;
 pub mod harness;
 
 pub use error::{Error, ErrorKind};
-pub use workflow::{CancelMode, Ctx, Descriptor, LogLevel, Workflow};
+pub use workflow::{CancelMode, Ctx, Descriptor, LogLevel, Recovery, Workflow};
 
 /// Capability handle types and the records they exchange.
 pub use host::{cdn, certificates, convergence, dns, functions, maps, registrar, ticketing};

@@ -30,10 +30,43 @@ pub struct Descriptor {
     description: &'static str,
     stages: &'static [&'static str],
     estimated_duration_seconds: u32,
-    recovery: Vec<(&'static str, &'static str)>,
+    recovery: Vec<Recovery>,
     cancel_mode: CancelMode,
     resumable_when_failed: bool,
     point_of_no_return: Option<&'static str>,
+    rollback_requires_terminal: bool,
+}
+
+/// A recovery operation (`retry-finalization`, say): re-runs a finished run from `from_stage`,
+/// with the outputs of every earlier stage replayed rather than repeated, for executions in one
+/// of `from_statuses` (and, with [`Recovery::when_outcome`], whose outcome says so).
+#[derive(Debug, Clone)]
+pub struct Recovery {
+    name: &'static str,
+    from_stage: &'static str,
+    from_statuses: &'static [&'static str],
+    when_outcome: Option<(&'static str, &'static str)>,
+}
+
+impl Recovery {
+    pub fn new(
+        name: &'static str,
+        from_stage: &'static str,
+        from_statuses: &'static [&'static str],
+    ) -> Self {
+        Self {
+            name,
+            from_stage,
+            from_statuses,
+            when_outcome: None,
+        }
+    }
+
+    /// Only while the outcome holds the string `equals` at the JSON pointer `pointer`.
+    pub fn when_outcome(mut self, pointer: &'static str, equals: &'static str) -> Self {
+        self.when_outcome = Some((pointer, equals));
+        self
+    }
 }
 
 impl Descriptor {
@@ -49,6 +82,7 @@ impl Descriptor {
             cancel_mode: CancelMode::Immediate,
             resumable_when_failed: false,
             point_of_no_return: None,
+            rollback_requires_terminal: false,
         }
     }
 
@@ -68,10 +102,16 @@ impl Descriptor {
         self
     }
 
-    /// Declares a recovery operation (`retry-finalization`, say) that re-runs a finished run from
-    /// `from_stage`, with the outputs of every earlier stage replayed rather than repeated.
-    pub fn recovery(mut self, operation: &'static str, from_stage: &'static str) -> Self {
-        self.recovery.push((operation, from_stage));
+    /// Declares a recovery operation; the host offers it only where it applies.
+    pub fn recovery(mut self, recovery: Recovery) -> Self {
+        self.recovery.push(recovery);
+        self
+    }
+
+    /// Rollback only once the execution is terminal, never while it is paused (a paused run may
+    /// still be resumed and publish more).
+    pub fn rollback_requires_terminal(mut self, yes: bool) -> Self {
+        self.rollback_requires_terminal = yes;
         self
     }
 
@@ -252,9 +292,16 @@ pub fn describe<W: Workflow>() -> wit::WorkflowDescriptor {
         recovery_operations: d
             .recovery
             .iter()
-            .map(|(name, from)| wit::RecoveryOperation {
-                name: (*name).to_owned(),
-                from_stage: (*from).to_owned(),
+            .map(|r| wit::RecoveryOperation {
+                name: r.name.to_owned(),
+                from_stage: r.from_stage.to_owned(),
+                from_statuses: r.from_statuses.iter().map(|s| (*s).to_owned()).collect(),
+                when_outcome: r
+                    .when_outcome
+                    .map(|(pointer, equals)| wit::OutcomeCondition {
+                        pointer: pointer.to_owned(),
+                        equals: equals.to_owned(),
+                    }),
             })
             .collect(),
         cancel_mode: match d.cancel_mode {
@@ -263,6 +310,7 @@ pub fn describe<W: Workflow>() -> wit::WorkflowDescriptor {
         },
         resumable_when_failed: d.resumable_when_failed,
         point_of_no_return: d.point_of_no_return.map(str::to_owned),
+        rollback_requires_terminal: d.rollback_requires_terminal,
     }
 }
 

@@ -122,7 +122,9 @@ async fn the_v1_api_end_to_end() {
             "workflowRunId"
         ])
     );
-    assert_eq!(created["status"], "queued");
+    // The status the trigger committed: `running` when a worker slot was free at once.
+    let committed = created["status"].as_str().unwrap().to_owned();
+    assert!(committed == "queued" || committed == "running", "{created}");
     assert_eq!(created["stages"].as_array().unwrap().len(), 11);
     let id = created["executionId"].as_str().unwrap().to_owned();
     assert_eq!(

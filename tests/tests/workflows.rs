@@ -220,6 +220,11 @@ match = "flaky"
 error = "transient"
 code = "probe-timeout"
 
+[[simulator.faults]]
+op = "certificates.request-certificate"
+match = "slowcert.example.com"
+latency_ms = 2000
+
 [provider_retry.functions]
 initial_ms = 0
 max_ms = 0
@@ -727,6 +732,14 @@ async fn certificates_and_function_versions_roll_back_and_cancel_cooperatively()
     let e = w.settle(&flaky).await;
     assert_eq!(e["status"], "paused", "{e:#}");
     assert_eq!(stage(&e, "verify")["errorJson"]["error"], "probe-timeout");
+    // update-function-version rolls back only finished executions: a paused one may still be
+    // resumed and publish more.
+    let (status, body) = w
+        .post(&format!("/v1/executions/{flaky}/rollback"), None)
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["reason"], "not_rollbackable", "{body}");
+    assert_eq!(w.execution(&flaky).await["status"], "paused");
     let (status, body) = w
         .post(&format!("/v1/executions/{flaky}/cancel"), None)
         .await;
@@ -862,4 +875,84 @@ code = "key-suspended"
             "{input} {pointer}: {o:#}"
         );
     }
+}
+
+/// The control answers the transition table gives, over HTTP: a cancel of a run a worker holds
+/// is requested (and recorded) until the worker stops it; resume applies only to a paused run
+/// or a pending resume; a pending rollback refuses other commands and answers a repeat with
+/// itself.
+#[tokio::test]
+async fn control_answers_follow_the_transition_table() {
+    // Every certificate deletion takes 2 s here: a rollback stays pending long enough to ask.
+    let w = World::start(
+        seed_main(),
+        &format!(
+            "{MAIN_FAULTS}\n[[simulator.faults]]\nop = \"certificates.delete-certificate\"\nlatency_ms = 2000\n"
+        ),
+    );
+
+    // A fresh execution is not paused: resume is refused, not "already queued".
+    let quick = w
+        .trigger("add-certificate", json!({"domain": "quick.example.com"}))
+        .await;
+    let (status, body) = w
+        .post(&format!("/v1/executions/{quick}/resume"), None)
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["reason"], "not_resumable", "{body}");
+    assert_eq!(w.settle(&quick).await["status"], "succeeded");
+    let (status, body) = w
+        .post(&format!("/v1/executions/{quick}/resume"), None)
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["reason"], "not_resumable", "{body}");
+
+    // Canceled while a worker waits on the certificate request (2 s): requested, recorded,
+    // then canceled when the run reaches its next host call.
+    let slow = w
+        .trigger("add-certificate", json!({"domain": "slowcert.example.com"}))
+        .await;
+    let mut requesting = false;
+    for _ in 0..400 {
+        let e = w.execution(&slow).await;
+        let stages = e["stages"].as_array().cloned().unwrap_or_default();
+        if stages
+            .iter()
+            .any(|s| s["stageName"] == "request" && s["status"] == "running")
+        {
+            requesting = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(requesting, "{:#}", w.execution(&slow).await);
+    let (status, body) = w.post(&format!("/v1/executions/{slow}/cancel"), None).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(body["status"], "cancellation_requested", "{body}");
+    assert_eq!(body["execution"]["status"], "running", "{body}");
+    assert!(
+        body["execution"]["cancellationRequestedAt"].is_string(),
+        "{body}"
+    );
+    let e = w.until(&slow, &["canceled"]).await;
+    assert!(e["cancellationRequestedAt"].is_string(), "{e:#}");
+
+    // Its rollback deletes the certificate requested before the cancel (2 s): while it is
+    // pending, a repeat answers the same command and a resume is refused.
+    let (status, first) = w
+        .post(&format!("/v1/executions/{slow}/rollback"), None)
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{first}");
+    let (status, again) = w
+        .post(&format!("/v1/executions/{slow}/rollback"), None)
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{again}");
+    assert_eq!(again["command"]["commandId"], first["command"]["commandId"]);
+    let (status, body) = w.post(&format!("/v1/executions/{slow}/resume"), None).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["reason"], "command_pending", "{body}");
+    assert_eq!(
+        w.until(&slow, &["rolled_back"]).await["status"],
+        "rolled_back"
+    );
 }

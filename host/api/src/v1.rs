@@ -249,11 +249,8 @@ async fn trigger(
         execution_id: e.id.clone(),
         links: views::ExecutionLinks::of(&e.id),
         stages: workflow.descriptor.stages.clone(),
-        status: if triggered.replayed {
-            e.status.into()
-        } else {
-            views::ExecutionStatusView::Queued
-        },
+        // What was committed: `running` when a worker slot was free and the run started at once.
+        status: e.status.into(),
         workflow: e.workflow.clone(),
         workflow_run_id: e.run_id.clone(),
     };
@@ -623,13 +620,10 @@ async fn retry_finalization(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<(StatusCode, Json<CommandResponse>), ApiError> {
-    // Whether the workflow has a finalization to retry is its own declaration
-    // (`.recovery("retry-finalization", ..)`): the engine answers 409 not_supported otherwise.
+    // Whether the workflow has a finalization to retry, and from which statuses, is its own
+    // declaration (`Recovery::new("retry-finalization", ..)`): the engine answers 409 otherwise.
     authorized(&state, &caller, &id, None).await?;
-    let outcome = state
-        .engine
-        .recover(&id, "retry-finalization", &[ExecutionStatus::Failed])
-        .await?;
+    let outcome = state.engine.recover(&id, "retry-finalization").await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(views::command(
@@ -660,24 +654,10 @@ async fn retry_maps_whitelist(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<(StatusCode, Json<CommandResponse>), ApiError> {
-    let execution = authorized(&state, &caller, &id, Some("workflows:onboard-domain")).await?;
-    let manual = execution
-        .outcome_json
-        .as_ref()
-        .and_then(|o| o.pointer("/mapsProvider/outcome"))
-        .and_then(Value::as_str)
-        == Some("manual-required");
-    if execution.workflow != "onboard-domain" || (!manual && !execution.status.is_active()) {
-        return Err(capstan_engine::EngineError::StateInvalid {
-            reason: "not_eligible",
-            message: "only a succeeded onboard-domain execution whose maps outcome is manual-required can retry the maps whitelist".to_owned(),
-        }
-        .into());
-    }
-    let outcome = state
-        .engine
-        .recover(&id, "retry-maps-whitelist", &[ExecutionStatus::Succeeded])
-        .await?;
+    // Where it applies (a succeeded onboard-domain whose maps outcome is manual-required) is the
+    // workflow's declaration; the engine answers 409 otherwise.
+    authorized(&state, &caller, &id, Some("workflows:onboard-domain")).await?;
+    let outcome = state.engine.recover(&id, "retry-maps-whitelist").await?;
     Ok((
         StatusCode::ACCEPTED,
         Json(views::command(

@@ -1,20 +1,7 @@
 //! Executions, stages, runs and the status machine, as plain data and pure functions.
 //!
-//! The status machine (DESIGN.md §3) as a table a reader can check against the API document:
-//!
-//! | from | event | to |
-//! |---|---|---|
-//! | (new) | trigger | queued |
-//! | queued | a worker claims the run | running |
-//! | running | the run waits (timer, approval, convergence) | waiting |
-//! | waiting | the wait is satisfied and a worker claims the run | running |
-//! | running | the guest ends with a transient error, or replay diverges | paused |
-//! | running | the guest returns | succeeded |
-//! | running | the guest ends with a permanent error, traps or hits a limit | failed |
-//! | queued, running, waiting, paused | cancel (immediate mode) | canceled |
-//! | succeeded, failed, canceled, paused | rollback completes | rolled_back |
-//! | paused (or failed/canceled when resumable) | resume | queued |
-//! | failed at its recovery stage, succeeded (maps recovery) | recovery command | queued |
+//! The status machine (DESIGN.md §3), every move and every control answer, is one table:
+//! [`crate::transitions`].
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -70,22 +57,6 @@ impl ExecutionStatus {
     /// A run is in flight: the engine may still act on it.
     pub fn is_active(self) -> bool {
         matches!(self, Self::Queued | Self::Running | Self::Waiting)
-    }
-
-    /// Whether rollback may start from here (DESIGN §3: cancel first when active).
-    pub fn can_roll_back(self) -> bool {
-        matches!(
-            self,
-            Self::Succeeded | Self::Failed | Self::Canceled | Self::Paused
-        )
-    }
-
-    /// Whether an immediate cancel applies.
-    pub fn can_cancel(self) -> bool {
-        matches!(
-            self,
-            Self::Queued | Self::Running | Self::Waiting | Self::Paused
-        )
     }
 }
 
@@ -157,8 +128,5 @@ mod tests {
             assert!(!(s.is_terminal() && s.is_active()));
         }
         assert!("done".parse::<ExecutionStatus>().is_err());
-        assert!(!ExecutionStatus::Running.can_roll_back());
-        assert!(ExecutionStatus::Paused.can_roll_back());
-        assert!(!ExecutionStatus::Succeeded.can_cancel());
     }
 }

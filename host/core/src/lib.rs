@@ -19,12 +19,13 @@ pub mod ids;
 pub mod providers;
 pub mod secrets;
 pub mod store;
+pub mod transitions;
 pub mod workflow;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use execution::{ExecutionStatus, StageStatus};
 pub use providers::{Inspect, Providers};
 pub use workflow::{
-    CancelMode, Capability, CapabilityError, CapabilityGrants, ErrorKind, RecoveryOperation,
-    WorkflowDescriptor,
+    CancelMode, Capability, CapabilityError, CapabilityGrants, ErrorKind, OutcomeCondition,
+    RecoveryOperation, WorkflowDescriptor,
 };

@@ -273,6 +273,16 @@ pub enum Write {
     },
     PutWait(WaitRecord),
     PutCommand(CommandRecord),
+    /// The execution's resume and recovery commands in `from` become `to` (with `error`, and
+    /// `at_ms` as their finish when `to` is final): the lane moves with the run it re-queued.
+    /// A rollback's command is its own run's and is left alone.
+    SettleCommands {
+        execution_id: String,
+        from: CommandStatus,
+        to: CommandStatus,
+        at_ms: Millis,
+        error: Option<String>,
+    },
     Event(OutboxRecord),
     /// Records an idempotency key with the execution it created, in the trigger's own batch:
     /// a second request with the key fails the batch on the key's uniqueness and replays this.

@@ -21,6 +21,35 @@ pub enum CancelMode {
 pub struct RecoveryOperation {
     pub name: String,
     pub from_stage: String,
+    /// The statuses it applies to.
+    pub from_statuses: Vec<crate::execution::ExecutionStatus>,
+    /// It applies only while the outcome holds this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when_outcome: Option<OutcomeCondition>,
+}
+
+/// The string at a JSON pointer of an execution's outcome.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutcomeCondition {
+    pub pointer: String,
+    pub equals: String,
+}
+
+impl RecoveryOperation {
+    /// Whether it applies to an execution in `status` with `outcome`.
+    pub fn applies(
+        &self,
+        status: crate::execution::ExecutionStatus,
+        outcome: Option<&serde_json::Value>,
+    ) -> bool {
+        self.from_statuses.contains(&status)
+            && self.when_outcome.as_ref().is_none_or(|c| {
+                outcome
+                    .and_then(|o| o.pointer(&c.pointer))
+                    .and_then(serde_json::Value::as_str)
+                    == Some(c.equals.as_str())
+            })
+    }
 }
 
 /// A workflow component's self-description.
@@ -40,6 +69,9 @@ pub struct WorkflowDescriptor {
     /// Once this stage has begun, cancel is refused (409 `state_invalid`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub point_of_no_return: Option<String>,
+    /// Rollback only from a terminal status (not while paused).
+    #[serde(default)]
+    pub rollback_requires_terminal: bool,
 }
 
 /// Whether repeating a failed request may succeed.

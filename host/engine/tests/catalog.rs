@@ -219,7 +219,7 @@ async fn every_payload_the_engine_publishes_matches_its_catalog_schema() {
     w.settle().await;
     assert_eq!(w.status(&failing).await, ExecutionStatus::Failed);
     w.engine
-        .recover(&failing, "retry-finalization", &[ExecutionStatus::Failed])
+        .recover(&failing, "retry-finalization")
         .await
         .unwrap();
     w.settle().await;

@@ -219,7 +219,7 @@ async fn a_transient_failure_pauses_and_resume_retries_the_failed_call_without_r
     let again = w.engine.resume(&id).await.unwrap();
     assert!(
         again.reused,
-        "a resume of a queued execution reports retry_already_queued"
+        "a second resume while the first is pending reports retry_already_queued"
     );
     for _ in 0..5 {
         w.settle().await;
@@ -610,11 +610,7 @@ async fn retry_finalization_replays_earlier_stages_and_reruns_only_finalize() {
     assert_eq!(execution.status, ExecutionStatus::Failed);
     assert_eq!(stages.last().unwrap().stage_name, "finalize");
     let effects = w.cloud.effects().len();
-    let outcome = w
-        .engine
-        .recover(&id, "retry-finalization", &[ExecutionStatus::Failed])
-        .await
-        .unwrap();
+    let outcome = w.engine.recover(&id, "retry-finalization").await.unwrap();
     assert_eq!(outcome.execution.status, ExecutionStatus::Queued);
     w.settle().await;
     let (execution, stages) = w.engine.execution(&id).await.unwrap().unwrap();
@@ -640,7 +636,7 @@ async fn retry_finalization_replays_earlier_stages_and_reruns_only_finalize() {
     );
     let unknown = w
         .engine
-        .recover(&id, "retry-maps-whitelist", &[ExecutionStatus::Succeeded])
+        .recover(&id, "retry-maps-whitelist")
         .await
         .unwrap_err();
     assert!(
@@ -845,7 +841,7 @@ async fn every_command_from_every_status_follows_the_status_machine() {
     let commands = ["cancel", "rollback", "resume", "retry-finalization"];
     // Rows: state; columns: commands. None = refused.
     let expected: [[Option<ExecutionStatus>; 4]; 7] = [
-        /* queued    */ [Some(Canceled), None, Some(Succeeded), None],
+        /* queued    */ [Some(Canceled), None, None, None],
         /* waiting   */ [Some(Canceled), None, None, None],
         /* paused    */ [Some(Canceled), Some(RolledBack), Some(Succeeded), None],
         /* failed    */ [None, Some(RolledBack), None, None],
@@ -894,7 +890,7 @@ async fn every_command_from_every_status_follows_the_status_machine() {
                 "cancel" => w.engine.cancel(&id).await.map(|_| ()),
                 "rollback" => w.engine.rollback(&id).await.map(|_| ()),
                 "resume" => w.engine.resume(&id).await.map(|_| ()),
-                _ => w.engine.recover(&id, command, &[Failed]).await.map(|_| ()),
+                _ => w.engine.recover(&id, command).await.map(|_| ()),
             };
             match (expected[row][col], result) {
                 (Some(end), Ok(())) => {
@@ -1032,9 +1028,11 @@ async fn an_immediate_cancel_keeps_the_receipts_of_the_effects_before_it_and_rol
     // call with three effects done.
     let canceled = engine.cancel(&id).await.unwrap();
     assert!(
-        !canceled.cancellation_requested,
-        "immediate: the worker stops the run"
+        canceled.cancellation_requested,
+        "a worker holds the run: the cancel is requested until it stops the run"
     );
+    assert_eq!(canceled.execution.status, ExecutionStatus::Running);
+    assert!(canceled.execution.cancellation_requested_ms.is_some());
     gate.release.notify_one();
     task.await.unwrap().unwrap();
     assert_eq!(w.status(&id).await, ExecutionStatus::Canceled);

@@ -7,8 +7,8 @@ use crate::sandbox::{HostCalls, Interrupt, LimitExceeded, RunState};
 use crate::{Activation, CompileStats, Runtime, RuntimeConfig, Slot, Slots, cache};
 use async_trait::async_trait;
 use capstan_core::{
-    CancelMode, Capability, CapabilityError, CapabilityGrants, ErrorKind, RecoveryOperation,
-    WorkflowDescriptor,
+    CancelMode, Capability, CapabilityError, CapabilityGrants, ErrorKind, OutcomeCondition,
+    RecoveryOperation, WorkflowDescriptor,
 };
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -452,16 +452,36 @@ fn descriptor(
         recovery_operations: d
             .recovery_operations
             .into_iter()
-            .map(|r| RecoveryOperation {
-                name: r.name,
-                from_stage: r.from_stage,
+            .map(|r| {
+                let from_statuses = r
+                    .from_statuses
+                    .iter()
+                    .map(|s| {
+                        s.parse().map_err(|_| {
+                            LoadError::Describe(format!(
+                                "recovery `{}` names an unknown status `{s}`",
+                                r.name
+                            ))
+                        })
+                    })
+                    .collect::<Result<_, _>>()?;
+                Ok(RecoveryOperation {
+                    name: r.name,
+                    from_stage: r.from_stage,
+                    from_statuses,
+                    when_outcome: r.when_outcome.map(|c| OutcomeCondition {
+                        pointer: c.pointer,
+                        equals: c.equals,
+                    }),
+                })
             })
-            .collect(),
+            .collect::<Result<_, LoadError>>()?,
         cancel_mode: match d.cancel_mode {
             bindings::descriptor::CancelMode::Immediate => CancelMode::Immediate,
             bindings::descriptor::CancelMode::Cooperative => CancelMode::Cooperative,
         },
         resumable_when_failed: d.resumable_when_failed,
         point_of_no_return: d.point_of_no_return,
+        rollback_requires_terminal: d.rollback_requires_terminal,
     })
 }

@@ -537,6 +537,24 @@ fn push_write(batch: &mut Batch, write: Write) {
                 .bind(c.finished_ms)
                 .bind(c.error);
         }
+        Write::SettleCommands {
+            execution_id,
+            from,
+            to,
+            at_ms,
+            error,
+        } => {
+            batch
+                .statement(
+                    "UPDATE commands SET status = $1, finished_ms = $2, error = COALESCE($3, error)
+                     WHERE execution_id = $4 AND status = $5 AND operation <> 'rollback'",
+                )
+                .bind(enum_text(&to))
+                .bind((!to.is_pending()).then_some(at_ms))
+                .bind(error)
+                .bind(execution_id)
+                .bind(enum_text(&from));
+        }
         Write::Event(e) => {
             batch
                 .statement(

@@ -13,7 +13,7 @@
 
 mod steps;
 
-use capstan_sdk::{Ctx, Descriptor, Error, Workflow};
+use capstan_sdk::{Ctx, Descriptor, Error, Recovery, Workflow};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -70,7 +70,7 @@ impl Workflow for AddCertificate {
             .description("Requests a DNS-validated certificate and waits until it is issued.")
             .stages(&STAGES)
             .estimated_duration_seconds(300)
-            .recovery("retry-finalization", "finalize")
+            .recovery(Recovery::new("retry-finalization", "finalize", &["failed"]))
     }
 
     fn run(ctx: &mut Ctx, input: Input) -> Result<Output, Error> {

@@ -44,7 +44,7 @@ mod steps;
 
 pub use outcome::*;
 
-use capstan_sdk::{Ctx, Descriptor, Error, Workflow};
+use capstan_sdk::{Ctx, Descriptor, Error, Recovery, Workflow};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use steps::Request;
@@ -122,8 +122,11 @@ impl Workflow for OnboardDomain {
             )
             .stages(&STAGES)
             .estimated_duration_seconds(600)
-            .recovery("retry-finalization", "finalize")
-            .recovery("retry-maps-whitelist", "maps-whitelist")
+            .recovery(Recovery::new("retry-finalization", "finalize", &["failed"]))
+            .recovery(
+                Recovery::new("retry-maps-whitelist", "maps-whitelist", &["succeeded"])
+                    .when_outcome("/mapsProvider/outcome", "manual-required"),
+            )
     }
 
     fn run(ctx: &mut Ctx, input: Input) -> Result<Output, Error> {

@@ -95,6 +95,7 @@ impl Workflow for UpdateFunctionVersion {
             .estimated_duration_seconds(30)
             .cancel_mode(CancelMode::Cooperative)
             .resumable_when_failed(true)
+            .rollback_requires_terminal(true)
     }
 
     fn run(ctx: &mut Ctx, input: Input) -> Result<Output, Error> {
