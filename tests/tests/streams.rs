@@ -220,18 +220,42 @@ async fn an_unknown_cursor_gets_a_resync_event_and_capacity_is_bounded() {
         .await
         .unwrap();
     assert_eq!(second.status(), StatusCode::SERVICE_UNAVAILABLE);
-    drop(first);
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let third = c
-        .get(format!("{}/v1/streams/events", server.base))
+    // A single-use token refused for capacity is not spent: it opens the stream later.
+    let minted: Value = c
+        .post(format!("{}/v1/streams/token", server.base))
         .bearer_auth(&key)
         .send()
         .await
+        .unwrap()
+        .json()
+        .await
         .unwrap();
+    let token = minted["token"].as_str().unwrap().to_owned();
+    // A bare event type means every version of it.
+    let with_token = format!(
+        "{}/v1/streams/events?event=ExecutionSucceeded&token={token}",
+        server.base
+    );
+    let refused = c.get(&with_token).send().await.unwrap();
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    drop(first);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut third = c.get(&with_token).send().await.unwrap();
     assert_eq!(
         third.status(),
         StatusCode::OK,
-        "a closed stream frees its slot"
+        "a closed stream frees its slot, and the token was kept"
+    );
+    let base = server.base.clone();
+    trigger(&c, &base, &key, 1).await;
+    let mut text = String::new();
+    while !text.contains("event: ExecutionSucceeded.v1") {
+        let chunk = third.chunk().await.unwrap().unwrap();
+        text.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(
+        !text.contains("event: ExecutionStarted") && !text.contains("event: StageSucceeded"),
+        "only the filtered type: {text}"
     );
 }
 

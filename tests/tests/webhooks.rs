@@ -345,23 +345,69 @@ async fn deliveries_are_signed_retried_in_order_rotated_redelivered_and_410_disa
     assert_eq!(state["subscription"]["active"], false, "{state}");
     assert_eq!(state["subscription"]["health"], "disabled");
 
-    // Delete: 204, gone from the list.
+    // Delete: 204; the subscription is disabled with its history kept: still readable, listed
+    // inactive, its deliveries still there; it takes no more changes; deleting again is 204.
+    let deliveries_before: Value = c
+        .get(format!("{base}/v1/subscriptions/{id}/deliveries"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        let r = c
+            .delete(format!("{base}/v1/subscriptions/{id}"))
+            .bearer_auth(&key)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    }
     let r = c
-        .delete(format!("{base}/v1/subscriptions/{id}"))
+        .get(format!("{base}/v1/subscriptions/{id}"))
         .bearer_auth(&key)
         .send()
         .await
         .unwrap();
-    assert_eq!(r.status(), StatusCode::NO_CONTENT);
-    assert_eq!(
-        c.get(format!("{base}/v1/subscriptions/{id}"))
-            .bearer_auth(&key)
-            .send()
-            .await
-            .unwrap()
-            .status(),
-        StatusCode::NOT_FOUND
+    assert_eq!(r.status(), StatusCode::OK);
+    let deleted: Value = r.json().await.unwrap();
+    assert_eq!(deleted["subscription"]["active"], false, "{deleted}");
+    assert_eq!(deleted["subscription"]["health"], "disabled", "{deleted}");
+    let deliveries_after: Value = c
+        .get(format!("{base}/v1/subscriptions/{id}/deliveries"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(deliveries_after, deliveries_before, "the history is kept");
+    let listed: Value = c
+        .get(format!("{base}/v1/subscriptions"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        listed.to_string().contains(&id),
+        "a deleted subscription is listed: {listed}"
     );
+    let r = c
+        .patch(format!("{base}/v1/subscriptions/{id}"))
+        .bearer_auth(&key)
+        .json(&json!({"active": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CONFLICT);
+    let refused: Value = r.json().await.unwrap();
+    assert_eq!(refused["reason"], "subscription_deleted", "{refused}");
 }
 
 #[tokio::test]

@@ -956,3 +956,57 @@ async fn control_answers_follow_the_transition_table() {
         "rolled_back"
     );
 }
+
+/// The onboard-domain body is normalized and defaulted as the workflow declares before anything
+/// is stored: `inputJson` holds what runs, a blank domain is a 400, and a body that normalizes to
+/// the same input replays the execution its key created.
+#[tokio::test]
+async fn the_onboard_domain_body_is_normalized_before_it_is_stored() {
+    let w = World::start(seed_main(), MAIN_FAULTS);
+    let post = |key: &'static str, body: Value| {
+        w.c.post(format!("{}/v1/workflows/onboard-domain", w.server.base))
+            .bearer_auth(&w.key)
+            .header("Idempotency-Key", key)
+            .json(&body)
+            .send()
+    };
+    let r = post(
+        "normalized",
+        json!({"domain": "  Fresh.TEST ", "ticketId": " ops-1 ", "options": {"dryRun": true}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    let created: Value = r.json().await.unwrap();
+    let id = created["executionId"].as_str().unwrap().to_owned();
+    let e = w.execution(&id).await;
+    assert_eq!(
+        e["inputJson"],
+        json!({"domain": "fresh.test", "ticketId": "OPS-1", "isCms": true,
+               "recentCertOverrideDomain": null,
+               "options": {"dryRun": true, "skipReadinessCheck": false}}),
+        "{e:#}"
+    );
+    let r = post(
+        "normalized",
+        json!({"domain": "fresh.test", "ticketId": "OPS-1", "isCms": true, "options": {"dryRun": true}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        r.status(),
+        StatusCode::OK,
+        "the same input after normalization replays"
+    );
+    assert_eq!(r.json::<Value>().await.unwrap()["executionId"], id.as_str());
+    for blank in [
+        json!({"domain": "   "}),
+        json!({"domain": "ok.test", "ticketId": "  "}),
+    ] {
+        let r = post("blank", blank.clone()).await.unwrap();
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{blank}");
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["error"], "validation_error", "{body}");
+        assert!(!body["issues"].as_array().unwrap().is_empty(), "{body}");
+    }
+}

@@ -14,6 +14,7 @@
 //!   node's upkeep task (those windows, the retention sweep).
 //! - `ratelimit` — the per-key token bucket (429 `rate_limited`).
 //! - `error` — the one `/v1` error type and its response.
+//! - `input` — trigger bodies normalized as the workflow's input schema declares (defaults, trim, case).
 //! - `v1` — the `/v1` routes, and `v1::openapi`, the document built from them.
 //! - `views` — the documented JSON shapes.
 //! - `streams` — server-sent event streams and single-use stream tokens.
@@ -27,6 +28,7 @@ pub mod audit;
 pub mod auth;
 pub mod error;
 pub mod events_catalog;
+pub mod input;
 pub mod keys;
 pub mod partner;
 pub mod ratelimit;

@@ -625,14 +625,14 @@ pub mod subscriptions {
 
     #[utoipa::path(patch, path = "/v1/subscriptions/{id}", tag = "subscriptions", operation_id = "updateSubscription",
         params(("id" = String, Path)), request_body = UpdateSubscription,
-        responses((status = 200, body = SubscriptionEnvelope), (status = 400, body = Error), (status = 403, body = Error), (status = 404, body = Error)),
+        responses((status = 200, body = SubscriptionEnvelope), (status = 400, body = Error), (status = 403, body = Error), (status = 404, body = Error), (status = 409, description = "`state_invalid`, reason `subscription_deleted`: a deleted subscription takes no more changes.", body = Error)),
         security(("bearer" = [])))]
     #[allow(dead_code)]
     async fn update() {}
 
     #[utoipa::path(delete, path = "/v1/subscriptions/{id}", tag = "subscriptions", operation_id = "deleteSubscription",
         params(("id" = String, Path)),
-        responses((status = 204, description = "Disabled; its history is kept."), (status = 403, body = Error), (status = 404, body = Error)),
+        responses((status = 204, description = "Disabled; its history is kept and stays readable (GET answers it with `active: false`). Deleting again changes nothing."), (status = 403, body = Error), (status = 404, body = Error)),
         security(("bearer" = [])))]
     #[allow(dead_code)]
     async fn remove() {}
@@ -646,14 +646,14 @@ pub mod subscriptions {
 
     #[utoipa::path(post, path = "/v1/subscriptions/{id}/redeliver/{eventId}", tag = "subscriptions", operation_id = "redeliver",
         params(("id" = String, Path), ("eventId" = String, Path)),
-        responses((status = 202, body = DeliveryEnvelope), (status = 403, body = Error), (status = 404, body = Error)),
+        responses((status = 202, body = DeliveryEnvelope), (status = 403, body = Error), (status = 404, body = Error), (status = 409, description = "`state_invalid`, reason `subscription_deleted`: a deleted subscription takes no more changes.", body = Error)),
         security(("bearer" = [])))]
     #[allow(dead_code)]
     async fn redeliver() {}
 
     #[utoipa::path(post, path = "/v1/subscriptions/{id}/secret", tag = "subscriptions", operation_id = "rotateSubscriptionSecret",
         params(("id" = String, Path)), request_body = RotateSecret,
-        responses((status = 200, body = SubscriptionEnvelope), (status = 400, body = Error), (status = 403, body = Error), (status = 404, body = Error)),
+        responses((status = 200, body = SubscriptionEnvelope), (status = 400, body = Error), (status = 403, body = Error), (status = 404, body = Error), (status = 409, description = "`state_invalid`, reason `subscription_deleted`: a deleted subscription takes no more changes.", body = Error)),
         security(("bearer" = [])))]
     #[allow(dead_code)]
     async fn secret() {}

@@ -235,17 +235,26 @@ async fn stream_events(
         match key.as_str() {
             "event" => {
                 for name in value.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-                    let Some((ty, version)) = capstan_engine::catalog::parse_name(name) else {
+                    // `<EventType>.v<N>` is that version; a bare `<EventType>` every catalogued
+                    // version of it.
+                    let versions: Vec<(String, String)> =
+                        match capstan_engine::catalog::parse_name(name) {
+                            Some((ty, version)) => capstan_engine::catalog::find(ty, version)
+                                .map(|e| (e.event_type.to_owned(), e.version.to_owned()))
+                                .into_iter()
+                                .collect(),
+                            None => capstan_engine::catalog::catalog()
+                                .into_iter()
+                                .filter(|e| e.event_type == name)
+                                .map(|e| (e.event_type.to_owned(), e.version.to_owned()))
+                                .collect(),
+                        };
+                    if versions.is_empty() {
                         return Err(invalid_filter(format!(
-                            "`{name}` is not of the form <EventType>.v<N>"
-                        )));
-                    };
-                    if capstan_engine::catalog::find(ty, version).is_none() {
-                        return Err(invalid_filter(format!(
-                            "`{name}` is not in the event catalog (GET /v1/events/catalog)"
+                            "`{name}` is not in the event catalog (an event type, or <EventType>.v<N>; GET /v1/events/catalog)"
                         )));
                     }
-                    filter.events.push((ty.to_owned(), version.to_owned()));
+                    filter.events.extend(versions);
                 }
             }
             "workflow" => wanted_workflows.extend(value.split(',').map(|w| w.trim().to_owned())),
@@ -260,11 +269,13 @@ async fn stream_events(
             }
         }
     }
-    let caller = match token {
+    // The token is read here and used only once the stream can open: a refusal for capacity
+    // (503) leaves it valid for the retry.
+    let caller = match &token {
         Some(token) => {
             let minted = state
                 .store
-                .consume_stream_token(&token_hash(&token), state.now())
+                .peek_stream_token(&token_hash(token), state.now())
                 .await
                 .map_err(ApiError::internal)?;
             let Some((principal, key_id)) = minted else {
@@ -297,7 +308,20 @@ async fn stream_events(
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned)
     });
-    open(state, Holder::of(&caller), filter, cursor, false).await
+    let holder = Holder::of(&caller);
+    let slot = state.streams.take(&holder.principal_id)?;
+    if let Some(token) = &token {
+        let used = state
+            .store
+            .consume_stream_token(&token_hash(token), state.now())
+            .await
+            .map_err(ApiError::internal)?;
+        if used.is_none() {
+            // Used by a concurrent request in between.
+            return Err(ApiError::unauthorized());
+        }
+    }
+    open(state, holder, filter, cursor, false, slot).await
 }
 
 /// `GET /v1/executions/{id}/events` as a stream, for a caller already authorized on `execution_id`.
@@ -313,7 +337,9 @@ pub async fn execution_stream(
         execution_id: Some(execution_id),
         ..StreamFilter::default()
     };
-    open(state, Holder::of(caller), filter, last_event_id, true).await
+    let holder = Holder::of(caller);
+    let slot = state.streams.take(&holder.principal_id)?;
+    open(state, holder, filter, last_event_id, true, slot).await
 }
 
 struct Cursor {
@@ -335,8 +361,8 @@ async fn open(
     filter: StreamFilter,
     cursor: Option<String>,
     from_start: bool,
+    slot: Slot,
 ) -> Result<Response, ApiError> {
-    let slot = state.streams.take(&holder.principal_id)?;
     let last = state
         .store
         .last_event_seq()

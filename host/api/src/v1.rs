@@ -217,6 +217,8 @@ async fn trigger(
                 format!("The request body is not valid JSON: {e}"),
             )
         })?;
+        // Stored, hashed and validated as the workflow declares it (defaults, trimming, case).
+        let input = crate::input::normalize(&workflow.descriptor.input_schema, input);
         validate(&workflow.descriptor.input_schema, &input)?;
         let body_sha = hex::encode(Sha256::digest(input.to_string().as_bytes()));
         let traceparent = headers

@@ -98,6 +98,30 @@ impl Store {
         Ok(())
     }
 
+    /// What [`Self::consume_stream_token`] would answer, without using the token: a caller that
+    /// is refused for another reason (no capacity) keeps its token for the retry.
+    pub async fn peek_stream_token(
+        &self,
+        hash: &str,
+        now_ms: Millis,
+    ) -> Result<Option<(String, Option<String>)>, StoreError> {
+        let row = sqlx::query(
+            "SELECT principal_id, key_id FROM stream_tokens WHERE hash = $1 AND used_ms IS NULL AND expires_ms > $2
+               AND (key_id IS NULL OR EXISTS (SELECT 1 FROM api_keys
+                    WHERE api_keys.id = stream_tokens.key_id AND api_keys.revoked_ms IS NULL AND api_keys.expires_ms > $3))",
+        )
+        .bind(hash)
+        .bind(now_ms)
+        .bind(now_ms)
+        .fetch_optional(&mut *self.read().await.map_err(unavailable)?)
+        .await
+        .map_err(unavailable)?;
+        let Some(row) = row else { return Ok(None) };
+        let principal: String = row.try_get(0).map_err(unavailable)?;
+        let key_id: Option<String> = row.try_get(1).map_err(unavailable)?;
+        Ok(Some((principal, key_id)))
+    }
+
     /// Uses a token once: its principal and minting key if it exists, is unused, has not
     /// expired, and the key that minted it is still valid (revoking a key voids its tokens).
     pub async fn consume_stream_token(

@@ -126,18 +126,21 @@ impl Store {
         Ok(row.as_ref().map(subscription_row))
     }
 
-    /// The owner's subscriptions (deleted ones excluded), newest first.
+    /// The owner's subscriptions, newest first; deleted ones (disabled, history kept) only with
+    /// `with_deleted`.
     pub async fn subscriptions_of(
         &self,
         owner: &str,
         limit: i64,
+        with_deleted: bool,
     ) -> Result<Vec<SubscriptionRecord>, StoreError> {
         let rows = sqlx::query(
-            "SELECT * FROM subscriptions WHERE owner_principal_id = $1 AND deleted_ms IS NULL
+            "SELECT * FROM subscriptions WHERE owner_principal_id = $1 AND ($3 OR deleted_ms IS NULL)
              ORDER BY created_ms DESC, id DESC LIMIT $2",
         )
         .bind(owner)
         .bind(limit)
+        .bind(with_deleted)
         .fetch_all(&mut *self.read().await.map_err(unavailable)?)
         .await
         .map_err(unavailable)?;

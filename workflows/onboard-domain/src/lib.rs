@@ -66,18 +66,18 @@ pub const STAGES: [&str; 9] = [
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Input {
     /// The primary domain (trimmed and lowercased).
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1), extend("x-normalize" = "lowercase"))]
     pub domain: String,
     /// Whether the domain also gets a CMS distribution (`cms.<domain>`).
     #[serde(default = "yes")]
     pub is_cms: bool,
     /// The change ticket to update (trimmed and uppercased).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "String", length(min = 1))]
+    #[schemars(with = "String", length(min = 1), extend("x-normalize" = "uppercase"))]
     pub ticket_id: Option<String>,
     /// Use the most recently issued certificate of this domain instead of the domain's own.
     #[serde(default)]
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1), extend("x-normalize" = "lowercase"))]
     pub recent_cert_override_domain: Option<String>,
     #[serde(default)]
     pub options: Options,

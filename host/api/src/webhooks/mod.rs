@@ -204,9 +204,27 @@ async fn owned(
         )
         .await?;
     match state.store.subscription(id).await.map_err(unavailable)? {
-        Some(s) if s.owner_principal_id == caller.principal_id && s.deleted_ms.is_none() => Ok(s),
+        Some(s) if s.owner_principal_id == caller.principal_id => Ok(s),
         _ => Err(ApiError::not_found(format!("subscription {id} not found"))),
     }
+}
+
+/// The caller's subscription, still live: a deleted one stays readable (disabled, its history
+/// kept) but takes no more changes.
+async fn owned_live(
+    state: &ApiState,
+    caller: &Caller,
+    id: &str,
+) -> Result<SubscriptionRecord, ApiError> {
+    let s = owned(state, caller, id).await?;
+    if s.deleted_ms.is_some() {
+        return Err(capstan_engine::EngineError::StateInvalid {
+            reason: "subscription_deleted",
+            message: format!("subscription {id} was deleted; its history stays readable"),
+        }
+        .into());
+    }
+    Ok(s)
 }
 
 async fn list(
@@ -220,7 +238,7 @@ async fn list(
     let limit = limit(&query)?;
     let subs = state
         .store
-        .subscriptions_of(&caller.principal_id, limit)
+        .subscriptions_of(&caller.principal_id, limit, true)
         .await
         .map_err(unavailable)?;
     Ok(Json(
@@ -287,7 +305,11 @@ async fn create(
     let cap = config.max_subscriptions_per_owner;
     let held = state
         .store
-        .subscriptions_of(&caller.principal_id, i64::try_from(cap).unwrap_or(i64::MAX))
+        .subscriptions_of(
+            &caller.principal_id,
+            i64::try_from(cap).unwrap_or(i64::MAX),
+            false,
+        )
         .await
         .map_err(unavailable)?;
     if held.len() >= cap {
@@ -343,7 +365,7 @@ async fn update(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    owned(&state, &caller, &id).await?;
+    owned_live(&state, &caller, &id).await?;
     let body = parse_body(&body)?;
     let mut issues = Vec::new();
     for key in body.keys() {
@@ -397,7 +419,10 @@ async fn remove(
     caller: Caller,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    owned(&state, &caller, &id).await?;
+    // Deleting again changes nothing (the first deletion's time and history stay).
+    if owned(&state, &caller, &id).await?.deleted_ms.is_some() {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    }
     state
         .store
         .delete_subscription(&id, state.now(), "deleted by its owner")
@@ -429,7 +454,7 @@ async fn redeliver(
     caller: Caller,
     Path((id, event_id)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    owned(&state, &caller, &id).await?;
+    owned_live(&state, &caller, &id).await?;
     let delivery = state
         .store
         .redeliver(&id, &event_id, state.now())
@@ -457,7 +482,7 @@ async fn rotate_secret(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    owned(&state, &caller, &id).await?;
+    owned_live(&state, &caller, &id).await?;
     let body = parse_body(&body)?;
     let secret = body
         .get("secret")
