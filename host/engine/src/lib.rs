@@ -11,7 +11,9 @@
 //! world only through [`Providers`]; it never sees HTTP.
 //!
 //! # Layout
-//! - `lib.rs` — [`Engine`]: triggers, workers and leases, activation outcomes, commands.
+//! - `lib.rs` — [`Engine`]: triggers, workers and leases, activation outcomes.
+//! - `control` — the control commands (cancel, resume and recoveries, rollback, approve), one
+//!   file each, applying the rows `capstan_core::transitions::decide` picks.
 //! - `host` — the journal: replay, live calls, waits, effect tokens and receipts.
 //! - `effects` — which calls are side effects and how each is compensated.
 //! - `events` — outbox events.
