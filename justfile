@@ -161,5 +161,5 @@ fmt:
 # Benchmarks (release build; spawned `capstan serve` nodes): table + target/bench/results.json.
 # `just bench --quick` is the one-minute smoke run CI executes; `just bench --only engine` one section.
 bench *ARGS: build-guests postgres
-    cargo build --release -p capstan
-    ./target/release/capstan --workflows target/workflows bench {{ARGS}}
+    cargo build --release -p capstan -p capstan-bench
+    ./target/release/capstan-bench --workflows target/workflows {{ARGS}}

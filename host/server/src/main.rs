@@ -73,15 +73,6 @@ enum Command {
         #[command(subcommand)]
         command: PrincipalsCommand,
     },
-    /// Run the benchmarks behind BENCHMARKS.md (release builds only give meaningful figures).
-    Bench {
-        /// A short smoke run (CI).
-        #[arg(long)]
-        quick: bool,
-        /// Run only this section.
-        #[arg(long, value_enum, value_name = "SECTION")]
-        only: Option<capstan_server::bench::Section>,
-    },
     /// Inspect workflow components.
     Workflows {
         #[command(subcommand)]
@@ -577,10 +568,6 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
                 out.join("fullchain.pem").display(),
                 key_path.display()
             );
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Bench { quick, only } => {
-            capstan_server::bench::run(&settings.workflows, quick, only).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Workflows {

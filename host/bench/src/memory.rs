@@ -4,7 +4,7 @@
 //! parked on an approval (each has run to its `await_approval`, released its instance and left
 //! only rows behind).
 
-use crate::bench_fanout::{Server, http_client};
+use crate::fanout::{Server, http_client};
 use serde::Serialize;
 use serde_json::{Value, json};
 use std::path::Path;
@@ -58,7 +58,7 @@ pub async fn run(fixture: &Path, quick: bool) -> anyhow::Result<MemoryResults> {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let rss_idle = server.rss_bytes()?;
 
-    let progress = crate::bench::progress(waiting as u64, "memory: parking executions");
+    let progress = crate::progress(waiting as u64, "memory: parking executions");
     let next = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
@@ -97,7 +97,7 @@ pub async fn run(fixture: &Path, quick: bool) -> anyhow::Result<MemoryResults> {
         joined??;
     }
     progress.finish_and_clear();
-    crate::bench_cluster::until_executions(
+    crate::cluster::until_executions(
         &store,
         "status = 'waiting'",
         waiting,

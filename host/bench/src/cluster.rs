@@ -8,7 +8,7 @@
 //! completed executions per second from the first trigger until the last execution is terminal
 //! (read from the database). PostgreSQL rows are skipped, with a note, when it cannot be reached.
 
-use crate::bench_fanout::{Server, http_client};
+use crate::fanout::{Server, http_client};
 use serde::Serialize;
 use serde_json::{Value, json};
 use std::path::Path;

@@ -6,7 +6,7 @@
 //! requests back to back for a fixed time after a warm-up; every answer must be 200. The clients
 //! share the machine's cores with the server, as in every section.
 
-use crate::bench_fanout::{Server, events_when_done, http_client, trigger};
+use crate::fanout::{Server, events_when_done, http_client, trigger};
 use serde::Serialize;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -48,7 +48,7 @@ async fn load(
     let measure = Duration::from_secs_f64(seconds);
     let start = Instant::now() + warm_up;
     let end = start + measure;
-    let progress = crate::bench::progress((warm_up + measure).as_millis() as u64, route);
+    let progress = crate::progress((warm_up + measure).as_millis() as u64, route);
     let ticker = {
         let progress = progress.clone();
         tokio::spawn(async move {
@@ -94,7 +94,7 @@ async fn load(
     ticker.abort();
     progress.finish_and_clear();
     latencies.sort_unstable();
-    let pct = |p: f64| crate::bench::percentile_ms(&latencies, p);
+    let pct = |p: f64| crate::percentile_ms(&latencies, p);
     Ok(ApiRun {
         route,
         connections: CONNECTIONS,

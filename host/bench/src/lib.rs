@@ -1,14 +1,27 @@
-//! `capstan bench`: measurements that back BENCHMARKS.md. Run on a release build (`just bench`).
+//! `capstan-bench`: the measurements behind BENCHMARKS.md, a binary of its own so the `capstan`
+//! server carries no benchmark code. Run on a release build (`just bench`).
 //!
 //! Sections ([`Section`]; `--only SECTION` runs one): the runtime (compile vs cached load of each
 //! component in the workflows directory, instantiate + call of the hello workflow), the engine
-//! (10-stage executions over HTTP on SQLite and PostgreSQL, `bench_engine`, plus one in-process
+//! (10-stage executions over HTTP on SQLite and PostgreSQL, `engine`, plus one in-process
 //! run that splits the time between store, providers and wasmtime and measures replay), the API
-//! (execution reads next to `/healthz`, `bench_api`), booking creates (`booking_bench`), fan-out
-//! (SSE clients and webhook deliveries, `bench_fanout`), memory and start-up (`bench_memory`), and
-//! the cluster (1, 2, 3 nodes on PostgreSQL next to 1 on SQLite, `bench_cluster`). Every section
+//! (execution reads next to `/healthz`, `api`), booking creates (`booking`), fan-out
+//! (SSE clients and webhook deliveries, `fanout`), memory and start-up (`memory`), and
+//! the cluster (1, 2, 3 nodes on PostgreSQL next to 1 on SQLite, `cluster`). Every section
 //! but the runtime and the in-process engine run drives a spawned `capstan serve`. Results are
 //! printed as a table and written to `target/bench/results.json` (only the sections that ran).
+//!
+//! A spawned server is the `capstan` binary next to this one (`target/release/capstan`), or the
+//! build `CAPSTAN_BENCH_SERVER` names. `timing` splits an execution's time between the store and
+//! the providers.
+
+pub mod api;
+pub mod booking;
+pub mod cluster;
+pub mod engine;
+pub mod fanout;
+pub mod memory;
+mod timing;
 
 use async_trait::async_trait;
 use capstan_core::CapabilityGrants;
@@ -76,27 +89,27 @@ struct Results {
     components: Vec<ComponentLoad>,
     #[serde(skip_serializing_if = "Option::is_none")]
     hello_instantiate_and_call: Option<Latency>,
-    /// Ten-stage executions over HTTP (`bench_engine`).
+    /// Ten-stage executions over HTTP (`engine`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    engine: Vec<crate::bench_engine::EngineHttpRun>,
-    /// `GET /v1/executions/{id}` next to `GET /healthz` (`bench_api`).
+    engine: Vec<crate::engine::EngineHttpRun>,
+    /// `GET /v1/executions/{id}` next to `GET /healthz` (`api`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    api: Option<crate::bench_api::ApiResults>,
-    /// Start-up and resident memory (`bench_memory`).
+    api: Option<crate::api::ApiResults>,
+    /// Start-up and resident memory (`memory`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    memory: Option<crate::bench_memory::MemoryResults>,
-    /// Booking creates on contended slots (`booking_bench`).
+    memory: Option<crate::memory::MemoryResults>,
+    /// Booking creates on contended slots (`booking`).
     #[serde(skip_serializing_if = "Option::is_none")]
     booking: Option<serde_json::Value>,
     /// One worker driven in-process: where an execution's time goes, and replay.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     engine_in_process: Vec<EngineRun>,
-    /// SSE fan-out and webhook deliveries (`bench_fanout`).
+    /// SSE fan-out and webhook deliveries (`fanout`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    fanout: Option<crate::bench_fanout::FanoutResults>,
-    /// 1, 2, 3 nodes on PostgreSQL next to 1 on SQLite (`bench_cluster`).
+    fanout: Option<crate::fanout::FanoutResults>,
+    /// 1, 2, 3 nodes on PostgreSQL next to 1 on SQLite (`cluster`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    cluster: Vec<crate::bench_cluster::ClusterRun>,
+    cluster: Vec<crate::cluster::ClusterRun>,
 }
 
 /// A part of the bench, for `capstan bench --only`.
@@ -176,14 +189,14 @@ async fn engine_run(
         .collect(),
     );
     let workflow = Arc::new(runtime.load_file(fixture, &grants).await?);
-    let spent = Arc::new(crate::bench_timing::Spent::default());
+    let spent = Arc::new(crate::timing::Spent::default());
     let engine = Engine::new(
-        Arc::new(crate::bench_timing::TimedStore {
+        Arc::new(crate::timing::TimedStore {
             inner: store.clone(),
             spent: spent.clone(),
         }),
         runtime,
-        Arc::new(crate::bench_timing::TimedProviders {
+        Arc::new(crate::timing::TimedProviders {
             inner: capstan_providers::ProviderSet::all(Arc::new(cloud)),
             spent: spent.clone(),
         }),
@@ -320,31 +333,31 @@ pub async fn run(workflows: &Path, quick: bool, only: Option<Section>) -> anyhow
     let fixture = Path::new("target/guest-fixtures/fixture-steps.wasm");
     let (mut engine, mut engine_runs) = (Vec::new(), Vec::new());
     if runs(Section::Engine) {
-        engine = crate::bench_engine::run(fixture, quick).await?;
+        engine = crate::engine::run(fixture, quick).await?;
         engine_runs.push(engine_run(fixture, if quick { 25 } else { 300 }, 1).await?);
     }
     let api = if runs(Section::Api) {
-        Some(crate::bench_api::run(workflows, quick).await?)
+        Some(crate::api::run(workflows, quick).await?)
     } else {
         None
     };
     let booking = if runs(Section::Booking) {
-        Some(crate::booking_bench::run(quick).await?)
+        Some(crate::booking::run(quick).await?)
     } else {
         None
     };
     let fanout = if runs(Section::Fanout) {
-        Some(crate::bench_fanout::run(workflows, quick).await?)
+        Some(crate::fanout::run(workflows, quick).await?)
     } else {
         None
     };
     let memory = if runs(Section::Memory) {
-        Some(crate::bench_memory::run(fixture, quick).await?)
+        Some(crate::memory::run(fixture, quick).await?)
     } else {
         None
     };
     let cluster = if runs(Section::Cluster) {
-        crate::bench_cluster::run(fixture, quick).await?
+        crate::cluster::run(fixture, quick).await?
     } else {
         Vec::new()
     };
@@ -378,7 +391,7 @@ async fn runtime(
 ) -> anyhow::Result<(Vec<ComponentLoad>, Vec<Duration>)> {
     let iterations = if quick { 1_000 } else { 10_000 };
     let cache = tempfile::tempdir()?;
-    let grants: CapabilityGrants = crate::config::default_grants();
+    let grants: CapabilityGrants = capstan_server::config::default_grants();
     let mut files: Vec<PathBuf> = std::fs::read_dir(workflows)?
         .filter_map(Result::ok)
         .map(|e| e.path())

@@ -215,14 +215,14 @@ pub(crate) struct Server {
 }
 
 impl Server {
-    /// A command of this executable with the home's config, database, workflows and data dir,
-    /// none of the caller's `CAPSTAN_*` settings, and bench-only secrets.
+    /// A command of the `capstan` binary beside this one with the home's config, database,
+    /// workflows and data dir, none of the caller's `CAPSTAN_*` settings, and bench-only secrets.
     fn command(home: &Path, database: &str) -> anyhow::Result<tokio::process::Command> {
         // `CAPSTAN_BENCH_SERVER` names another build to measure with this harness (an earlier
         // commit's binary, for before/after figures on one machine).
         let exe = match std::env::var_os("CAPSTAN_BENCH_SERVER") {
             Some(other) => std::path::PathBuf::from(other),
-            None => std::env::current_exe()?,
+            None => std::env::current_exe()?.with_file_name("capstan"),
         };
         let mut cmd = tokio::process::Command::new(exe);
         cmd.arg("--config")
@@ -899,7 +899,7 @@ async fn webhooks(hello: &Path, sizes: Sizes, subscriptions: usize) -> anyhow::R
     let shared: Shared = Arc::new((Mutex::new(Received::default()), tokio::sync::Notify::new()));
     let tcp = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let port = tcp.local_addr()?.port();
-    let tls = crate::tls::server_config(&cert, &cert_key)?;
+    let tls = capstan_server::tls::server_config(&cert, &cert_key)?;
     let router = axum::Router::new()
         .route("/hook/{subscription}", axum::routing::post(receive))
         .route(
@@ -911,11 +911,11 @@ async fn webhooks(hello: &Path, sizes: Sizes, subscriptions: usize) -> anyhow::R
     // The receiver sets TCP_NODELAY (as `listen::serve` does, and as receivers usually do: Go,
     // nginx, Node): without it the 204 waits behind the unacknowledged TLS session tickets for
     // the peer's delayed ACK (~40 ms), and the bench would measure that instead of Capstan.
-    let receiver = tokio::spawn(crate::listen::serve(
+    let receiver = tokio::spawn(capstan_server::listen::serve(
         tcp,
         Some(tls),
         router,
-        crate::listen::ConnectionLimits::default(),
+        capstan_server::listen::ConnectionLimits::default(),
         async move {
             let _ = stopped.await;
         },

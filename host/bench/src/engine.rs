@@ -9,7 +9,7 @@
 //! throughput is executions / wall time. Database writes per execution come from the server's
 //! `/metrics` (`capstan_store_write_transactions_total`, read before and after).
 
-use crate::bench_fanout::{Server, http_client};
+use crate::fanout::{Server, http_client};
 use serde::Serialize;
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -130,7 +130,7 @@ async fn one(
             "sqlite://{}/capstan.db?synchronous=normal",
             home.path().display()
         ),
-        _ => crate::bench_cluster::postgres_schema().await?,
+        _ => crate::cluster::postgres_schema().await?,
     };
     capstan_store::Store::open(&database).await?;
     let server = Server::start_node(home, database).await?;
@@ -154,13 +154,13 @@ async fn one(
     );
     let slots: Slots = Arc::default();
     let reader = tokio::spawn(terminal_events(stream, slots.clone()));
-    let progress = crate::bench::progress(
+    let progress = crate::progress(
         executions as u64,
         &format!("engine {backend} ×{concurrency}"),
     );
     let writes_before = write_transactions(&client, &base).await.ok();
     let cpu_before = server.cpu_seconds();
-    let client_cpu_before = crate::bench_fanout::cpu_seconds(None);
+    let client_cpu_before = crate::fanout::cpu_seconds(None);
     let next = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
@@ -233,10 +233,10 @@ async fn one(
         _ => None,
     };
     let server_cpu_s = server.cpu_seconds() - cpu_before;
-    let client_cpu_s = crate::bench_fanout::cpu_seconds(None) - client_cpu_before;
+    let client_cpu_s = crate::fanout::cpu_seconds(None) - client_cpu_before;
     reader.abort();
     latencies.sort_unstable();
-    let pct = |p: f64| crate::bench::percentile_ms(&latencies, p);
+    let pct = |p: f64| crate::percentile_ms(&latencies, p);
     Ok(EngineHttpRun {
         backend,
         concurrency,
@@ -261,7 +261,7 @@ pub async fn run(fixture: &Path, quick: bool) -> anyhow::Result<Vec<EngineHttpRu
     );
     let executions = if quick { 100 } else { 2_000 };
     let mut backends = vec!["sqlite", "sqlite-normal"];
-    let server = crate::bench_cluster::postgres_server();
+    let server = crate::cluster::postgres_server();
     match <sqlx::PgConnection as sqlx::Connection>::connect(&server).await {
         Ok(_) => backends.push("postgres"),
         Err(e) => println!("(skipping the PostgreSQL engine runs: {server}: {e})"),

@@ -1,0 +1,36 @@
+//! `capstan-bench`: runs the benchmarks behind BENCHMARKS.md (release builds only give meaningful
+//! figures; `just bench` builds both binaries and runs this one).
+
+use clap::Parser;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// The `capstan` binary's allocator, so in-process figures match the server's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[derive(Debug, Parser)]
+#[command(name = "capstan-bench", version, about)]
+struct Args {
+    /// The directory of workflow components (`just build-guests` fills `target/workflows`).
+    #[arg(long, default_value = "target/workflows")]
+    workflows: PathBuf,
+    /// A short smoke run (CI).
+    #[arg(long)]
+    quick: bool,
+    /// Run only this section.
+    #[arg(long, value_enum, value_name = "SECTION")]
+    only: Option<capstan_bench::Section>,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    match capstan_bench::run(&args.workflows, args.quick, args.only).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("capstan-bench: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
