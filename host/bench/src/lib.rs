@@ -25,7 +25,7 @@ mod timing;
 
 use async_trait::async_trait;
 use capstan_core::CapabilityGrants;
-use capstan_runtime::{Activation, HostCalls, Interrupt, Runtime, RuntimeConfig};
+use capstan_runtime::{HostCalls, Interrupt, Outcome, Runtime, RuntimeConfig};
 use serde::Serialize;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -445,7 +445,7 @@ async fn runtime(
             .await;
         samples.push(started.elapsed());
         anyhow::ensure!(
-            matches!(activation, Activation::Completed(Ok(_))),
+            matches!(activation, Outcome::Completed(Ok(_))),
             "hello failed: {activation:?}"
         );
     }

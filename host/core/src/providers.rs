@@ -33,6 +33,13 @@ pub trait Providers: Send + Sync {
         self.call(op, request, token).await
     }
 
+    /// The read that tells whether an `await-converged` condition holds now. The conditions
+    /// are the capabilities' own vocabulary, so they are decided here, beside the calls, not by
+    /// the engine; a provider with conditions of its own overrides this.
+    fn probe(&self, condition: &Value) -> Result<Probe, CapabilityError> {
+        Probe::standard(condition)
+    }
+
     /// The implementation's name as operators configure it (`simulated`, `rfc2136`, `acme`).
     fn kind(&self) -> &'static str {
         "custom"
@@ -118,6 +125,44 @@ impl TokenFormat {
     }
 }
 
+/// A read and the test of its answer: `holds(answer of op(request))`.
+#[derive(Debug, Clone)]
+pub struct Probe {
+    pub op: &'static str,
+    pub request: Value,
+    pub holds: fn(&Value) -> bool,
+}
+
+impl Probe {
+    /// The conditions of the WIT `convergence` interface: a DNS change in sync, a certificate
+    /// issued, a distribution deployed.
+    pub fn standard(condition: &Value) -> Result<Self, CapabilityError> {
+        let probe = |op, request, holds| Ok(Self { op, request, holds });
+        if let Some(id) = condition.get("DnsChangeInsync") {
+            probe(
+                "dns.get-change",
+                serde_json::json!({"change_id": id}),
+                |v| v == "Insync",
+            )
+        } else if let Some(arn) = condition.get("CertificateIssued") {
+            probe(
+                "certificates.describe-certificate",
+                serde_json::json!({"arn": arn}),
+                |v| v.get("status").is_some_and(|s| s == "Issued"),
+            )
+        } else if let Some(id) = condition.get("DistributionDeployed") {
+            probe("cdn.get-distribution", serde_json::json!({"id": id}), |v| {
+                v.get("status").is_some_and(|s| s == "Deployed")
+            })
+        } else {
+            Err(CapabilityError::permanent(
+                "invalid-condition",
+                format!("unknown condition {condition}"),
+            ))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -162,5 +207,22 @@ mod tests {
             "a",
             &serde_json::json!({"x": 2})
         ));
+    }
+
+    #[test]
+    fn the_standard_conditions_read_their_capability_and_test_its_answer() {
+        use serde_json::json;
+        let dns = Probe::standard(&json!({"DnsChangeInsync": "C1"})).unwrap();
+        assert_eq!(dns.op, "dns.get-change");
+        assert_eq!(dns.request, json!({"change_id": "C1"}));
+        assert!((dns.holds)(&json!("Insync")) && !(dns.holds)(&json!("Pending")));
+        let cert = Probe::standard(&json!({"CertificateIssued": "arn:1"})).unwrap();
+        assert_eq!(cert.op, "certificates.describe-certificate");
+        assert!((cert.holds)(&json!({"status": "Issued"})));
+        assert!(!(cert.holds)(&json!({"status": "PendingValidation"})));
+        let cdn = Probe::standard(&json!({"DistributionDeployed": "D1"})).unwrap();
+        assert!((cdn.holds)(&json!({"status": "Deployed"})));
+        let unknown = Probe::standard(&json!({"Sunrise": 1})).unwrap_err();
+        assert_eq!(unknown.code, "invalid-condition");
     }
 }

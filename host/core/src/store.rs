@@ -200,6 +200,9 @@ pub struct ExecutionPatch {
     /// Apply only if the execution is in one of these statuses (else the transaction fails
     /// with [`StoreError::Conflict`]).
     pub expect: Option<Vec<ExecutionStatus>>,
+    /// Apply only if no stage of this name has begun (else [`StoreError::Conflict`]): a cancel
+    /// and the commit of the workflow's point of no return exclude each other.
+    pub expect_stage_not_begun: Option<String>,
     pub status: Option<ExecutionStatus>,
     pub status_reason: Option<Option<String>>,
     pub current_stage: Option<Option<String>>,

@@ -16,7 +16,7 @@
 
 use crate::effects::is_effect;
 use crate::events::event;
-use crate::{Inner, Suspension};
+use crate::{EngineState, Suspension};
 use async_trait::async_trait;
 use capstan_core::execution::StageStatus;
 use capstan_core::store::*;
@@ -44,10 +44,13 @@ pub(crate) struct Activation {
     /// The store's epoch of writes behind answers when the activation began: its commits name
     /// it ([`capstan_core::store::Fence::behind`]).
     pub behind: Option<u64>,
+    /// The workflow's point of no return: its stage-begin commits before the guest goes on, so
+    /// a cancel either lands first (and this commit is refused) or sees the stage (and is).
+    pub point_of_no_return: Option<String>,
 }
 
 pub(crate) struct JournalHost {
-    pub inner: Arc<Inner>,
+    pub inner: Arc<EngineState>,
     pub state: Arc<Mutex<Activation>>,
 }
 
@@ -298,7 +301,13 @@ impl JournalHost {
             }
             other => return Err(Interrupt::Host(format!("unknown host call `{other}`"))),
         };
+        let commit_now = op == "context.stage-begin"
+            && st.point_of_no_return.is_some()
+            && request.get("name").and_then(Value::as_str) == st.point_of_no_return.as_deref();
         self.record(st, seq, op, request, response.clone(), now);
+        if commit_now {
+            self.flush(st).await?;
+        }
         Ok(response)
     }
 

@@ -18,19 +18,19 @@
 //! - `effects` — which calls are side effects and how each is compensated.
 //! - `events` — outbox events.
 //! - `catalog` — the public event catalog: every published event version and its schema.
-//! - `check` — `capstan workflows check`: whether a candidate build replays the runs in flight.
+//! - `replay_check` — `capstan workflows check`: whether a candidate build replays the runs in flight.
 
 pub mod catalog;
-pub mod check;
 mod control;
 pub mod effects;
 pub mod events;
 mod host;
+pub mod replay_check;
 
 use capstan_core::execution::{ExecutionStatus, StageStatus};
 use capstan_core::store::*;
 use capstan_core::{CancelMode, CapabilityError, Clock, ErrorKind};
-use capstan_runtime::{Activation as Outcome, Interrupt, LoadedWorkflow, Runtime};
+use capstan_runtime::{Interrupt, LoadedWorkflow, Outcome, Runtime};
 use effects::Compensation;
 use events::event;
 use serde_json::{Value, json};
@@ -268,7 +268,7 @@ pub struct CommandOutcome {
     pub immediate: bool,
 }
 
-pub(crate) struct Inner {
+pub(crate) struct EngineState {
     pub store: Arc<dyn EngineStore>,
     pub runtime: Arc<Runtime>,
     pub providers: Arc<dyn Providers>,
@@ -304,7 +304,7 @@ struct Started {
     permit: tokio::sync::OwnedSemaphorePermit,
 }
 
-impl Inner {
+impl EngineState {
     pub fn now(&self) -> Millis {
         self.clock.now_millis() as Millis
     }
@@ -359,39 +359,20 @@ impl Inner {
         }
     }
 
-    /// Whether an `await-converged` condition holds now.
+    /// Whether an `await-converged` condition holds now: the providers say which read decides
+    /// it, and the read is retried like any other.
     pub async fn converged(&self, condition: &Value) -> Result<bool, CapabilityError> {
-        let (op, request, holds): (&str, Value, fn(&Value) -> bool) =
-            if let Some(id) = condition.get("DnsChangeInsync") {
-                ("dns.get-change", json!({"change_id": id}), |v| {
-                    v == "Insync"
-                })
-            } else if let Some(arn) = condition.get("CertificateIssued") {
-                (
-                    "certificates.describe-certificate",
-                    json!({"arn": arn}),
-                    |v| v.get("status").is_some_and(|s| s == "Issued"),
-                )
-            } else if let Some(id) = condition.get("DistributionDeployed") {
-                ("cdn.get-distribution", json!({"id": id}), |v| {
-                    v.get("status").is_some_and(|s| s == "Deployed")
-                })
-            } else {
-                return Err(CapabilityError::permanent(
-                    "invalid-condition",
-                    format!("unknown condition {condition}"),
-                ));
-            };
-        self.provide(op, &request, "", false)
+        let probe = self.providers.probe(condition)?;
+        self.provide(probe.op, &probe.request, "", false)
             .await
-            .map(|v| holds(&v))
+            .map(|v| (probe.holds)(&v))
     }
 }
 
 /// The durable engine. Cheap to clone.
 #[derive(Clone)]
 pub struct Engine {
-    inner: Arc<Inner>,
+    inner: Arc<EngineState>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -417,7 +398,7 @@ impl Engine {
         config: EngineConfig,
     ) -> Self {
         Self {
-            inner: Arc::new(Inner {
+            inner: Arc::new(EngineState {
                 store,
                 runtime,
                 providers,
@@ -972,6 +953,7 @@ impl Engine {
             pending: Vec::new(),
             suspension: None,
             fenced_out: None,
+            point_of_no_return: workflow.descriptor.point_of_no_return.clone(),
         }));
         let journal_host = host::JournalHost {
             inner: self.inner.clone(),

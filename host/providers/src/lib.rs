@@ -12,7 +12,7 @@
 //! # Layout
 //! - `lib.rs` — [`ProviderSet`], the per-node router, and its readiness report.
 //! - `sim/` — the simulated cloud: `mod.rs` (calls, seeds, faults), `dns.rs`, `services.rs`
-//!   (the other capabilities), `fast.rs` (SQLite's in-memory DNS path), `tx.rs`.
+//!   (the other capabilities), `write_behind.rs` (SQLite's in-memory DNS path), `transaction.rs`.
 
 mod sim;
 

@@ -1,11 +1,11 @@
 //! The `bindgen!` of the `workflow` world, and one `Host` impl per WIT interface (the
 //! `fulfilment-step` world has its own in `crate::steps`, sharing the platform interfaces).
 //!
-//! Every import forwards to [`RunState::call`] with the operation name `<interface>.<function>`
+//! Every import forwards to [`GuestState::call`] with the operation name `<interface>.<function>`
 //! and its arguments as a JSON object keyed by parameter name — the same names and shapes the
 //! guest SDK's harness uses — so the engine can journal, replay and route any call generically.
 
-use crate::sandbox::RunState;
+use crate::sandbox::GuestState;
 
 wasmtime::component::bindgen!({
     world: "capstan:host/workflow",
@@ -20,7 +20,7 @@ pub use capstan::infra::{
 };
 pub use capstan::platform::{approvals, context, descriptor, time, types};
 
-/// Forwards each listed function to [`RunState::call`]. Also used by `crate::steps`.
+/// Forwards each listed function to [`GuestState::call`]. Also used by `crate::steps`.
 macro_rules! forward {
     ($iface:literal; $( fn $name:ident($($arg:ident : $ty:ty),*) -> $ret:ty = $op:literal; )*) => {
         $(
@@ -37,10 +37,10 @@ pub(crate) use forward;
 
 use types::{Error, LogLevel};
 
-impl types::Host for RunState {}
-impl descriptor::Host for RunState {}
+impl types::Host for GuestState {}
+impl descriptor::Host for GuestState {}
 
-impl context::Host for RunState {
+impl context::Host for GuestState {
     forward! { "context";
         fn info() -> context::ExecutionInfo = "info";
         fn stage_begin(name: String) -> () = "stage-begin";
@@ -52,20 +52,20 @@ impl context::Host for RunState {
     }
 }
 
-impl time::Host for RunState {
+impl time::Host for GuestState {
     forward! { "time";
         fn now() -> u64 = "now";
         fn sleep(millis: u64) -> () = "sleep";
     }
 }
 
-impl approvals::Host for RunState {
+impl approvals::Host for GuestState {
     forward! { "approvals";
         fn await_approval(name: String, digest: String, payload: String) -> Result<String, Error> = "await-approval";
     }
 }
 
-impl dns::Host for RunState {
+impl dns::Host for GuestState {
     forward! { "dns";
         fn find_zone(domain: String) -> Result<Option<dns::Zone>, Error> = "find-zone";
         fn create_zone(domain: String) -> Result<dns::Zone, Error> = "create-zone";
@@ -76,14 +76,14 @@ impl dns::Host for RunState {
     }
 }
 
-impl registrar::Host for RunState {
+impl registrar::Host for GuestState {
     forward! { "registrar";
         fn check_domain(name: String) -> Result<registrar::DomainStatus, Error> = "check-domain";
         fn register_domain(name: String, years: u32) -> Result<registrar::Registration, Error> = "register-domain";
     }
 }
 
-impl certificates::Host for RunState {
+impl certificates::Host for GuestState {
     forward! { "certificates";
         fn find_certificates(domain: String) -> Result<Vec<certificates::Certificate>, Error> = "find-certificates";
         fn request_certificate(domain: String, subject_alternative_names: Vec<String>) -> Result<certificates::Certificate, Error> = "request-certificate";
@@ -92,7 +92,7 @@ impl certificates::Host for RunState {
     }
 }
 
-impl cdn::Host for RunState {
+impl cdn::Host for GuestState {
     forward! { "cdn";
         fn find_distribution_by_alias(alias: String) -> Result<Option<cdn::Distribution>, Error> = "find-distribution-by-alias";
         fn get_distribution(id: String) -> Result<cdn::Distribution, Error> = "get-distribution";
@@ -102,7 +102,7 @@ impl cdn::Host for RunState {
     }
 }
 
-impl maps::Host for RunState {
+impl maps::Host for GuestState {
     forward! { "maps";
         fn list_keys() -> Result<Vec<maps::ApiKey>, Error> = "list-keys";
         fn add_referrer(key_id: String, referrer: String) -> Result<maps::ReferrerChange, Error> = "add-referrer";
@@ -110,7 +110,7 @@ impl maps::Host for RunState {
     }
 }
 
-impl functions::Host for RunState {
+impl functions::Host for GuestState {
     forward! { "functions";
         fn publish_version(function_name: String, code_sha256: String) -> Result<functions::FunctionVersion, Error> = "publish-version";
         fn delete_version(function_name: String, version: String) -> Result<functions::FunctionVersion, Error> = "delete-version";
@@ -120,7 +120,7 @@ impl functions::Host for RunState {
     }
 }
 
-impl ticketing::Host for RunState {
+impl ticketing::Host for GuestState {
     forward! { "ticketing";
         fn get_ticket(id: String) -> Result<Option<ticketing::Ticket>, Error> = "get-ticket";
         fn add_comment(id: String, body: String) -> Result<ticketing::CommentReceipt, Error> = "add-comment";
@@ -128,7 +128,7 @@ impl ticketing::Host for RunState {
     }
 }
 
-impl convergence::Host for RunState {
+impl convergence::Host for GuestState {
     forward! { "convergence";
         fn await_converged(condition: convergence::Condition, timeout_ms: u64) -> Result<(), Error> = "await-converged";
     }

@@ -12,7 +12,7 @@
 //!
 //! # Layout
 //! - `bindings` — the `bindgen!` of the `workflow` world and one `Host` impl per interface.
-//! - `sandbox` — [`RunState`] (store data), memory cap, the deterministic WASI context,
+//! - `sandbox` — [`GuestState`] (store data), memory cap, the deterministic WASI context,
 //!   [`HostCalls`].
 //! - `limits` — [`GuestLimits`]: the deadline and the bounds on host-call arguments.
 //! - `cache` — content-addressed compilation with an on-disk artifact cache.
@@ -30,7 +30,7 @@ pub mod steps;
 pub use cache::CompileStats;
 pub use limits::{GuestLimits, Limit};
 pub use loader::{LoadError, LoadFailure, LoadReport, LoadedWorkflow};
-pub use sandbox::{HostCalls, Interrupt, LimitExceeded, RunState};
+pub use sandbox::{GuestState, HostCalls, Interrupt, LimitExceeded};
 pub use steps::{LoadedStep, StepFailure, StepLoadReport};
 
 use std::path::PathBuf;
@@ -104,7 +104,7 @@ fn tick_epochs(engine: &Engine) -> anyhow::Result<()> {
 
 /// The result of one activation (one instantiation and `run` call) of a workflow.
 #[derive(Debug)]
-pub enum Activation {
+pub enum Outcome {
     /// The guest returned: its output JSON, or its own error.
     Completed(Result<String, capstan_core::CapabilityError>),
     /// A host call stopped the guest (suspend, cancel, nondeterminism, host failure).
@@ -118,9 +118,9 @@ pub enum Activation {
 /// The wasmtime engine, the linker and the sandbox limits, shared by every activation.
 pub struct Runtime {
     engine: Engine,
-    linker: Linker<RunState>,
+    linker: Linker<GuestState>,
     /// The linker of `fulfilment-step` components (see [`steps`]).
-    step_linker: Linker<RunState>,
+    step_linker: Linker<GuestState>,
     config: RuntimeConfig,
     cache: cache::ComponentCache,
     slots: Slots,
@@ -195,7 +195,7 @@ impl Runtime {
         tick_epochs(&engine)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
-        bindings::Workflow::add_to_linker::<RunState, wasmtime::component::HasSelf<RunState>>(
+        bindings::Workflow::add_to_linker::<GuestState, wasmtime::component::HasSelf<GuestState>>(
             &mut linker,
             |s| s,
         )?;

@@ -3,8 +3,8 @@
 //! A bad file never stops the others from loading; [`LoadReport`] says which failed and why.
 
 use crate::bindings::{self, WorkflowPre};
-use crate::sandbox::{HostCalls, Interrupt, LimitExceeded, RunState};
-use crate::{Activation, CompileStats, Runtime, RuntimeConfig, Slot, Slots, cache};
+use crate::sandbox::{GuestState, HostCalls, Interrupt, LimitExceeded};
+use crate::{CompileStats, Outcome, Runtime, RuntimeConfig, Slot, Slots, cache};
 use async_trait::async_trait;
 use capstan_core::{
     CancelMode, Capability, CapabilityError, CapabilityGrants, ErrorKind, OutcomeCondition,
@@ -99,7 +99,7 @@ pub struct LoadedWorkflow {
     /// The capabilities it uses (all granted).
     pub capabilities: BTreeSet<Capability>,
     pub stats: CompileStats,
-    pre: WorkflowPre<RunState>,
+    pre: WorkflowPre<GuestState>,
 }
 
 impl std::fmt::Debug for LoadedWorkflow {
@@ -122,7 +122,7 @@ impl LoadedWorkflow {
         host: Box<dyn HostCalls>,
         seed: u64,
         input: &str,
-    ) -> Activation {
+    ) -> Outcome {
         let (_slot, mut store) =
             new_store(&runtime.engine, &runtime.config, &runtime.slots, host, seed).await;
         let input = input.to_owned();
@@ -135,8 +135,8 @@ impl LoadedWorkflow {
         })
         .await;
         match ran {
-            Ok(Ok(output)) => Activation::Completed(Ok(output)),
-            Ok(Err(error)) => Activation::Completed(Err(guest_error(error))),
+            Ok(Ok(output)) => Outcome::Completed(Ok(output)),
+            Ok(Err(error)) => Outcome::Completed(Err(guest_error(error))),
             Err(trap) => classify(trap, &mut store, &runtime.config),
         }
     }
@@ -151,11 +151,11 @@ pub(crate) async fn new_store(
     slots: &Slots,
     host: Box<dyn HostCalls>,
     seed: u64,
-) -> (Slot, Store<RunState>) {
+) -> (Slot, Store<GuestState>) {
     let slot = slots.take().await;
     let mut store = Store::new(
         engine,
-        RunState::new(host, seed, config.memory_limit_bytes, config.limits),
+        GuestState::new(host, seed, config.memory_limit_bytes, config.limits),
     );
     store.limiter(|state| &mut state.memory);
     // Both only fail when fuel is not enabled, and `Runtime::new` always enables it.
@@ -180,9 +180,9 @@ pub(crate) async fn new_store(
 /// spends blocked in a WASI call (a `poll` on a clock pollable), where no epoch check runs: the
 /// call is dropped, which unwinds the guest, and the activation reports the deadline.
 pub(crate) async fn within_deadline<T>(
-    store: &mut Store<RunState>,
+    store: &mut Store<GuestState>,
     config: &RuntimeConfig,
-    work: impl AsyncFnOnce(&mut Store<RunState>) -> wasmtime::Result<T>,
+    work: impl AsyncFnOnce(&mut Store<GuestState>) -> wasmtime::Result<T>,
 ) -> wasmtime::Result<T> {
     let clock = store.data().clock.clone();
     let deadline = Duration::from_millis(config.limits.deadline_ms);
@@ -210,14 +210,14 @@ pub(crate) fn guest_error(error: bindings::types::Error) -> CapabilityError {
 /// Says why the guest stopped: a host interrupt, a sandbox limit, or its own trap.
 pub(crate) fn classify(
     trap: wasmtime::Error,
-    store: &mut Store<RunState>,
+    store: &mut Store<GuestState>,
     config: &RuntimeConfig,
-) -> Activation {
+) -> Outcome {
     if let Some(interrupt) = store.data_mut().interrupt.take() {
-        return Activation::Interrupted(interrupt);
+        return Outcome::Interrupted(interrupt);
     }
     if let Some(limit) = trap.downcast_ref::<LimitExceeded>() {
-        return Activation::Limit(*limit);
+        return Outcome::Limit(*limit);
     }
     // The pool ran out of some part (a component with more modules than the pool allows
     // for): the host's shortage, not the guest's fault, so the run is retried, not failed.
@@ -225,16 +225,16 @@ pub(crate) fn classify(
         .downcast_ref::<wasmtime::PoolConcurrencyLimitError>()
         .is_some()
     {
-        return Activation::Interrupted(Interrupt::Host(format!("{trap:#}")));
+        return Outcome::Interrupted(Interrupt::Host(format!("{trap:#}")));
     }
     match trap.downcast_ref::<wasmtime::Trap>() {
-        Some(wasmtime::Trap::OutOfFuel) => Activation::Limit(LimitExceeded::Cpu {
+        Some(wasmtime::Trap::OutOfFuel) => Outcome::Limit(LimitExceeded::Cpu {
             fuel: config.fuel_per_activation,
         }),
-        Some(wasmtime::Trap::StackOverflow) => Activation::Limit(LimitExceeded::Stack {
+        Some(wasmtime::Trap::StackOverflow) => Outcome::Limit(LimitExceeded::Stack {
             limit_bytes: config.max_wasm_stack_bytes,
         }),
-        _ => Activation::Trapped(format!("{trap:#}")),
+        _ => Outcome::Trapped(format!("{trap:#}")),
     }
 }
 
@@ -252,7 +252,7 @@ impl HostCalls for NoHostCalls {
 
 impl Runtime {
     /// A store without host calls, for asking a freshly loaded component to describe itself.
-    pub(crate) async fn describe_store(&self) -> (Slot, Store<RunState>) {
+    pub(crate) async fn describe_store(&self) -> (Slot, Store<GuestState>) {
         new_store(
             &self.engine,
             &self.config,
@@ -327,10 +327,10 @@ impl Runtime {
             Ok(d) => descriptor(d)?,
             Err(trap) => {
                 let why = match classify(trap, &mut store, &self.config) {
-                    Activation::Interrupted(i) => i.to_string(),
-                    Activation::Limit(l) => l.to_string(),
-                    Activation::Trapped(t) => t,
-                    Activation::Completed(_) => "no result".to_owned(),
+                    Outcome::Interrupted(i) => i.to_string(),
+                    Outcome::Limit(l) => l.to_string(),
+                    Outcome::Trapped(t) => t,
+                    Outcome::Completed(_) => "no result".to_owned(),
                 };
                 return Err(LoadError::Describe(why));
             }

@@ -26,7 +26,7 @@ impl<H: HostCalls + ?Sized> HostCalls for Box<H> {
 }
 
 /// Why a host call stops the guest instead of answering it. The activation unwinds (a trap) and
-/// the engine learns why from [`crate::Activation`].
+/// the engine learns why from [`crate::Outcome`].
 #[derive(Debug, thiserror::Error)]
 pub enum Interrupt {
     /// The run must wait (a timer, an approval, a condition): persist, drop the instance, replay later.
@@ -102,7 +102,7 @@ impl wasmtime::ResourceLimiter for MemoryCap {
 }
 
 /// Store data of one activation.
-pub struct RunState {
+pub struct GuestState {
     wasi: WasiCtx,
     table: ResourceTable,
     pub(crate) memory: MemoryCap,
@@ -113,7 +113,7 @@ pub struct RunState {
     pub(crate) clock: GuestClock,
 }
 
-impl RunState {
+impl GuestState {
     pub(crate) fn new(
         host: Box<dyn HostCalls>,
         seed: u64,
@@ -157,7 +157,7 @@ impl RunState {
     }
 }
 
-impl WasiView for RunState {
+impl WasiView for GuestState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         WasiCtxView {
             ctx: &mut self.wasi,

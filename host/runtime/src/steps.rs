@@ -63,8 +63,8 @@ use crate::bindings::forward;
 use crate::loader::{
     LoadError, LoadFailure, VIRTUALIZED_WASI, classify, guest_error, new_store, within_deadline,
 };
-use crate::sandbox::{HostCalls, Interrupt, LimitExceeded, RunState};
-use crate::{Activation, CompileStats, Runtime, RuntimeConfig, Slots, cache};
+use crate::sandbox::{GuestState, HostCalls, Interrupt, LimitExceeded};
+use crate::{CompileStats, Outcome, Runtime, RuntimeConfig, Slots, cache};
 use capstan_core::CapabilityError;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -105,39 +105,39 @@ use wit::{FulfilmentStep, FulfilmentStepPre};
 
 type Error = crate::bindings::types::Error;
 
-impl types::Host for RunState {}
+impl types::Host for GuestState {}
 
-impl booking::Host for RunState {
+impl booking::Host for GuestState {
     forward! { "booking";
         fn current() -> BookingView = "current";
     }
 }
 
-impl supplier::Host for RunState {
+impl supplier::Host for GuestState {
     forward! { "supplier";
         fn confirm(booking_id: String, product_id: String, variant_id: String, start_date_time: String, pax: u32) -> Result<Confirmation, Error> = "confirm";
         fn cancel_confirmation(supplier_reference: String) -> Result<Confirmation, Error> = "cancel-confirmation";
     }
 }
 
-impl admission::Host for RunState {
+impl admission::Host for GuestState {
     forward! { "admission";
         fn issue_tickets(booking_id: String, count: u32) -> Result<Vec<Ticket>, Error> = "issue-tickets";
         fn void_tickets(booking_id: String) -> Result<Vec<Ticket>, Error> = "void-tickets";
     }
 }
 
-impl vouchers::Host for RunState {
+impl vouchers::Host for GuestState {
     forward! { "vouchers";
         fn deliver_voucher(booking_id: String, tickets: Vec<Ticket>) -> Result<Voucher, Error> = "deliver-voucher";
     }
 }
 
 /// The linker of step components: the deterministic WASI and the `fulfilment-step` imports.
-pub(crate) fn linker(engine: &Engine) -> anyhow::Result<Linker<RunState>> {
+pub(crate) fn linker(engine: &Engine) -> anyhow::Result<Linker<GuestState>> {
     let mut linker = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
-    FulfilmentStep::add_to_linker::<RunState, HasSelf<RunState>>(&mut linker, |s| s)?;
+    FulfilmentStep::add_to_linker::<GuestState, HasSelf<GuestState>>(&mut linker, |s| s)?;
     Ok(linker)
 }
 
@@ -188,7 +188,7 @@ pub struct LoadedStep {
     pub stats: CompileStats,
     config: RuntimeConfig,
     slots: Slots,
-    pre: FulfilmentStepPre<RunState>,
+    pre: FulfilmentStepPre<GuestState>,
 }
 
 impl std::fmt::Debug for LoadedStep {
@@ -270,14 +270,12 @@ fn seed_of(input: &str) -> u64 {
     u64::from_le_bytes(bytes)
 }
 
-fn failure(activation: Activation) -> StepFailure {
+fn failure(activation: Outcome) -> StepFailure {
     match activation {
-        Activation::Interrupted(interrupt) => StepFailure::Interrupted(interrupt),
-        Activation::Limit(limit) => StepFailure::Limit(limit),
-        Activation::Trapped(message) => StepFailure::Trapped(message),
-        Activation::Completed(_) => {
-            StepFailure::Trapped("the step stopped without a result".into())
-        }
+        Outcome::Interrupted(interrupt) => StepFailure::Interrupted(interrupt),
+        Outcome::Limit(limit) => StepFailure::Limit(limit),
+        Outcome::Trapped(message) => StepFailure::Trapped(message),
+        Outcome::Completed(_) => StepFailure::Trapped("the step stopped without a result".into()),
     }
 }
 
@@ -347,10 +345,10 @@ impl Runtime {
             Ok(d) => d,
             Err(trap) => {
                 let why = match classify(trap, &mut store, &self.config) {
-                    Activation::Interrupted(i) => i.to_string(),
-                    Activation::Limit(l) => l.to_string(),
-                    Activation::Trapped(t) => t,
-                    Activation::Completed(_) => "no result".to_owned(),
+                    Outcome::Interrupted(i) => i.to_string(),
+                    Outcome::Limit(l) => l.to_string(),
+                    Outcome::Trapped(t) => t,
+                    Outcome::Completed(_) => "no result".to_owned(),
                 };
                 return Err(LoadError::Describe(why));
             }

@@ -5,7 +5,7 @@
 use async_trait::async_trait;
 use capstan_core::{Capability, CapabilityGrants, ErrorKind};
 use capstan_runtime::{
-    Activation, GuestLimits, HostCalls, Interrupt, Limit, LimitExceeded, LoadError, Runtime,
+    GuestLimits, HostCalls, Interrupt, Limit, LimitExceeded, LoadError, Outcome, Runtime,
     RuntimeConfig,
 };
 use serde_json::{Value, json};
@@ -118,7 +118,7 @@ async fn load(relative: &str, grants: &CapabilityGrants) -> capstan_runtime::Loa
         .unwrap()
 }
 
-async fn misbehave(action: &str) -> (Activation, FakeHost) {
+async fn misbehave(action: &str) -> (Outcome, FakeHost) {
     let workflow = load(
         "guest-fixtures/fixture-misbehave.wasm",
         &grants(&[("fixture-misbehave", &[Capability::Dns])]),
@@ -160,7 +160,7 @@ async fn hello_runs_end_to_end_through_the_runtime() {
             r#"{"name":"Ada","pauseSeconds":5}"#,
         )
         .await;
-    let Activation::Completed(Ok(output)) = activation else {
+    let Outcome::Completed(Ok(output)) = activation else {
         panic!("unexpected {activation:?}")
     };
     let output: Value = serde_json::from_str(&output).unwrap();
@@ -208,7 +208,7 @@ async fn a_workflow_authored_as_a_user_would_runs_with_typed_records_across_the_
             r#"{"host":"Docs.Example.com","target":"d1.cdn.example"}"#,
         )
         .await;
-    let Activation::Completed(Ok(output)) = activation else {
+    let Outcome::Completed(Ok(output)) = activation else {
         panic!("unexpected {activation:?}")
     };
     assert_eq!(
@@ -244,13 +244,13 @@ async fn an_endless_loop_exhausts_the_cpu_budget_and_the_host_keeps_serving() {
     assert!(
         matches!(
             activation,
-            Activation::Limit(LimitExceeded::Cpu { fuel: 200_000_000 })
+            Outcome::Limit(LimitExceeded::Cpu { fuel: 200_000_000 })
         ),
         "{activation:?}"
     );
     let (after, _) = misbehave("ok").await;
     assert!(
-        matches!(after, Activation::Completed(Ok(ref o)) if o == "\"fine\""),
+        matches!(after, Outcome::Completed(Ok(ref o)) if o == "\"fine\""),
         "{after:?}"
     );
 }
@@ -262,7 +262,7 @@ async fn a_guest_sleeping_on_the_wasi_clock_is_stopped_at_the_deadline_and_the_h
     assert!(
         matches!(
             activation,
-            Activation::Limit(LimitExceeded::Deadline { limit_ms: 2_000 })
+            Outcome::Limit(LimitExceeded::Deadline { limit_ms: 2_000 })
         ),
         "{activation:?}"
     );
@@ -272,14 +272,14 @@ async fn a_guest_sleeping_on_the_wasi_clock_is_stopped_at_the_deadline_and_the_h
     );
     let (after, _) = misbehave("ok").await;
     assert!(
-        matches!(after, Activation::Completed(Ok(ref o)) if o == "\"fine\""),
+        matches!(after, Outcome::Completed(Ok(ref o)) if o == "\"fine\""),
         "{after:?}"
     );
 }
 
-fn activation_message(activation: &Activation) -> String {
+fn activation_message(activation: &Outcome) -> String {
     match activation {
-        Activation::Limit(limit) => limit.to_string(),
+        Outcome::Limit(limit) => limit.to_string(),
         other => format!("{other:?}"),
     }
 }
@@ -316,7 +316,7 @@ async fn a_busy_loop_with_fuel_to_spare_is_stopped_by_the_epoch_deadline() {
     assert!(
         matches!(
             activation,
-            Activation::Limit(LimitExceeded::Deadline { limit_ms: 300 })
+            Outcome::Limit(LimitExceeded::Deadline { limit_ms: 300 })
         ),
         "{activation:?}"
     );
@@ -350,7 +350,7 @@ async fn time_the_host_spends_answering_does_not_count_against_the_deadline() {
         .activate(&runtime, Box::new(host), 1, r#"{"action":"dns"}"#)
         .await;
     assert!(
-        matches!(activation, Activation::Completed(Ok(ref o)) if o == "\"Z9\""),
+        matches!(activation, Outcome::Completed(Ok(ref o)) if o == "\"Z9\""),
         "{activation:?}"
     );
 }
@@ -379,7 +379,7 @@ async fn what_a_guest_hands_the_host_is_bounded_and_the_error_names_the_limit() 
     let defaults = GuestLimits::default();
     for (action, expected, refused_op) in cases {
         let (activation, host) = misbehave(action).await;
-        let Activation::Limit(LimitExceeded::Exceeded {
+        let Outcome::Limit(LimitExceeded::Exceeded {
             limit,
             allowed,
             actual,
@@ -412,7 +412,7 @@ async fn what_a_guest_hands_the_host_is_bounded_and_the_error_names_the_limit() 
     }
     let (after, _) = misbehave("ok").await;
     assert!(
-        matches!(after, Activation::Completed(Ok(ref o)) if o == "\"fine\""),
+        matches!(after, Outcome::Completed(Ok(ref o)) if o == "\"fine\""),
         "{after:?}"
     );
 }
@@ -421,7 +421,7 @@ async fn what_a_guest_hands_the_host_is_bounded_and_the_error_names_the_limit() 
 async fn unbounded_allocation_hits_the_memory_cap() {
     let (activation, _) = misbehave("allocate").await;
     match activation {
-        Activation::Limit(LimitExceeded::Memory {
+        Outcome::Limit(LimitExceeded::Memory {
             limit_bytes,
             requested_bytes,
         }) => {
@@ -444,7 +444,7 @@ async fn endless_recursion_hits_the_stack_limit() {
     assert!(
         matches!(
             activation,
-            Activation::Limit(LimitExceeded::Stack {
+            Outcome::Limit(LimitExceeded::Stack {
                 limit_bytes: 262_144
             })
         ),
@@ -455,7 +455,7 @@ async fn endless_recursion_hits_the_stack_limit() {
 #[tokio::test]
 async fn a_guest_panic_is_a_trap_with_its_message_and_a_guest_error_is_returned_typed() {
     let (activation, _) = misbehave("panic").await;
-    let Activation::Trapped(message) = activation else {
+    let Outcome::Trapped(message) = activation else {
         panic!("expected a trap, got {activation:?}")
     };
     assert!(
@@ -464,7 +464,7 @@ async fn a_guest_panic_is_a_trap_with_its_message_and_a_guest_error_is_returned_
     );
 
     let (activation, _) = misbehave("fail").await;
-    let Activation::Completed(Err(error)) = activation else {
+    let Outcome::Completed(Err(error)) = activation else {
         panic!("expected a guest error, got {activation:?}")
     };
     assert_eq!(
@@ -488,7 +488,7 @@ async fn a_host_interrupt_unwinds_the_guest_and_is_reported() {
         )
         .await;
     assert!(
-        matches!(activation, Activation::Interrupted(Interrupt::Suspend(ref why)) if why == "timer until 6000"),
+        matches!(activation, Outcome::Interrupted(Interrupt::Suspend(ref why)) if why == "timer until 6000"),
         "{activation:?}"
     );
     assert_eq!(
@@ -523,7 +523,7 @@ async fn an_import_that_was_not_granted_is_refused_at_load_naming_workflow_and_i
 
     let (activation, host) = misbehave("dns").await;
     assert!(
-        matches!(activation, Activation::Completed(Ok(ref o)) if o == "\"Z9\""),
+        matches!(activation, Outcome::Completed(Ok(ref o)) if o == "\"Z9\""),
         "{activation:?}"
     );
     assert!(host.ops().contains(&"dns.find-zone".to_owned()));
@@ -644,7 +644,7 @@ async fn compiled_artifacts_are_cached_on_disk_so_a_restart_does_not_recompile()
         )
         .await;
     assert!(
-        matches!(activation, Activation::Completed(Ok(_))),
+        matches!(activation, Outcome::Completed(Ok(_))),
         "{activation:?}"
     );
 }
@@ -701,7 +701,7 @@ async fn an_activation_in_a_reused_slot_starts_from_a_fresh_memory() {
                 r#"{"action":"remember"}"#,
             )
             .await;
-        let Activation::Completed(Ok(output)) = activation else {
+        let Outcome::Completed(Ok(output)) = activation else {
             panic!("activation {seed} completes: {activation:?}");
         };
         assert_eq!(
@@ -737,7 +737,7 @@ async fn activations_beyond_the_instance_pool_wait_for_a_slot_instead_of_failing
     });
     for activation in futures_util::future::join_all(activations).await {
         assert!(
-            matches!(activation, Activation::Completed(Ok(_))),
+            matches!(activation, Outcome::Completed(Ok(_))),
             "every activation completes: {activation:?}"
         );
     }

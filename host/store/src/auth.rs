@@ -77,7 +77,7 @@ const BEHIND_WINDOW: std::time::Duration = std::time::Duration::from_millis(2);
 #[derive(Debug, Default)]
 pub(crate) struct BehindQueue {
     pending: Vec<AuditRecord>,
-    /// Records ever queued; [`Inner::audit_written`] counts those written (or given up on).
+    /// Records ever queued; [`StoreState::audit_written`] counts those written (or given up on).
     queued: u64,
     flushing: bool,
 }

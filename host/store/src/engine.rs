@@ -367,6 +367,15 @@ fn push_write(batch: &mut Batch, write: Write) {
                     .push(")")
                     .push(lock);
             }
+            if let Some(stage) = &p.expect_stage_not_begun {
+                batch
+                    .guard(
+                        "SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM stages WHERE execution_id = $1 AND stage_name = $2)",
+                        Check::Holds("the stage began meanwhile"),
+                    )
+                    .bind(p.id.clone())
+                    .bind(stage.clone());
+            }
             let mut set = SetList::new("UPDATE executions SET ");
             if let Some(s) = p.status {
                 set.column("status = ").push_bind(s.as_str());
@@ -657,7 +666,9 @@ pub(crate) fn coalesce(writes: Vec<Write>) -> Vec<Write> {
                 }
             }
             Write::UpdateExecution(patch)
-                if patch.expect.is_none() && patch.cancellation_requested_ms.is_none() =>
+                if patch.expect.is_none()
+                    && patch.expect_stage_not_begun.is_none()
+                    && patch.cancellation_requested_ms.is_none() =>
             {
                 match later_patches.get(&patch.id) {
                     Some(&at) => {

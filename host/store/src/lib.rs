@@ -30,9 +30,10 @@ use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::{Any, AnyPool, Transaction};
 use std::time::Duration;
 
-/// Why the store could not be opened or used.
+/// Why the store could not be opened, migrated or reached (the engine's calls answer
+/// [`capstan_core::store::StoreError`]).
 #[derive(Debug, thiserror::Error)]
-pub enum StoreError {
+pub enum OpenError {
     #[error("unsupported database URL `{0}` (expected sqlite://PATH or postgres://USER@HOST/DB)")]
     UnsupportedUrl(String),
     #[error("cannot create the database directory {path}: {source}")]
@@ -76,7 +77,7 @@ impl Synchronous {
     }
 
     /// `url` without its `synchronous` parameter, and the mode it names (full when absent).
-    fn split(url: &str) -> Result<(String, Self), StoreError> {
+    fn split(url: &str) -> Result<(String, Self), OpenError> {
         let Some((base, query)) = url.split_once('?') else {
             return Ok((url.to_owned(), Self::default()));
         };
@@ -88,7 +89,7 @@ impl Synchronous {
                     mode = match value.to_ascii_lowercase().as_str() {
                         "full" => Self::Full,
                         "normal" => Self::Normal,
-                        _ => return Err(StoreError::Synchronous(value.to_owned())),
+                        _ => return Err(OpenError::Synchronous(value.to_owned())),
                     }
                 }
                 _ => kept.push(pair),
@@ -182,12 +183,12 @@ pub struct Store {
     node_id: String,
     /// SQLite's commit durability (unused on PostgreSQL).
     synchronous: Synchronous,
-    inner: std::sync::Arc<Inner>,
+    inner: std::sync::Arc<StoreState>,
 }
 
 /// In-memory state shared by the clones of a [`Store`].
 #[derive(Debug)]
-struct Inner {
+struct StoreState {
     /// Audit records waiting for the next group commit.
     audit: std::sync::Mutex<auth::AuditQueue>,
     /// Audit records written behind their answers ([`Store::insert_audit_behind`]).
@@ -215,7 +216,7 @@ struct Inner {
     local_readers: std::sync::OnceLock<reader::Readers>,
 }
 
-impl Default for Inner {
+impl Default for StoreState {
     fn default() -> Self {
         Self {
             audit: Default::default(),
@@ -239,23 +240,23 @@ static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migratio
 
 impl Store {
     /// Opens (creating if needed) the database at `url` and runs pending migrations.
-    pub async fn open(url: &str) -> Result<Self, StoreError> {
+    pub async fn open(url: &str) -> Result<Self, OpenError> {
         let store = Self::connect(url).await?;
         store.migrate().await?;
         Ok(store)
     }
 
     /// Opens without migrating.
-    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+    pub async fn connect(url: &str) -> Result<Self, OpenError> {
         sqlx::any::install_default_drivers();
         match Backend::of(url) {
             Some(Backend::Sqlite) => Self::connect_sqlite(url).await,
             Some(Backend::Postgres) => Self::connect_postgres(url).await,
-            None => Err(StoreError::UnsupportedUrl(url.to_owned())),
+            None => Err(OpenError::UnsupportedUrl(url.to_owned())),
         }
     }
 
-    async fn connect_sqlite(url: &str) -> Result<Self, StoreError> {
+    async fn connect_sqlite(url: &str) -> Result<Self, OpenError> {
         let (url, synchronous) = Synchronous::split(url)?;
         let url = url.as_str();
         let rest = url
@@ -267,7 +268,7 @@ impl Store {
             && let Some(parent) = std::path::Path::new(path).parent()
             && !parent.as_os_str().is_empty()
         {
-            std::fs::create_dir_all(parent).map_err(|source| StoreError::CreateDir {
+            std::fs::create_dir_all(parent).map_err(|source| OpenError::CreateDir {
                 path: parent.display().to_string(),
                 source,
             })?;
@@ -305,7 +306,7 @@ impl Store {
         Ok(store)
     }
 
-    async fn connect_postgres(url: &str) -> Result<Self, StoreError> {
+    async fn connect_postgres(url: &str) -> Result<Self, OpenError> {
         // A statement waits at most 5 s for a lock (as SQLite's busy timeout), then fails with
         // 55P03 and the request answers 503 instead of hanging.
         let pool = AnyPoolOptions::new()
@@ -337,7 +338,7 @@ impl Store {
             events: std::sync::Arc::new(tokio::sync::watch::Sender::new(0)),
             node_id: capstan_core::ids::new_id(),
             synchronous: Synchronous::default(),
-            inner: std::sync::Arc::new(Inner {
+            inner: std::sync::Arc::new(StoreState {
                 reader_permits: std::sync::Arc::new(tokio::sync::Semaphore::new(
                     if backend == Backend::Sqlite {
                         READERS
@@ -345,7 +346,7 @@ impl Store {
                         0
                     },
                 )),
-                ..Inner::default()
+                ..StoreState::default()
             }),
         }
     }
@@ -434,7 +435,7 @@ impl Store {
         }
     }
 
-    pub async fn migrate(&self) -> Result<(), StoreError> {
+    pub async fn migrate(&self) -> Result<(), OpenError> {
         match self.backend {
             Backend::Sqlite => SQLITE_MIGRATIONS.run(&self.writer).await?,
             Backend::Postgres => POSTGRES_MIGRATIONS.run(&self.writer).await?,
@@ -443,7 +444,7 @@ impl Store {
     }
 
     /// The versions of the migrations applied so far.
-    pub async fn applied_migrations(&self) -> Result<Vec<i64>, StoreError> {
+    pub async fn applied_migrations(&self) -> Result<Vec<i64>, OpenError> {
         let rows: Vec<(i64,)> =
             sqlx::query_as("SELECT version FROM _sqlx_migrations ORDER BY version")
                 .fetch_all(&self.pool)
@@ -452,7 +453,7 @@ impl Store {
     }
 
     /// A round trip to the database (readiness).
-    pub async fn ping(&self) -> Result<(), StoreError> {
+    pub async fn ping(&self) -> Result<(), OpenError> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
     }
@@ -636,7 +637,7 @@ enum Reader {
 /// A read connection from [`Store::read`]; use `&mut *conn` as the executor.
 pub struct ReadConnection {
     conn: Option<Reader>,
-    store: std::sync::Arc<Inner>,
+    store: std::sync::Arc<StoreState>,
     _permit: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
@@ -1269,6 +1270,43 @@ mod tests {
             )
             .await
             .unwrap();
+        // A patch that expects a stage not to have begun: refused once it has (a cancel and the
+        // commit of a point of no return exclude each other), committed while it has not.
+        let before_stage = |stage: &str| {
+            Write::UpdateExecution(ExecutionPatch {
+                id: "e1".into(),
+                expect_stage_not_begun: Some(stage.into()),
+                cancellation_requested_ms: Some(Some(5)),
+                ..ExecutionPatch::default()
+            })
+        };
+        let refused = store.apply(None, vec![before_stage("s-right")]).await;
+        assert!(
+            matches!(refused, Err(StoreError::Conflict(_))),
+            "{refused:?}"
+        );
+        assert_eq!(
+            store
+                .execution("e1")
+                .await
+                .unwrap()
+                .unwrap()
+                .cancellation_requested_ms,
+            None
+        );
+        store
+            .apply(None, vec![before_stage("apply")])
+            .await
+            .unwrap();
+        assert_eq!(
+            store
+                .execution("e1")
+                .await
+                .unwrap()
+                .unwrap()
+                .cancellation_requested_ms,
+            Some(5)
+        );
 
         let claimed = store.claim_runs("node-a", 10, 1_000, 8).await.unwrap();
         assert_eq!(claimed.len(), 1);

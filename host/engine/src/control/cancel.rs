@@ -101,6 +101,38 @@ impl Engine {
         }
     }
 
+    /// Why a cancel's commit was refused, read after the fact: the point of no return began,
+    /// or the execution is no longer cancelable.
+    async fn refused_now(&self, id: &str) -> Result<EngineError, EngineError> {
+        let execution = self.get(id).await?;
+        let run = self.inner.store.run(&execution.run_id).await?;
+        let stage = run
+            .as_ref()
+            .and_then(|r| self.build(&r.digest))
+            .or_else(|| self.workflow(&execution.workflow))
+            .and_then(|w| w.descriptor.point_of_no_return.clone());
+        if let Some(stage) = stage
+            && self
+                .inner
+                .store
+                .stages(id)
+                .await?
+                .iter()
+                .any(|s| s.stage_name == stage)
+        {
+            return Ok(invalid(
+                "past_point_of_no_return",
+                format!(
+                    "stage `{stage}` has begun: the provider accepted the change, so this execution can no longer be canceled"
+                ),
+            ));
+        }
+        Ok(invalid(
+            "not_cancelable",
+            format!("execution is {}", execution.status),
+        ))
+    }
+
     pub(crate) fn cancel_mode(&self, run: Option<&RunRecord>, workflow: &str) -> CancelMode {
         run.and_then(|r| self.build(&r.digest))
             .or_else(|| self.workflow(workflow))
@@ -180,8 +212,21 @@ impl Engine {
                         )));
                     }
                 }
+                // Not past the point of no return when this commits (the worker commits that
+                // stage's beginning before its first effect, so one of the two is refused).
+                if let Some(stage) = &point_of_no_return {
+                    writes.push(Write::UpdateExecution(ExecutionPatch {
+                        id: id.to_owned(),
+                        expect_stage_not_begun: Some(stage.clone()),
+                        ..ExecutionPatch::default()
+                    }));
+                }
                 if !writes.is_empty() {
-                    self.inner.store.apply(None, writes).await?;
+                    match self.inner.store.apply(None, writes).await {
+                        Ok(()) => {}
+                        Err(StoreError::Conflict(_)) => return Err(self.refused_now(id).await?),
+                        Err(e) => return Err(e.into()),
+                    }
                 }
                 let execution = self.get(id).await?;
                 // The worker may have stopped the run already.
@@ -192,20 +237,20 @@ impl Engine {
                 })
             }
             _ => {
-                match self
-                    .inner
-                    .store
-                    .apply(None, self.cancel_writes(&execution, &execution.run_id, now))
-                    .await
-                {
+                let mut writes = self.cancel_writes(&execution, &execution.run_id, now);
+                if let Some(stage) = &point_of_no_return {
+                    writes.push(Write::UpdateExecution(ExecutionPatch {
+                        id: id.to_owned(),
+                        expect_stage_not_begun: Some(stage.clone()),
+                        ..ExecutionPatch::default()
+                    }));
+                }
+                match self.inner.store.apply(None, writes).await {
                     Ok(()) => {}
                     Err(StoreError::Conflict(_)) => {
                         let now_state = self.get(id).await?;
                         if now_state.status != ExecutionStatus::Canceled {
-                            return Err(invalid(
-                                "not_cancelable",
-                                format!("execution is {}", now_state.status),
-                            ));
+                            return Err(self.refused_now(id).await?);
                         }
                     }
                     Err(e) => return Err(e.into()),

@@ -8,7 +8,7 @@ use sqlx::Row;
 impl SimulatedCloud {
     pub(super) async fn dns(
         &self,
-        tx: &mut super::tx::SimTx,
+        tx: &mut super::transaction::SimTx,
         op: &str,
         request: &Value,
     ) -> Result<Value, CapabilityError> {
@@ -198,7 +198,7 @@ pub(super) fn parse_changes(request: &Value) -> Result<Vec<Change>, CapabilityEr
 
 /// What a change batch does, decided from the zone and the record sets as they are (`olds`,
 /// one per change): the same decision whether it runs inside a transaction or in memory
-/// (`fast.rs`).
+/// (`write_behind.rs`).
 pub(super) struct ChangePlan {
     zone_id: String,
     changes: Vec<Change>,

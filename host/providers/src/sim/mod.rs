@@ -5,9 +5,9 @@
 //! capability's simulation runs, and the answer is recorded under the token.
 
 mod dns;
-mod fast;
 mod services;
-mod tx;
+mod transaction;
+mod write_behind;
 
 use async_trait::async_trait;
 use capstan_core::providers::same_call;
@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sqlx::{AnyPool, Row};
 use std::sync::Arc;
-use tx::SimTx;
+use transaction::SimTx;
 
 /// How the simulation behaves (`[simulator]` in the config file).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -299,12 +299,12 @@ impl Seed {
 pub struct SimulatedCloud {
     /// The store's writer.
     pool: AnyPool,
-    /// For reads on the calling thread and writes behind answers (SQLite, `fast.rs`).
+    /// For reads on the calling thread and writes behind answers (SQLite, `write_behind.rs`).
     store: capstan_store::Store,
     clock: Arc<dyn Clock>,
     settings: SimulationSettings,
-    /// The DNS as decided in memory, written behind its answers (SQLite, `fast.rs`).
-    memory: Arc<fast::Memory>,
+    /// The DNS as decided in memory, written behind its answers (SQLite, `write_behind.rs`).
+    memory: Arc<write_behind::Memory>,
 }
 
 pub(crate) fn unavailable(e: sqlx::Error) -> CapabilityError {

@@ -1,7 +1,7 @@
 //! The simulated registrar, certificates, CDN, maps, functions and ticketing: JSON documents in
 //! `sim_objects` shaped as the WIT records the workflows see (docs/simulator.md).
 
-use super::tx::SimTx;
+use super::transaction::SimTx;
 use super::{SimulatedCloud, delete, get, list, put, s, unavailable};
 use capstan_core::CapabilityError;
 use serde_json::{Value, json};

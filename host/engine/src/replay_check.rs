@@ -8,7 +8,7 @@ use crate::{Engine, EngineError, seed_of};
 use async_trait::async_trait;
 use capstan_core::execution::ExecutionStatus;
 use capstan_core::store::{EntryStatus, ExecutionFilter, JournalEntry};
-use capstan_runtime::{Activation, HostCalls, Interrupt, LoadedWorkflow};
+use capstan_runtime::{HostCalls, Interrupt, LoadedWorkflow, Outcome};
 use serde::Serialize;
 use serde_json::Value;
 use std::sync::Arc;
@@ -132,28 +132,28 @@ impl Engine {
         check.replayed = replayed.load(std::sync::atomic::Ordering::Relaxed);
         check.same_build = same_build;
         match activation {
-            Activation::Interrupted(Interrupt::Suspend(_)) => {}
-            Activation::Completed(_) if check.replayed == journal_length => {}
-            Activation::Completed(_) => {
+            Outcome::Interrupted(Interrupt::Suspend(_)) => {}
+            Outcome::Completed(_) if check.replayed == journal_length => {}
+            Outcome::Completed(_) => {
                 check.verdict = "diverges";
                 check.detail = Some(format!(
                     "the candidate finishes after {} of {journal_length} recorded calls",
                     check.replayed
                 ));
             }
-            Activation::Interrupted(Interrupt::Nondeterminism(detail)) => {
+            Outcome::Interrupted(Interrupt::Nondeterminism(detail)) => {
                 check.verdict = "diverges";
                 check.detail = Some(detail);
             }
-            Activation::Interrupted(other) => {
+            Outcome::Interrupted(other) => {
                 check.verdict = "diverges";
                 check.detail = Some(other.to_string());
             }
-            Activation::Limit(limit) => {
+            Outcome::Limit(limit) => {
                 check.verdict = "diverges";
                 check.detail = Some(format!("sandbox limit: {limit}"));
             }
-            Activation::Trapped(trap) => {
+            Outcome::Trapped(trap) => {
                 check.verdict = "diverges";
                 check.detail = Some(format!("trap: {trap}"));
             }
