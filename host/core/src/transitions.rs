@@ -297,7 +297,7 @@ const REQUEUED: &[&str] = &["CommandQueued", "ExecutionQueued"];
 
 /// Every transition, in the order [`decide`] tries them.
 #[rustfmt::skip]
-pub const TABLE: &[Row] = &[
+pub static TABLE: &[Row] = &[
     row(ANY, On::Trigger, When::Engine("a worker slot is free"), Some(RUNNING), &["ExecutionQueued", "ExecutionStarted"], Answer::Triggered),
     row(ANY, On::Trigger, When::Always, Some(QUEUED), &["ExecutionQueued"], Answer::Triggered),
     row(&[QUEUED, WAITING], On::Claim, When::Always, Some(RUNNING), &["ExecutionStarted"], Answer::None),

@@ -6,6 +6,7 @@ use async_trait::async_trait;
 use capstan_core::CapabilityError;
 use capstan_core::execution::{ExecutionStatus, StageStatus};
 use capstan_core::store::{EngineStore, ExecutionFilter, IdempotencyRecord, RunKind, Write};
+use capstan_core::transitions::{self, Answer, Facts, On};
 use capstan_engine::{Backoff, Engine, EngineError, Providers, TriggerRequest};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -849,7 +850,8 @@ async fn every_command_from_every_status_follows_the_status_machine() {
         /* canceled  */ [None, Some(RolledBack), None, None],
         /* rolled_back */ [None, None, None, None],
     ];
-    for (row, state) in states.iter().enumerate() {
+    let mut exercised = std::collections::BTreeSet::new();
+    for (row_of_state, state) in states.iter().enumerate() {
         for (col, command) in commands.iter().enumerate() {
             // An execution in `state`.
             let id = match state {
@@ -885,6 +887,16 @@ async fn every_command_from_every_status_follows_the_status_machine() {
                 _ => w.settle().await,
             }
             assert_eq!(w.status(&id).await, *state, "setting up {state:?}");
+            // The table's row for this command, from the facts as they stand.
+            let on = match *command {
+                "cancel" => On::Cancel,
+                "rollback" => On::Rollback,
+                "resume" => On::Resume,
+                _ => On::Recover,
+            };
+            let facts = table_facts(&w, &id, command).await;
+            let row = transitions::decide(on, *state, &facts).expect("a command row");
+            exercised.insert(row_index(row));
             let events_before = w.event_types(&id).await.len();
             let result = match *command {
                 "cancel" => w.engine.cancel(&id).await.map(|_| ()),
@@ -892,7 +904,22 @@ async fn every_command_from_every_status_follows_the_status_machine() {
                 "resume" => w.engine.resume(&id).await.map(|_| ()),
                 _ => w.engine.recover(&id, command).await.map(|_| ()),
             };
-            match (expected[row][col], result) {
+            // Right after the command, the status is the row's (a queued rollback moves it
+            // later, through its run).
+            let refused = matches!(row.answer, Answer::Refused(_));
+            assert_eq!(
+                result.is_err(),
+                refused,
+                "{command} from {state:?}: row {row:?}"
+            );
+            if !refused {
+                assert_eq!(
+                    w.status(&id).await,
+                    row.to.unwrap_or(*state),
+                    "{command} from {state:?}: row {row:?}"
+                );
+            }
+            match (expected[row_of_state][col], result) {
                 (Some(end), Ok(())) => {
                     w.settle().await;
                     assert_eq!(w.status(&id).await, end, "{command} from {state:?}");
@@ -912,6 +939,60 @@ async fn every_command_from_every_status_follows_the_status_machine() {
                 (want, got) => panic!("{command} from {state:?}: expected {want:?}, got {got:?}"),
             }
         }
+    }
+    // What this matrix leaves to other tests (pending commands, cooperative cancel, leases, the
+    // point of no return, approvals).
+    let unexercised: Vec<String> = transitions::TABLE
+        .iter()
+        .enumerate()
+        .filter(|(i, r)| {
+            matches!(r.on, On::Cancel | On::Resume | On::Recover | On::Rollback)
+                && !exercised.contains(i)
+        })
+        .map(|(i, r)| format!("row {i}: {:?} {:?} from {:?}", r.on, r.when, r.from))
+        .collect();
+    eprintln!(
+        "command rows this matrix did not exercise ({}):\n{}",
+        unexercised.len(),
+        unexercised.join("\n")
+    );
+    assert!(exercised.len() >= 10, "{exercised:?}");
+}
+
+/// The position of `row` in the table.
+fn row_index(row: &transitions::Row) -> usize {
+    transitions::TABLE
+        .iter()
+        .position(|r| std::ptr::eq(r, row))
+        .expect("a row of TABLE")
+}
+
+/// The facts the table's command rows read, as the store has them (fixture-steps declares
+/// no cooperative cancel, no point of no return and no terminal-only rollback).
+async fn table_facts(w: &World, id: &str, command: &str) -> Facts {
+    let execution = w.store.execution(id).await.unwrap().unwrap();
+    let pending = w
+        .store
+        .commands(id)
+        .await
+        .unwrap()
+        .into_iter()
+        .rev()
+        .find(|c| c.status.is_pending())
+        .map(|c| c.operation);
+    let receipts = w.store.receipts(id).await.unwrap();
+    let journal = w.store.journal(&execution.run_id).await.unwrap();
+    let reached_finalize = journal.iter().any(|e| {
+        e.op == "context.stage-begin"
+            && e.request.get("name").and_then(Value::as_str) == Some("finalize")
+    });
+    Facts {
+        pending,
+        operation: Some(command.to_owned()),
+        not_eligible: execution.status != ExecutionStatus::Failed,
+        stage_not_reached: !reached_finalize,
+        nothing_to_compensate: receipts.iter().all(|r| r.compensated_ms.is_some()),
+        ..Facts::default()
     }
 }
 
