@@ -185,11 +185,8 @@ impl Engine {
         match row.answer {
             Answer::CancellationRequested => {
                 let mut writes = Vec::new();
-                if facts.leased && !facts.cooperative {
-                    // The worker stops at its next host call or commit.
-                    if let Ok(mut local) = self.inner.local_cancels.lock() {
-                        local.insert(execution.run_id.clone());
-                    }
+                let stop_worker = facts.leased && !facts.cooperative;
+                if stop_worker {
                     writes.push(Write::UpdateRun(RunPatch {
                         id: execution.run_id.clone(),
                         cancel_requested: Some(true),
@@ -226,6 +223,13 @@ impl Engine {
                         Ok(()) => {}
                         Err(StoreError::Conflict(_)) => return Err(self.refused_now(id).await?),
                         Err(e) => return Err(e.into()),
+                    }
+                }
+                if stop_worker {
+                    // Once committed: a worker of this node stops at its next host call without
+                    // reading the store (others see `cancel_requested` at their next commit).
+                    if let Ok(mut local) = self.inner.local_cancels.lock() {
+                        local.insert(execution.run_id.clone());
                     }
                 }
                 let execution = self.get(id).await?;
