@@ -263,6 +263,28 @@ async fn keys_environments_partner_types_and_cors() {
         401,
         "E_UNAUTHORIZED",
     );
+
+    // A method a route does not serve, and a path no route serves: the partner error shape on
+    // both listeners.
+    for (base, key) in [(&server.base, &prod), (&server.sandbox, &sandbox)] {
+        assert_error(
+            &call(&c, Method::DELETE, &product(base), Some(key), None).await,
+            405,
+            "E_METHOD_NOT_ALLOWED",
+        );
+        assert_error(
+            &call(
+                &c,
+                Method::GET,
+                &format!("{base}/api/public/v2/nothing-here"),
+                Some(key),
+                None,
+            )
+            .await,
+            404,
+            "E_NOT_FOUND",
+        );
+    }
 }
 
 #[tokio::test]

@@ -281,9 +281,19 @@ pub fn sandbox_router(app: App) -> Router {
         )
         .merge(capstan_api::partner::router(app.sandbox))
         .fallback(partner_not_found)
+        .method_not_allowed_fallback(partner_method_not_allowed)
         .layer(axum::middleware::from_fn(
             capstan_api::partner::refuse_preflight,
         ))
+}
+
+/// 405 in the partner API's error shape.
+async fn partner_method_not_allowed() -> Response {
+    (
+        StatusCode::METHOD_NOT_ALLOWED,
+        Json(json!({"status": 405, "error": {"code": "E_METHOD_NOT_ALLOWED", "message": "this route does not accept that method"}})),
+    )
+        .into_response()
 }
 
 async fn partner_not_found() -> Response {
@@ -320,12 +330,17 @@ pub fn router(app: App) -> Router {
                 error_response(StatusCode::NOT_FOUND, "not_found", "no such route")
             }
         })
-        .method_not_allowed_fallback(|| async {
-            error_response(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "method_not_allowed",
-                "this route does not accept that method",
-            )
+        .method_not_allowed_fallback(|uri: axum::http::Uri| async move {
+            // Each API answers in its own error shape.
+            if uri.path().starts_with("/api/") {
+                partner_method_not_allowed().await
+            } else {
+                error_response(
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    "method_not_allowed",
+                    "this route does not accept that method",
+                )
+            }
         })
         .layer(axum::middleware::from_fn(
             capstan_api::partner::refuse_preflight,

@@ -57,6 +57,8 @@ pub enum ErrorCode {
     CorsNotSupported,
     #[schema(rename = "E_NOT_FOUND")]
     NotFound,
+    #[schema(rename = "E_METHOD_NOT_ALLOWED")]
+    MethodNotAllowed,
     #[schema(rename = "E_PRICE_MISMATCH")]
     PriceMismatch,
     #[schema(rename = "E_INVENTORY_UNAVAILABLE")]
