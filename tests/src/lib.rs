@@ -153,6 +153,25 @@ pub fn cli(home: &Path, args: &[&str]) -> String {
     String::from_utf8(out.stdout).expect("utf-8")
 }
 
+/// An OpenAPI path template with each `{parameter}` replaced by `with`: `{}` to compare
+/// templates whatever their parameter names, a placeholder to request the path.
+pub fn fill_path_params(template: &str, with: &str) -> String {
+    let mut out = String::new();
+    let mut in_param = false;
+    for c in template.chars() {
+        match c {
+            '{' => {
+                in_param = true;
+                out.push_str(with);
+            }
+            '}' => in_param = false,
+            _ if !in_param => out.push(c),
+            _ => {}
+        }
+    }
+    out
+}
+
 /// `capstan.toml` of a node serving the partner API: the test catalog
 /// `tests/catalogs/small.json`, the fulfilment steps of `target/steps`, quick webhook retries,
 /// supplier rejections for variant 5002, loopback HTTP receivers allowed; `extra` goes inside

@@ -3,7 +3,7 @@
 //! `just setup`) fuzzes the live server from the document and checks every response against it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use capstan_e2e::{Server, home, key_for};
+use capstan_e2e::{Server, fill_path_params, home, key_for};
 use reqwest::{Client, Method, StatusCode};
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -76,20 +76,7 @@ const CONTRACT: [(&str, &str); 16] = [
 
 /// `/v1/executions/{id}` → `/v1/executions/{}` (parameter names do not matter for matching).
 fn shape(template: &str) -> String {
-    let mut out = String::new();
-    let mut in_param = false;
-    for c in template.chars() {
-        match c {
-            '{' => {
-                in_param = true;
-                out.push_str("{}");
-            }
-            '}' => in_param = false,
-            _ if !in_param => out.push(c),
-            _ => {}
-        }
-    }
-    out
+    fill_path_params(template, "{}")
 }
 
 /// (METHOD, shape) of every operation in the document.
@@ -110,7 +97,7 @@ fn documented(doc: &Value) -> BTreeSet<(String, String)> {
 /// Whether the server routes `method template` (parameters filled with a placeholder): anything
 /// but the fallback's 404 `no such route` and the 405 of a path served for other methods.
 async fn served(client: &Client, base: &str, method: &str, template: &str) -> bool {
-    let path = shape(template).replace("{}", "probe");
+    let path = fill_path_params(template, "probe");
     let method = Method::from_bytes(method.as_bytes()).unwrap();
     let r = client
         .request(method, format!("{base}{path}"))

@@ -5,7 +5,7 @@
 //! so a body with a member the document does not list fails too).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use capstan_e2e::{Server, home_with, partner_config, partner_key};
+use capstan_e2e::{Server, fill_path_params, home_with, partner_config, partner_key};
 use reqwest::{Client, Method, StatusCode};
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
@@ -51,30 +51,13 @@ const SERVED: [(&str, &str); 34] = [
     ("GET", "/api/v1/product/get/{productId}"),
 ];
 
-fn fill(template: &str) -> String {
-    let mut out = String::new();
-    let mut in_param = false;
-    for c in template.chars() {
-        match c {
-            '{' => {
-                in_param = true;
-                out.push_str("probe");
-            }
-            '}' => in_param = false,
-            _ if !in_param => out.push(c),
-            _ => {}
-        }
-    }
-    out
-}
-
 /// Whether the listener routes `method path`: anything but the fallback's `no such route` and
 /// a 405.
 async fn served(client: &Client, base: &str, method: &str, template: &str) -> bool {
     let r = client
         .request(
             Method::from_bytes(method.as_bytes()).unwrap(),
-            format!("{base}{}", fill(template)),
+            format!("{base}{}", fill_path_params(template, "probe")),
         )
         .send()
         .await

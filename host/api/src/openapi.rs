@@ -166,6 +166,15 @@ fn finish(mut doc: Value) -> Value {
         let schema: Value = serde_json::from_str(text).unwrap_or_else(|_| json!({}));
         embed(&mut doc["components"]["schemas"], name, schema);
     }
+    common_responses(&mut doc);
+    doc
+}
+
+/// Every operation of `doc` states its security (`[]` when public) and refers to the shared
+/// responses it can get without saying so itself: `401` `Unauthorized` and `429` `RateLimited`
+/// when authenticated, `500` `Internal` and `503` `Unavailable` always. Both APIs' documents
+/// define those four under `components.responses`, each in its own error shape.
+pub(crate) fn common_responses(doc: &mut Value) {
     if let Some(paths) = doc["paths"].as_object_mut() {
         for item in paths.values_mut() {
             let Some(item) = item.as_object_mut() else {
@@ -200,7 +209,6 @@ fn finish(mut doc: Value) -> Value {
             }
         }
     }
-    doc
 }
 
 /// Puts a standalone JSON Schema in `components.schemas[name]`: its `$defs` become components

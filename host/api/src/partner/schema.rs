@@ -1138,9 +1138,6 @@ pub fn document() -> &'static Value {
     })
 }
 
-/// Schemas whose objects may carry members they do not list.
-const OPEN: [&str; 0] = [];
-
 fn finish(mut doc: Value) -> Value {
     doc["openapi"] = json!("3.1.0");
     let error = json!({"$ref": "#/components/schemas/PartnerError"});
@@ -1155,38 +1152,9 @@ fn finish(mut doc: Value) -> Value {
         "Unavailable": {"description": "`E_SERVICE_UNAVAILABLE`: storage did not answer in time; retry.", "content": {"application/json": {"schema": error}}},
     });
     if let Some(schemas) = doc["components"]["schemas"].as_object_mut() {
-        for (name, schema) in schemas.iter_mut() {
-            if !OPEN.contains(&name.as_str()) {
-                close(schema);
-            }
-        }
+        schemas.values_mut().for_each(close);
     }
-    if let Some(paths) = doc["paths"].as_object_mut() {
-        for item in paths.values_mut().filter_map(Value::as_object_mut) {
-            for op in item.values_mut() {
-                let authenticated = op
-                    .get("security")
-                    .and_then(Value::as_array)
-                    .is_some_and(|s| !s.is_empty());
-                if !authenticated {
-                    op["security"] = json!([]);
-                }
-                let responses = &mut op["responses"];
-                let mut add = |status: &str, name: &str| {
-                    if responses.get(status).is_none() {
-                        responses[status] =
-                            json!({"$ref": format!("#/components/responses/{name}")});
-                    }
-                };
-                if authenticated {
-                    add("401", "Unauthorized");
-                    add("429", "RateLimited");
-                }
-                add("500", "Internal");
-                add("503", "Unavailable");
-            }
-        }
-    }
+    crate::v1::openapi::common_responses(&mut doc);
     doc
 }
 
