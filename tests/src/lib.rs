@@ -1,6 +1,6 @@
 //! Helpers for black-box tests: spawn the real `capstan` binary on port 0 with a fresh database
 //! (a SQLite file, or a PostgreSQL schema when `CAPSTAN_TEST_DATABASE=postgres`: see
-//! `capstan_store::testing`) and a workflows directory of the test's choosing, find its address
+//! `capstan_testdb`) and a workflows directory of the test's choosing, find its address
 //! in its JSON log, stop it.
 //!
 //! The binary is the one `cargo build -p capstan` put next to the test executable
@@ -94,6 +94,32 @@ pub async fn database(home: &Path) -> sqlx::AnyPool {
         .expect("open the test database")
 }
 
+/// What the simulated supplier, admission and voucher services did for a booking, oldest
+/// first: `(operation, answer, calls)`, one row per effect (an effect is made once per
+/// idempotency key; `calls` counts the asks, repeats after a crash included).
+pub async fn step_effects(home: &Path, booking_id: &str) -> Vec<(String, serde_json::Value, i64)> {
+    use sqlx::Row;
+    let db = database(home).await;
+    let rows = sqlx::query(
+        "SELECT op, answer, calls FROM sim_step_effects WHERE booking_id = $1 ORDER BY created_ms, op",
+    )
+    .bind(booking_id)
+    .fetch_all(&db)
+    .await
+    .expect("read sim_step_effects");
+    db.close().await;
+    rows.iter()
+        .map(|r| {
+            let answer: String = r.get(1);
+            (
+                r.get::<String, _>(0),
+                serde_json::from_str(&answer).expect("a JSON answer"),
+                r.get::<i64, _>(2),
+            )
+        })
+        .collect()
+}
+
 /// A home for a server: the given components in `workflows/`, and a config granting the test
 /// workflows their capabilities, with DNS that converges at once.
 pub fn home(components: &[&str]) -> tempfile::TempDir {
@@ -105,7 +131,7 @@ pub fn home(components: &[&str]) -> tempfile::TempDir {
 
 /// A home with these components and this `capstan.toml`, on the run's backend.
 pub fn home_with(components: &[&str], config: &str) -> tempfile::TempDir {
-    home_in(components, config, capstan_store::testing::postgres())
+    home_in(components, config, capstan_testdb::postgres())
 }
 
 /// A home on the test PostgreSQL whatever the run's backend (tests of several nodes).
@@ -131,9 +157,9 @@ fn home_in(components: &[&str], config: &str, postgres: bool) -> tempfile::TempD
             .expect("runtime")
             .block_on(async {
                 if postgres {
-                    capstan_store::testing::fresh_postgres_url().await
+                    capstan_testdb::fresh_postgres_url().await
                 } else {
-                    capstan_store::testing::fresh_database_url(&dir).await
+                    capstan_testdb::fresh_database_url(&dir).await
                 }
             })
     })

@@ -4,7 +4,7 @@
 //! status change reaches the partner's receiver (verified by `standardwebhooks`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use capstan_e2e::{Server, WebhookReceiver, cli, home_with, repo};
+use capstan_e2e::{Server, WebhookReceiver, cli, home_with, repo, step_effects};
 use reqwest::{Client, Method};
 use serde_json::{Value, json};
 use std::collections::{BTreeSet, HashMap};
@@ -32,7 +32,7 @@ async fn fulfilment_and_booking_webhooks_lose_and_duplicate_nothing_across_sigki
     let home = home_with(
         &[],
         &format!(
-            "[booking]\ncatalog_file = \"{}\"\nsteps = \"{}\"\nwebhook_retry_waits_ms = [50, 50, 50, 50, 50, 50]\nfulfilment_lease_ms = 1000\n[webhooks]\nallow_loopback = true\nallow_http = true\n",
+            "[booking]\ncatalog_file = \"{}\"\nsteps = \"{}\"\nwebhook_retry_waits_ms = [50, 50, 50, 50, 50, 50]\nfulfilment_lease_ms = 1000\nsimulated_answer_ms = 400\n[webhooks]\nallow_loopback = true\nallow_http = true\n",
             repo().join("tests/catalogs/small.json").display(),
             repo().join("target/steps").display(),
         ),
@@ -86,7 +86,7 @@ async fn fulfilment_and_booking_webhooks_lose_and_duplicate_nothing_across_sigki
         .map(|s| s["id"].as_str().unwrap().to_owned())
         .collect();
     let mut ids = Vec::new();
-    for round in 0..3u64 {
+    for round in 0..3usize {
         for n in 0..3 {
             let customers = json!([{"personType": "ADULT", "isPrimary": true, "inputFields": [{"id": "fullName", "value": "Ada Lovelace"}, {"id": "email", "value": "ada@example.com"}]}, {"personType": "ADULT", "isPrimary": false, "inputFields": []}]);
             let b = call(
@@ -95,7 +95,7 @@ async fn fulfilment_and_booking_webhooks_lose_and_duplicate_nothing_across_sigki
                 &format!("{}/bookings/", api(&server)),
                 &key,
                 Some(json!({
-                    "productId": "1001", "variantId": "5001", "inventoryId": slots[(round as usize * 3 + n) % slots.len()],
+                    "productId": "1001", "variantId": "5001", "inventoryId": slots[(round * 3 + n) % slots.len()],
                     "customersDetails": {"count": 2, "customers": customers},
                     "price": {"amount": 80.0, "currencyCode": "EUR"},
                 })),
@@ -112,13 +112,27 @@ async fn fulfilment_and_booking_webhooks_lose_and_duplicate_nothing_across_sigki
             .await;
             ids.push(id);
         }
-        // Kill while the steps run and the first deliveries are refused.
-        tokio::time::sleep(Duration::from_millis(30 + 40 * round)).await;
+        // Kill while a step of this round is in flight: its effect is made (the supplier
+        // answers 400 ms later), its answer not yet committed; the first deliveries are
+        // being refused meanwhile.
+        let round_ids = &ids[ids.len() - 3..];
+        let mut in_flight = false;
+        for _ in 0..400 {
+            for id in round_ids {
+                in_flight |= !step_effects(home.path(), id).await.is_empty();
+            }
+            if in_flight {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(in_flight, "no step of round {round} began");
         server.child.kill().unwrap();
         server.child.wait().unwrap();
         server = Server::start(home.path());
     }
     // Every booking completes with its two tickets, each issued once.
+    let mut asked_again = 0;
     for id in &ids {
         let mut booking = Value::Null;
         for _ in 0..800 {
@@ -148,7 +162,36 @@ async fn fulfilment_and_booking_webhooks_lose_and_duplicate_nothing_across_sigki
             (2, 2),
             "two tickets, none twice: {booking}"
         );
+        // The supplier and the admission service made each effect once for the booking (a
+        // step re-run after a kill asked again under the same key and got the first answer),
+        // and the booking shows the tickets that were issued, not others.
+        let effects = step_effects(home.path(), id).await;
+        for op in [
+            "supplier.confirm",
+            "admission.issue-tickets",
+            "vouchers.deliver-voucher",
+        ] {
+            assert_eq!(
+                effects.iter().filter(|(o, _, _)| o == op).count(),
+                1,
+                "{op} once for booking {id}: {effects:?}"
+            );
+        }
+        let issued: BTreeSet<&str> = effects
+            .iter()
+            .filter(|(o, _, _)| o == "admission.issue-tickets")
+            .flat_map(|(_, a, _)| a["Ok"].as_array().unwrap().iter())
+            .map(|t| t["public_id"].as_str().unwrap())
+            .collect();
+        assert_eq!(issued, unique, "the booking shows the tickets issued");
+        asked_again += effects.iter().map(|(_, _, calls)| calls - 1).sum::<i64>();
     }
+    // Each kill cut a step off between its effect and its answer: a restarted node asked
+    // again under the same key, and got the first answer.
+    assert!(
+        asked_again >= 3,
+        "every kill landed mid-step: {asked_again} repeated asks"
+    );
     // Every status change (PENDING, COMPLETED) of every booking is accepted by the receiver,
     // signed with the registration's secret; a retried delivery keeps its webhook-id.
     let accepted = |got: &[Value]| -> HashMap<(String, String), String> {

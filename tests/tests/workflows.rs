@@ -884,12 +884,40 @@ code = "key-suspended"
 #[tokio::test]
 async fn control_answers_follow_the_transition_table() {
     // Every certificate deletion takes 2 s here: a rollback stays pending long enough to ask.
+    // `resume.example.com`'s request fails transiently four times (the provider retry's
+    // attempts: the run pauses), then takes 2 s: a resumed run stays in flight long enough
+    // to ask again.
     let w = World::start(
         seed_main(),
         &format!(
-            "{MAIN_FAULTS}\n[[simulator.faults]]\nop = \"certificates.delete-certificate\"\nlatency_ms = 2000\n"
+            "{MAIN_FAULTS}\n[[simulator.faults]]\nop = \"certificates.delete-certificate\"\nlatency_ms = 2000\n\
+             [[simulator.faults]]\nop = \"certificates.request-certificate\"\nmatch = \"resume.example.com\"\nerror = \"transient\"\ntimes = 4\n\
+             [[simulator.faults]]\nop = \"certificates.request-certificate\"\nmatch = \"resume.example.com\"\nlatency_ms = 2000\n"
         ),
     );
+
+    // A paused run's resume is queued; asked again while that resume is pending (queued, or
+    // its run in flight), the answer is the same resume, not a second one.
+    let paused = w
+        .trigger("add-certificate", json!({"domain": "resume.example.com"}))
+        .await;
+    assert_eq!(w.until(&paused, &["paused"]).await["status"], "paused");
+    let (status, first) = w
+        .post(&format!("/v1/executions/{paused}/resume"), None)
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{first}");
+    assert_eq!(first["status"], "retry_queued", "{first}");
+    let (status, again) = w
+        .post(&format!("/v1/executions/{paused}/resume"), None)
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{again}");
+    assert_eq!(again["status"], "retry_already_queued", "{again}");
+    assert_eq!(w.settle(&paused).await["status"], "succeeded");
+    let (status, body) = w
+        .post(&format!("/v1/executions/{paused}/resume"), None)
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["reason"], "not_resumable", "{body}");
 
     // A fresh execution is not paused: resume is refused, not "already queued".
     let quick = w
@@ -1002,6 +1030,12 @@ async fn the_onboard_domain_body_is_normalized_before_it_is_stored() {
     for blank in [
         json!({"domain": "   "}),
         json!({"domain": "ok.test", "ticketId": "  "}),
+        json!({"domain": "exa mple.test"}),
+        json!({"domain": "-bad.test"}),
+        json!({"domain": "example..test"}),
+        json!({"domain": "https://example.test"}),
+        json!({"domain": "localhost"}),
+        json!({"domain": "ok.test", "recentCertOverrideDomain": "not a domain"}),
     ] {
         let r = post("blank", blank.clone()).await.unwrap();
         assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{blank}");

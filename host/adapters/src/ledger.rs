@@ -140,11 +140,10 @@ mod tests {
     #[tokio::test]
     async fn a_token_answers_only_the_call_it_was_first_used_for() {
         let dir = tempfile::tempdir().unwrap();
-        let store = capstan_store::Store::open(
-            &capstan_store::testing::fresh_database_url(dir.path()).await,
-        )
-        .await
-        .unwrap();
+        let store =
+            capstan_store::Store::open(&capstan_testdb::fresh_database_url(dir.path()).await)
+                .await
+                .unwrap();
         let ledger = Ledger::new(store.pool().clone(), "test");
         let op = "dns.change-records";
         let request = json!({"zone_id": "example.com.", "changes": [{"Delete": {"name": "a"}}]});

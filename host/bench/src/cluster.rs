@@ -35,7 +35,7 @@ const STAGES: usize = 10;
 /// The PostgreSQL server the bench uses: `CAPSTAN_BENCH_POSTGRES_URL`, or the local test server.
 pub(crate) fn postgres_server() -> String {
     std::env::var("CAPSTAN_BENCH_POSTGRES_URL")
-        .unwrap_or_else(|_| capstan_store::testing::DEFAULT_POSTGRES_URL.to_owned())
+        .unwrap_or_else(|_| capstan_testdb::DEFAULT_POSTGRES_URL.to_owned())
 }
 
 /// A fresh schema on [`postgres_server`]; the URL that selects it.

@@ -229,18 +229,47 @@ impl Bookings {
         limit: i64,
     ) -> Result<usize, BookingError> {
         let now = self.now_ms();
-        let rows = sqlx::query(
-            "SELECT booking_id, step_index, step_input, attempts, state FROM fulfilment_jobs
-             WHERE state IN ($1, $2) AND next_attempt_ms <= $3 AND (lease_until_ms IS NULL OR lease_until_ms <= $4)
-             ORDER BY next_attempt_ms LIMIT $5",
-        )
+        // Only jobs this node can run: a node without one of a pipeline's step components
+        // (not ready, `/readyz`) leaves those bookings to a node that has them, or to itself
+        // once an operator puts the component in place, instead of spending their retries.
+        let runnable = |steps: &[String]| steps.iter().all(|s| runner.has(s));
+        let default_runs = runnable(&pipelines.default);
+        let types: Vec<&str> = pipelines
+            .by_product_type
+            .iter()
+            .filter(|(_, steps)| runnable(steps) != default_runs)
+            .map(|(product_type, _)| product_type.as_str())
+            .collect();
+        // The default pipeline runs: every type but the listed ones that do not. It does not:
+        // only the listed types that do.
+        let filter = match (default_runs, types.is_empty()) {
+            (true, true) => String::new(),
+            (false, true) => "AND 1 = 0".to_owned(),
+            (runs, false) => format!(
+                "AND b.product_type {} ({})",
+                if runs { "NOT IN" } else { "IN" },
+                (0..types.len())
+                    .map(|i| format!("${}", i + 6))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT j.booking_id, j.step_index, j.step_input, j.attempts, j.state FROM fulfilment_jobs j
+             JOIN bookings b ON b.id = j.booking_id
+             WHERE j.state IN ($1, $2) AND j.next_attempt_ms <= $3 AND (j.lease_until_ms IS NULL OR j.lease_until_ms <= $4)
+             {filter}
+             ORDER BY j.next_attempt_ms LIMIT $5"
+        )))
         .bind(JobState::Running.as_str())
         .bind(JobState::Compensating.as_str())
         .bind(now)
         .bind(now)
-        .bind(limit)
-        .fetch_all(self.store().pool())
-        .await?;
+        .bind(limit);
+        for product_type in types {
+            query = query.bind(product_type);
+        }
+        let rows = query.fetch_all(self.store().pool()).await?;
         let mut ran = 0;
         for r in rows {
             let Some(state) = JobState::parse(r.get::<&str, _>(4)) else {
@@ -388,7 +417,24 @@ impl Bookings {
         // ran, and what happens now is decided on what it is.
         let booking = self.locked(&mut tx, job.booking_id).await?;
         if booking.status != BookingStatus::Pending {
-            // Cancelled meanwhile (the cancel ended the job): the step's result is moot.
+            // Cancelled while the step ran: the cancel turned the job to undoing from this very
+            // step, and kept its lease while the step went on. The undo gets what the step
+            // handed on (a supplier reference it can cancel), and may start now.
+            let output = match &outcome {
+                StepOutcome::Done(output) => Some(output.to_string()),
+                _ => None,
+            };
+            sqlx::query(
+                "UPDATE fulfilment_jobs SET step_input = COALESCE($1, step_input), lease_until_ms = NULL
+                 WHERE booking_id = $2 AND state = $3 AND step_index = $4",
+            )
+            .bind(output)
+            .bind(booking.id)
+            .bind(JobState::Compensating.as_str())
+            .bind(job.step_index)
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
             return Ok(());
         }
         // Every job update below is for a job still running: one ended meanwhile stays ended.
@@ -508,17 +554,22 @@ impl Bookings {
 
     /// Renews the job's lease every third of `lease_ms` until it fails to (the job ended, or
     /// another node took it over after a lapse); never returns while renewals succeed.
+    ///
+    /// A step running forward keeps its lease when a cancel turns its job to undoing from that
+    /// step: the step finishes, so the undo learns what it did (its output), instead of being
+    /// cut off between its effect and its answer.
     async fn keep_leased(&self, job: &Job, lease_ms: i64) {
         let every =
             std::time::Duration::from_millis(u64::try_from(lease_ms / 3).unwrap_or(1).max(1));
         loop {
             tokio::time::sleep(every).await;
             let renewed = sqlx::query(
-                "UPDATE fulfilment_jobs SET lease_until_ms = $1 WHERE booking_id = $2 AND state = $3 AND step_index = $4",
+                "UPDATE fulfilment_jobs SET lease_until_ms = $1 WHERE booking_id = $2 AND state IN ($3, $4) AND step_index = $5",
             )
             .bind(self.now_ms() + lease_ms)
             .bind(job.booking_id)
             .bind(job.state.as_str())
+            .bind(JobState::Compensating.as_str())
             .bind(job.step_index)
             .execute(self.store().writer())
             .await;

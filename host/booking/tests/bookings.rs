@@ -37,10 +37,9 @@ async fn world() -> World {
 
 async fn world_at(start: u64) -> World {
     let dir = tempfile::tempdir().unwrap();
-    let store =
-        capstan_store::Store::open(&capstan_store::testing::fresh_database_url(dir.path()).await)
-            .await
-            .unwrap();
+    let store = capstan_store::Store::open(&capstan_testdb::fresh_database_url(dir.path()).await)
+        .await
+        .unwrap();
     let clock = ManualClock::new(start);
     let bookings = Bookings::new(store, Arc::new(clock.clone()), BookingConfig::default());
     bookings.import_catalog(&catalog_text()).await.unwrap();
@@ -1418,4 +1417,98 @@ async fn cancelling_a_fulfilled_booking_undoes_its_steps_backward_exactly_once()
         .map(|(step, _, _)| step.clone())
         .collect();
     assert_eq!(steps, ["issue-tickets", "confirm-supplier"]);
+}
+
+/// A supplier that confirms only when the test lets it, recording the order of what happened.
+#[derive(Debug, Default)]
+struct SlowSupplier {
+    started: tokio::sync::Notify,
+    release: tokio::sync::Notify,
+    happened: std::sync::Mutex<Vec<(String, Value)>>,
+}
+
+#[async_trait]
+impl StepRunner for SlowSupplier {
+    async fn run(
+        &self,
+        step: &str,
+        _booking: &Value,
+        input: &Value,
+        _key: &str,
+    ) -> anyhow::Result<StepOutcome> {
+        self.happened
+            .lock()
+            .unwrap()
+            .push((format!("run {step}"), input.clone()));
+        self.started.notify_one();
+        self.release.notified().await;
+        Ok(StepOutcome::Done(json!({"supplierReference": "SUP-slow"})))
+    }
+
+    async fn compensate(
+        &self,
+        step: &str,
+        _booking: &Value,
+        handover: &Value,
+        _key: &str,
+    ) -> anyhow::Result<StepOutcome> {
+        self.happened
+            .lock()
+            .unwrap()
+            .push((format!("undo {step}"), handover.clone()));
+        Ok(StepOutcome::Done(Value::Null))
+    }
+}
+
+/// A cancel that lands while the supplier is confirming neither cuts the step off nor starts
+/// the undo under it: the step keeps its lease and finishes, and the undo, once it runs, gets
+/// the step's output (the reference to cancel), not the input the step started from.
+#[tokio::test]
+async fn a_cancel_during_a_step_lets_it_finish_and_undoes_what_it_did() {
+    let w = world().await;
+    let env = Environment::Production;
+    let pipelines = Pipelines::default();
+    let runner = SlowSupplier::default();
+    let id = captured(&w, &request(&slot(&w.clock), 1), "slow").await.id;
+    let lease_ms = 300;
+    let forward = w.bookings.run_fulfilment(&runner, &pipelines, lease_ms, 10);
+    let meanwhile = async {
+        runner.started.notified().await;
+        w.bookings
+            .cancel(env, "p1", &id.to_string(), None)
+            .await
+            .unwrap();
+        // Past the first lease, and long enough for renewals: no other pass takes the job.
+        w.clock.advance(2 * lease_ms as u64);
+        tokio::time::sleep(std::time::Duration::from_millis(3 * lease_ms as u64)).await;
+        let taken = w
+            .bookings
+            .run_fulfilment(&runner, &pipelines, lease_ms, 10)
+            .await
+            .unwrap();
+        runner.release.notify_one();
+        taken
+    };
+    let (ran, taken) = tokio::join!(forward, meanwhile);
+    assert_eq!((ran.unwrap(), taken), (1, 0), "{:?}", runner.happened);
+    // The undo is due at once: the finished step released its lease.
+    for _ in 0..3 {
+        w.bookings
+            .run_fulfilment(&runner, &pipelines, lease_ms, 10)
+            .await
+            .unwrap();
+    }
+    let happened = runner.happened.lock().unwrap().clone();
+    assert_eq!(
+        happened,
+        [
+            ("run confirm-supplier".to_owned(), Value::Null),
+            (
+                "undo confirm-supplier".to_owned(),
+                json!({"supplierReference": "SUP-slow"})
+            ),
+        ]
+    );
+    let state = w.bookings.fulfilment_state(id).await.unwrap().unwrap();
+    assert_eq!(state["state"], "compensated", "{state}");
 }

@@ -12,6 +12,8 @@
 //! - `ids` — UUIDv7 identifiers (time-ordered, so lists sort by creation).
 //! - `secrets` — the at-rest keyring (AES-256-GCM) that seals webhook secrets and certificate keys.
 //! - `providers` — [`Providers`], the one seam every capability provider implements.
+//! - `transitions` — every move of an execution's status as one table, and `decide`, which
+//!   picks the row a control command follows.
 
 pub mod clock;
 pub mod execution;

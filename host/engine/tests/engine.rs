@@ -712,8 +712,8 @@ async fn idempotent_triggers_create_one_execution() {
     assert_ne!(later.execution.id, first.execution.id);
     assert!(w.engine.trigger(req("sha-b")).await.unwrap().replayed);
 
-    // A reservation an earlier version left without its execution blocks its key for a
-    // minute (409 reservation_replay_pending), then the key is taken over.
+    // A reservation left without its execution (a crash between the two writes) blocks its
+    // key for a minute (409 reservation_replay_pending), then the key is taken over.
     let now = capstan_core::Clock::now_millis(&w.clock) as i64;
     w.store
         .apply(

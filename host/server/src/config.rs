@@ -132,6 +132,10 @@ pub struct BookingSettings {
     pub fulfilment: capstan_booking::fulfilment::Pipelines,
     /// Variant ids the simulated supplier rejects (a permanent failure, for demos and tests).
     pub supplier_rejects: Vec<String>,
+    /// How long the simulated supplier, admission and voucher services take to answer once
+    /// they have made an effect (0: at once). A slow answer is the window in which a crash
+    /// loses an effect's answer but not the effect, for demos and the crash tests.
+    pub simulated_answer_ms: u64,
     /// Waits before booking-webhook retries (documented: 5, 10, 20, 20 s).
     pub webhook_retry_waits_ms: Vec<i64>,
     /// Time a booking-webhook receiver has to answer (documented: 45 s).
@@ -160,6 +164,7 @@ impl Default for BookingSettings {
             steps: PathBuf::from("./target/steps"),
             fulfilment: capstan_booking::fulfilment::Pipelines::default(),
             supplier_rejects: Vec::new(),
+            simulated_answer_ms: 0,
             webhook_retry_waits_ms: policy.retry_waits_ms,
             webhook_timeout_ms: policy.timeout_ms,
             rate_limit: capstan_api::ratelimit::RateLimit {

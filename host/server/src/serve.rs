@@ -117,8 +117,9 @@ impl App {
             },
         );
         load_catalog(&bookings, settings).await?;
-        let steps: Arc<dyn StepRunner> =
-            Arc::new(crate::steps::WasmSteps::load(&registry.runtime, settings).await);
+        let steps: Arc<dyn StepRunner> = Arc::new(
+            crate::steps::WasmSteps::load(&registry.runtime, settings, store.clone()).await,
+        );
         let partner_peppers = peppers.clone();
         let config = ApiConfig {
             peppers,
@@ -312,7 +313,7 @@ pub fn router(app: App) -> Router {
     let streams = capstan_api::streams::router(app.api.clone());
     let subscriptions = capstan_api::webhooks::router(app.api.clone());
     // Stateless routes stay out of `with_state`: axum clones a router's state for every
-    // request to it, and `/healthz` is the HTTP stack's own ceiling (`capstan bench`).
+    // request to it, and `/healthz` is the HTTP stack's own ceiling (`capstan-bench`).
     Router::new()
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))

@@ -2,9 +2,11 @@
 //! `fulfilment-step`, loaded by the runtime), and the host side of their imports — the booking
 //! being fulfilled and a simulated supplier, admission-ticket issuer and voucher service.
 //!
-//! The simulated services are deterministic functions of the booking (supplier reference
-//! `SUP-<bookingId>`, tickets `TKT-<bookingId>-<n>`, the voucher at `<voucher base>/<id>.pdf`),
-//! so a step re-run after a crash produces the same effects: exactly-once by construction.
+//! The simulated services behave as a real supplier with idempotency keys does: each effect
+//! (a confirmation `SUP-…`, tickets `TKT-…`, a cancellation, a voucher) is made once per
+//! idempotency key and kept in `sim_step_effects`, with fresh random references, so a step
+//! re-run after a crash under its key gets the first answer back, and a step re-run under
+//! another key would show as a second effect (what the crash tests count).
 //! `booking.supplier_rejects` lists variants the supplier refuses (a permanent error).
 
 use crate::config::Settings;
@@ -18,13 +20,15 @@ use std::collections::BTreeMap;
 #[derive(Debug)]
 pub struct WasmSteps {
     steps: BTreeMap<String, capstan_runtime::steps::LoadedStep>,
+    store: capstan_store::Store,
     rejects: Vec<String>,
     voucher_base: String,
+    answer_after: std::time::Duration,
 }
 
 impl WasmSteps {
     /// Loads every step component of `booking.steps`; failures are logged and leave the step out.
-    pub async fn load(runtime: &Runtime, settings: &Settings) -> Self {
+    pub async fn load(runtime: &Runtime, settings: &Settings, store: capstan_store::Store) -> Self {
         let dir = &settings.booking.steps;
         let report = runtime.load_step_dir(dir).await;
         for failure in &report.failures {
@@ -33,8 +37,10 @@ impl WasmSteps {
         tracing::info!(dir = %dir.display(), steps = ?report.steps.keys().collect::<Vec<_>>(), "fulfilment steps loaded");
         Self {
             steps: report.steps,
+            store,
             rejects: settings.booking.supplier_rejects.clone(),
             voucher_base: settings.booking.voucher_base_url.clone(),
+            answer_after: std::time::Duration::from_millis(settings.booking.simulated_answer_ms),
         }
     }
 
@@ -62,9 +68,11 @@ impl StepRunner for WasmSteps {
             )));
         };
         let host = StepHost {
+            store: self.store.clone(),
             booking: booking.clone(),
             rejects: self.rejects.clone(),
             voucher_base: self.voucher_base.clone(),
+            answer_after: self.answer_after,
             key: key.to_owned(),
         };
         Ok(outcome(
@@ -91,9 +99,11 @@ impl StepRunner for WasmSteps {
             )));
         };
         let host = StepHost {
+            store: self.store.clone(),
             booking: booking.clone(),
             rejects: self.rejects.clone(),
             voucher_base: self.voucher_base.clone(),
+            answer_after: self.answer_after,
             key: key.to_owned(),
         };
         Ok(outcome(step, loaded.run(host, input.clone()).await))
@@ -120,14 +130,58 @@ fn outcome(
 
 /// Answers one step's host calls.
 struct StepHost {
+    store: capstan_store::Store,
     booking: Value,
     rejects: Vec<String>,
     voucher_base: String,
+    answer_after: std::time::Duration,
     key: String,
 }
 
 fn err(kind: &str, code: &str, message: String) -> Value {
     json!({"Err": {"kind": kind, "code": code, "message": message}})
+}
+
+impl StepHost {
+    /// The effect `op` for this step's idempotency key: made (answer from `make`) the first
+    /// time, the stored answer every later time. A database that does not answer is a
+    /// transient supplier error: the step is retried.
+    async fn once(&self, op: &str, make: impl FnOnce() -> Value) -> Value {
+        let booking_id = self.booking["booking_id"].as_str().unwrap_or_default();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let answer = sqlx::query_scalar::<_, String>(
+            "INSERT INTO sim_step_effects (idempotency_key, op, booking_id, answer, calls, created_ms)
+             VALUES ($1, $2, $3, $4, 1, $5)
+             ON CONFLICT (idempotency_key, op) DO UPDATE SET calls = sim_step_effects.calls + 1
+             RETURNING answer",
+        )
+        .bind(&self.key)
+        .bind(op)
+        .bind(booking_id)
+        .bind(make().to_string())
+        .bind(now)
+        .fetch_one(self.store.writer())
+        .await;
+        if !self.answer_after.is_zero() {
+            tokio::time::sleep(self.answer_after).await;
+        }
+        match answer.map(|a| serde_json::from_str::<Value>(&a)) {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(e)) => err("Permanent", "supplier-garbled", e.to_string()),
+            Err(e) => err(
+                "Transient",
+                "supplier-unavailable",
+                format!("the simulated supplier's ledger did not answer: {e}"),
+            ),
+        }
+    }
+}
+
+/// A reference nobody can guess or derive from the booking: `PREFIX-` and twelve characters.
+fn reference(prefix: &str) -> String {
+    format!("{prefix}-{}", capstan_core::secrets::random_base62(12))
 }
 
 #[async_trait]
@@ -148,30 +202,46 @@ impl HostCalls for StepHost {
                         format!("the supplier refused variant {variant}"),
                     )
                 } else {
-                    json!({"Ok": {"supplier_reference": format!("SUP-{booking_id}")}})
+                    self.once(
+                        op,
+                        || json!({"Ok": {"supplier_reference": reference("SUP")}}),
+                    )
+                    .await
                 }
             }
             "supplier.cancel-confirmation" => {
-                json!({"Ok": {"supplier_reference": request["supplier_reference"]}})
+                self.once(
+                    op,
+                    || json!({"Ok": {"supplier_reference": request["supplier_reference"]}}),
+                )
+                .await
             }
             "admission.issue-tickets" => {
                 let count = request["count"].as_u64().unwrap_or(1).clamp(1, 1000);
-                let tickets: Vec<Value> = (1..=count)
-                    .map(|n| {
-                        json!({
-                            "public_id": format!("TKT-{booking_id}-{n}"),
-                            "url": format!("{}/{booking_id}/tickets/{n}.png", self.voucher_base),
-                            "type_": "QRCODE",
+                let voucher_base = &self.voucher_base;
+                self.once(op, || {
+                    let tickets: Vec<Value> = (1..=count)
+                        .map(|n| {
+                            json!({
+                                "public_id": reference("TKT"),
+                                "url": format!("{voucher_base}/{booking_id}/tickets/{n}.png"),
+                                "type_": "QRCODE",
+                            })
                         })
-                    })
-                    .collect();
-                json!({"Ok": tickets})
+                        .collect();
+                    json!({"Ok": tickets})
+                })
+                .await
             }
             // Voids what the booking holds, and answers those tickets (none the second time
             // the booking shows none).
-            "admission.void-tickets" => json!({"Ok": self.booking["tickets"]}),
+            "admission.void-tickets" => {
+                let tickets = self.booking["tickets"].clone();
+                self.once(op, || json!({"Ok": tickets})).await
+            }
             "vouchers.deliver-voucher" => {
-                json!({"Ok": {"url": format!("{}/{booking_id}.pdf", self.voucher_base)}})
+                let url = format!("{}/{booking_id}.pdf", self.voucher_base);
+                self.once(op, || json!({"Ok": {"url": url}})).await
             }
             "context.log" => {
                 tracing::info!(key = %self.key, message = %request["message"], "fulfilment step log");

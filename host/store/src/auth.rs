@@ -570,7 +570,7 @@ mod tests {
     #[tokio::test]
     async fn records_written_behind_their_answers_are_in_the_log_for_its_next_reader() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&crate::testing::fresh_database_url(dir.path()).await)
+        let store = Store::open(&capstan_testdb::fresh_database_url(dir.path()).await)
             .await
             .unwrap();
         for i in 0..300 {

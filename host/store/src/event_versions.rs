@@ -213,7 +213,7 @@ mod tests {
     #[tokio::test]
     async fn deprecate_then_archive_is_one_way() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&crate::testing::fresh_database_url(dir.path()).await)
+        let store = Store::open(&capstan_testdb::fresh_database_url(dir.path()).await)
             .await
             .unwrap();
         let active = code("StageFailed", "active");

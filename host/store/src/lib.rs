@@ -22,7 +22,6 @@ mod rows;
 pub mod sql;
 pub mod streams;
 pub mod subscriptions;
-pub mod testing;
 mod writer;
 
 pub use sql::Sql;
@@ -754,7 +753,7 @@ mod tests {
     async fn a_journal_written_row_per_call_reads_the_same_after_the_migration() {
         use capstan_core::store::{EngineStore, EntryStatus};
         let dir = tempfile::tempdir().unwrap();
-        let url = testing::fresh_database_url(dir.path()).await;
+        let url = capstan_testdb::fresh_database_url(dir.path()).await;
         let store = Store::connect(&url).await.unwrap();
         let (migrator, before) = match store.backend() {
             Backend::Sqlite => (&SQLITE_MIGRATIONS, 13),
@@ -1127,7 +1126,7 @@ mod tests {
         use capstan_core::execution::{ExecutionStatus, StageStatus};
         use capstan_core::store::*;
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&crate::testing::fresh_database_url(dir.path()).await)
+        let store = Store::open(&capstan_testdb::fresh_database_url(dir.path()).await)
             .await
             .unwrap();
         let execution = ExecutionRecord {
@@ -1331,7 +1330,7 @@ mod tests {
         use crate::subscriptions::SubscriptionRecord;
         use capstan_core::store::*;
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&crate::testing::fresh_database_url(dir.path()).await)
+        let store = Store::open(&capstan_testdb::fresh_database_url(dir.path()).await)
             .await
             .unwrap();
         let event = |id: &str| {
@@ -1403,7 +1402,7 @@ mod tests {
     async fn key_lookups_see_this_process_changes_at_once_and_others_within_the_cache_time() {
         use crate::auth::{ApiKeyRecord, KEY_CACHE_MS};
         let dir = tempfile::tempdir().unwrap();
-        let url = crate::testing::fresh_database_url(dir.path()).await;
+        let url = capstan_testdb::fresh_database_url(dir.path()).await;
         let store = Store::open(&url).await.unwrap();
         // Another process on the same database: the CLI, or another node.
         let other = Store::open(&url).await.unwrap();
@@ -1478,7 +1477,7 @@ mod tests {
     async fn point_reads_match_sqlx_rows_see_every_commit_and_write_nothing() {
         use sqlx::{Column as _, Row as _};
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&crate::testing::fresh_database_url(dir.path()).await)
+        let store = Store::open(&capstan_testdb::fresh_database_url(dir.path()).await)
             .await
             .unwrap();
         let select = "SELECT id, name, CAST(7 AS BIGINT) AS n, CAST(2.5 AS DOUBLE PRECISION) AS r,
@@ -1559,7 +1558,7 @@ mod tests {
         use capstan_core::store::*;
         use serde_json::json;
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&crate::testing::fresh_database_url(dir.path()).await)
+        let store = Store::open(&capstan_testdb::fresh_database_url(dir.path()).await)
             .await
             .unwrap();
         let execution = |id: &str, status: ExecutionStatus| ExecutionRecord {

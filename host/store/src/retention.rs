@@ -87,7 +87,13 @@ impl Store {
                     "DELETE FROM sim_effects WHERE token IN (SELECT token FROM sim_effects WHERE at_ms < $1 LIMIT $2)",
                     before,
                 )
-                .await?;
+                .await?
+                + self
+                    .delete_batches(
+                        "DELETE FROM sim_step_effects WHERE idempotency_key IN (SELECT idempotency_key FROM sim_step_effects WHERE created_ms < $1 LIMIT $2)",
+                        before,
+                    )
+                    .await?;
         }
         Ok(swept)
     }
@@ -125,7 +131,7 @@ mod tests {
     #[tokio::test]
     async fn a_sweep_deletes_what_is_older_than_its_period_and_keeps_the_rest() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&crate::testing::fresh_database_url(dir.path()).await)
+        let store = Store::open(&capstan_testdb::fresh_database_url(dir.path()).await)
             .await
             .unwrap();
         let now = 400 * DAY_MS;

@@ -65,8 +65,12 @@ pub const STAGES: [&str; 9] = [
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Input {
-    /// The primary domain (trimmed and lowercased).
-    #[schemars(length(min = 1), extend("x-normalize" = "lowercase"))]
+    /// The primary domain (trimmed and lowercased): a DNS name of two labels or more.
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$"),
+        extend("x-normalize" = "lowercase")
+    )]
     pub domain: String,
     /// Whether the domain also gets a CMS distribution (`cms.<domain>`).
     #[serde(default = "yes")]
@@ -77,7 +81,11 @@ pub struct Input {
     pub ticket_id: Option<String>,
     /// Use the most recently issued certificate of this domain instead of the domain's own.
     #[serde(default)]
-    #[schemars(length(min = 1), extend("x-normalize" = "lowercase"))]
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(pattern = r"^([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$"),
+        extend("x-normalize" = "lowercase")
+    )]
     pub recent_cert_override_domain: Option<String>,
     #[serde(default)]
     pub options: Options,

@@ -3,7 +3,7 @@
 
 use crate::events::event;
 use crate::*;
-use capstan_core::transitions::{Answer, Facts, On};
+use capstan_core::transitions::{Answer, Facts, On, Row};
 
 impl Engine {
     /// A pending command of the execution, if any.
@@ -38,11 +38,12 @@ impl Engine {
         }
     }
 
-    /// Re-queues a run from `from_seq` of its journal: entries before it replay, the rest runs
-    /// live.
+    /// Re-queues a run from `from_seq` of its journal (entries before it replay, the rest runs
+    /// live), moving the execution to the status `row` names, with the row's events.
     async fn requeue(
         &self,
         execution: &ExecutionRecord,
+        row: &Row,
         operation: &str,
         from_seq: Option<i64>,
         expect: Vec<ExecutionStatus>,
@@ -60,11 +61,12 @@ impl Engine {
             });
         }
         writes.append(&mut extra);
+        let to = row.to.unwrap_or(execution.status);
         writes.extend([
             Write::UpdateExecution(ExecutionPatch {
                 id: execution.id.clone(),
                 expect: Some(expect),
-                status: Some(ExecutionStatus::Queued),
+                status: Some(to),
                 status_reason: Some(None),
                 finished_ms: Some(None),
                 ..ExecutionPatch::default()
@@ -77,21 +79,14 @@ impl Engine {
                 release_lease: true,
             }),
             Write::PutCommand(command.clone()),
-            Write::Event(event(
-                execution,
-                "CommandQueued",
-                "queued",
-                json!({"commandId": command.id, "operation": operation}),
-                now,
-            )),
-            Write::Event(event(
-                execution,
-                "ExecutionQueued",
-                "queued",
-                json!({"workflowRunId": execution.run_id}),
-                now,
-            )),
         ]);
+        for name in row.events {
+            let data = match *name {
+                "CommandQueued" => json!({"commandId": command.id, "operation": operation}),
+                _ => json!({"workflowRunId": execution.run_id}),
+            };
+            writes.push(Write::Event(event(execution, name, to.as_str(), data, now)));
+        }
         match self.inner.store.apply(None, writes).await {
             Ok(()) => {}
             Err(StoreError::Conflict(m)) => return Err(invalid("state_changed", m)),
@@ -167,7 +162,7 @@ impl Engine {
                 ..ExecutionPatch::default()
             }));
         }
-        self.requeue(&execution, "resume", from, vec![status], extra)
+        self.requeue(&execution, row, "resume", from, vec![status], extra)
             .await
     }
 
@@ -245,7 +240,7 @@ impl Engine {
         if row.answer == Answer::Pending {
             return Ok(self.pending_answer(execution, pending));
         }
-        self.requeue(&execution, operation, from, vec![status], Vec::new())
+        self.requeue(&execution, row, operation, from, vec![status], Vec::new())
             .await
     }
 }

@@ -47,22 +47,23 @@ impl Engine {
                 });
             }
             Answer::RolledBack => {
-                let writes = vec![
-                    Write::UpdateExecution(ExecutionPatch {
-                        id: id.to_owned(),
-                        expect: Some(vec![status]),
-                        status: Some(ExecutionStatus::RolledBack),
-                        finished_ms: Some(Some(now)),
-                        ..ExecutionPatch::default()
-                    }),
-                    Write::Event(event(
+                let to = row.to.unwrap_or(status);
+                let mut writes = vec![Write::UpdateExecution(ExecutionPatch {
+                    id: id.to_owned(),
+                    expect: Some(vec![status]),
+                    status: Some(to),
+                    finished_ms: Some(Some(now)),
+                    ..ExecutionPatch::default()
+                })];
+                for name in row.events {
+                    writes.push(Write::Event(event(
                         &execution,
-                        "ExecutionRolledBack",
-                        "rolled_back",
+                        name,
+                        to.as_str(),
                         json!({"compensated": 0}),
                         now,
-                    )),
-                ];
+                    )));
+                }
                 match self.inner.store.apply(None, writes).await {
                     Ok(()) => {}
                     Err(StoreError::Conflict(m)) => return Err(invalid("state_changed", m)),
@@ -93,30 +94,24 @@ impl Engine {
             created_ms: now,
             epoch: 0,
         };
-        self.inner
-            .store
-            .apply(
-                None,
-                vec![
-                    Write::InsertRun(rollback_run),
-                    Write::PutCommand(command.clone()),
-                    Write::Event(event(
-                        &execution,
-                        "CommandQueued",
-                        execution.status.as_str(),
-                        json!({"commandId": command.id, "operation": "rollback"}),
-                        now,
-                    )),
-                    Write::Event(event(
-                        &execution,
-                        "RollbackStarted",
-                        execution.status.as_str(),
-                        json!({"commandId": command.id}),
-                        now,
-                    )),
-                ],
-            )
-            .await?;
+        let mut writes = vec![
+            Write::InsertRun(rollback_run),
+            Write::PutCommand(command.clone()),
+        ];
+        for name in row.events {
+            let data = match *name {
+                "CommandQueued" => json!({"commandId": command.id, "operation": "rollback"}),
+                _ => json!({"commandId": command.id}),
+            };
+            writes.push(Write::Event(event(
+                &execution,
+                name,
+                execution.status.as_str(),
+                data,
+                now,
+            )));
+        }
+        self.inner.store.apply(None, writes).await?;
         self.inner.wake.notify_waiters();
         Ok(CommandOutcome {
             command: Some(command),

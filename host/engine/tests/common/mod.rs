@@ -253,7 +253,7 @@ pub async fn world() -> World {
 
 pub async fn world_with(config: EngineConfig) -> World {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(&capstan_store::testing::fresh_database_url(dir.path()).await)
+    let store = Store::open(&capstan_testdb::fresh_database_url(dir.path()).await)
         .await
         .unwrap();
     let clock = ManualClock::new(T0);

@@ -3,10 +3,9 @@ use capstan_core::ManualClock;
 
 async fn cloud() -> (SimulatedCloud, ManualClock, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
-    let store =
-        capstan_store::Store::open(&capstan_store::testing::fresh_database_url(dir.path()).await)
-            .await
-            .unwrap();
+    let store = capstan_store::Store::open(&capstan_testdb::fresh_database_url(dir.path()).await)
+        .await
+        .unwrap();
     let clock = ManualClock::new(1_000_000);
     let cloud = SimulatedCloud::new(
         &store,
@@ -170,10 +169,9 @@ async fn a_change_decided_in_memory_is_seen_everywhere_and_survives_a_fresh_memo
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fast_and_ordinary_changes_of_one_record_set_form_one_chain() {
     let dir = tempfile::tempdir().unwrap();
-    let store =
-        capstan_store::Store::open(&capstan_store::testing::fresh_database_url(dir.path()).await)
-            .await
-            .unwrap();
+    let store = capstan_store::Store::open(&capstan_testdb::fresh_database_url(dir.path()).await)
+        .await
+        .unwrap();
     let settings = SimulationSettings {
         faults: vec![FaultRule {
             op: "dns.change-records".to_owned(),
@@ -649,10 +647,9 @@ async fn maps_keys_fill_up_registrar_functions_and_tickets_behave() {
 #[tokio::test]
 async fn faults_fire_for_their_operation_and_pattern_and_only_n_times() {
     let dir = tempfile::tempdir().unwrap();
-    let store =
-        capstan_store::Store::open(&capstan_store::testing::fresh_database_url(dir.path()).await)
-            .await
-            .unwrap();
+    let store = capstan_store::Store::open(&capstan_testdb::fresh_database_url(dir.path()).await)
+        .await
+        .unwrap();
     let settings = SimulationSettings {
         faults: vec![
             FaultRule {
@@ -716,10 +713,9 @@ async fn faults_fire_for_their_operation_and_pattern_and_only_n_times() {
 #[tokio::test]
 async fn a_seed_file_replaces_the_demo_world_and_bad_seeds_are_refused_with_the_reason() {
     let dir = tempfile::tempdir().unwrap();
-    let store =
-        capstan_store::Store::open(&capstan_store::testing::fresh_database_url(dir.path()).await)
-            .await
-            .unwrap();
+    let store = capstan_store::Store::open(&capstan_testdb::fresh_database_url(dir.path()).await)
+        .await
+        .unwrap();
     let path = dir.path().join("seed.json");
     std::fs::write(&path, json!({
         "zones": ["corp.test"],

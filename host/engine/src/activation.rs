@@ -1,0 +1,454 @@
+//! Activations: one claimed run instantiated, replayed to where it stopped and run live until it
+//! returns, waits or fails; what that outcome means for the execution (the engine-followed rows
+//! of `capstan_core::transitions`), committed with the run's end.
+
+use super::*;
+
+impl Engine {
+    /// One activation of a claimed run, and what its outcome means for the execution.
+    /// `fresh`: the execution a trigger of this node has just written with the run (nothing to
+    /// read back, no journal yet).
+    pub(crate) async fn activate(&self, run: RunRecord, fresh: Option<ExecutionRecord>) {
+        let run_id = run.id.clone();
+        if let Err(e) = self.activate_inner(run, fresh).await {
+            match e {
+                EngineError::Store(StoreError::LeaseLost) => {
+                    tracing::info!(run = %run_id, "lease lost; another node has the run")
+                }
+                e => {
+                    tracing::warn!(run = %run_id, error = %e, "activation failed; the run will be retried");
+                    let _ = self
+                        .inner
+                        .store
+                        .apply(
+                            None,
+                            vec![Write::UpdateRun(RunPatch {
+                                id: run_id,
+                                wake_ms: Some(self.now() + 1_000),
+                                release_lease: true,
+                                ..RunPatch::default()
+                            })],
+                        )
+                        .await;
+                }
+            }
+        }
+    }
+
+    pub(crate) async fn activate_inner(
+        &self,
+        run: RunRecord,
+        fresh: Option<ExecutionRecord>,
+    ) -> Result<(), EngineError> {
+        let store = &self.inner.store;
+        let is_fresh = fresh.is_some();
+        let execution = match fresh {
+            Some(execution) => execution,
+            None => match store.execution(&run.execution_id).await? {
+                Some(execution) => execution,
+                None => return self.finish_run(&run, vec![]).await,
+            },
+        };
+        if run.kind == RunKind::Rollback {
+            return self.roll_back(run, execution).await;
+        }
+        if run.cancel_requested {
+            return self.finish_cancel(&execution, &run).await;
+        }
+        if execution.status.is_terminal() || execution.status == ExecutionStatus::Paused {
+            return self.finish_run(&run, vec![]).await;
+        }
+        let Some(workflow) = self.build(&run.digest) else {
+            let now = self.now();
+            let reason = format!(
+                "component {} is not loaded",
+                &run.digest[..12.min(run.digest.len())]
+            );
+            let writes = vec![
+                Write::UpdateExecution(ExecutionPatch {
+                    id: execution.id.clone(),
+                    status: Some(ExecutionStatus::Paused),
+                    status_reason: Some(Some("component_missing".to_owned())),
+                    ..ExecutionPatch::default()
+                }),
+                Write::Event(event(
+                    &execution,
+                    "ExecutionPaused",
+                    "paused",
+                    json!({"reason": "component_missing", "message": reason}),
+                    now,
+                )),
+            ];
+            return self.finish_run(&run, writes).await;
+        };
+
+        // queued/waiting → running (a fresh run's trigger committed that itself)
+        if !is_fresh {
+            let mut start = vec![
+                Write::UpdateExecution(ExecutionPatch {
+                    id: execution.id.clone(),
+                    expect: Some(vec![
+                        ExecutionStatus::Queued,
+                        ExecutionStatus::Waiting,
+                        ExecutionStatus::Running,
+                    ]),
+                    status: Some(ExecutionStatus::Running),
+                    ..ExecutionPatch::default()
+                }),
+                Write::RestageAll {
+                    execution_id: execution.id.clone(),
+                    from: StageStatus::Waiting,
+                    to: StageStatus::Running,
+                },
+                settle(
+                    &execution.id,
+                    CommandStatus::Queued,
+                    CommandStatus::Active,
+                    self.now(),
+                    None,
+                ),
+            ];
+            if execution.status != ExecutionStatus::Running {
+                start.push(Write::Event(event(
+                    &execution,
+                    "ExecutionStarted",
+                    "running",
+                    json!({"workflowRunId": run.id}),
+                    self.now(),
+                )));
+            }
+            match store
+                .apply(Some(&self.inner.fence(&run.id, None)), start)
+                .await
+            {
+                Ok(()) => {}
+                Err(StoreError::Canceled) => return self.finish_cancel(&execution, &run).await,
+                Err(StoreError::Conflict(_)) => return self.finish_run(&run, vec![]).await,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let mut execution = execution;
+        execution.status = ExecutionStatus::Running;
+
+        let replay = if is_fresh {
+            ReplayState::default()
+        } else {
+            store.replay_state(&run.id, &execution.id).await?
+        };
+        // Before the first provider call: every answer of this activation is given under this
+        // epoch or a later one, so its commits are refused if a write behind one failed.
+        let behind = store.behind_epoch();
+        let state = Arc::new(tokio::sync::Mutex::new(host::Activation {
+            behind,
+            journal: replay.journal,
+            waits: replay.waits,
+            stages: replay.stages,
+            run: run.clone(),
+            execution: execution.clone(),
+            cursor: 0,
+            pending: Vec::new(),
+            suspension: None,
+            fenced_out: None,
+            point_of_no_return: workflow.descriptor.point_of_no_return.clone(),
+        }));
+        let journal_host = host::JournalHost {
+            inner: self.inner.clone(),
+            state: state.clone(),
+        };
+        let input = execution.input_json.to_string();
+        let span = tracing::info_span!("run", run = %run.id, execution = %execution.id, workflow = %execution.workflow);
+        let outcome = {
+            let _entered = span.enter();
+            workflow.activate(
+                &self.inner.runtime,
+                Box::new(journal_host),
+                seed_of(&run.id),
+                &input,
+            )
+        }
+        .await;
+        let mut st = state.lock().await;
+        let execution = st.execution.clone();
+        let now = self.now();
+        let mut writes = std::mem::take(&mut st.pending);
+        let running_stage = st
+            .stages
+            .iter()
+            .rev()
+            .find(|s| s.status == StageStatus::Running)
+            .cloned();
+        match outcome {
+            Outcome::Completed(Ok(output)) => {
+                let output: Value = serde_json::from_str(&output).unwrap_or(Value::Null);
+                let outcome = output.get("outcome").cloned();
+                writes.push(Write::UpdateExecution(ExecutionPatch {
+                    id: execution.id.clone(),
+                    status: Some(ExecutionStatus::Succeeded),
+                    status_reason: Some(None),
+                    current_stage: Some(None),
+                    finished_ms: Some(Some(now)),
+                    output_json: Some(output),
+                    outcome_json: outcome,
+                    ..ExecutionPatch::default()
+                }));
+                writes.push(Write::Event(event(
+                    &execution,
+                    "ExecutionSucceeded",
+                    "succeeded",
+                    json!({}),
+                    now,
+                )));
+                self.end_run(&run, writes, behind).await
+            }
+            Outcome::Completed(Err(error)) => {
+                // A cooperative workflow that stops because it was asked to ends `canceled`.
+                let stopped_on_request = error.kind == ErrorKind::Permanent
+                    && error.code == "canceled"
+                    && self.cancel_mode(Some(&run), &execution.workflow) == CancelMode::Cooperative;
+                let (status, ty) = match error.kind {
+                    _ if stopped_on_request => (ExecutionStatus::Canceled, "ExecutionCanceled"),
+                    ErrorKind::Transient => (ExecutionStatus::Paused, "ExecutionPaused"),
+                    ErrorKind::Permanent => (ExecutionStatus::Failed, "ExecutionFailed"),
+                };
+                let error_json = json!({"error": error.code, "message": error.message, "kind": if error.is_transient() { "transient" } else { "permanent" }});
+                if let Some(mut stage) = running_stage {
+                    stage.status = StageStatus::Failed;
+                    stage.finished_ms = Some(now);
+                    stage.error_json = Some(error_json.clone());
+                    writes.push(Write::PutStage(stage));
+                }
+                writes.push(Write::UpdateExecution(ExecutionPatch {
+                    id: execution.id.clone(),
+                    status: Some(status),
+                    status_reason: Some(Some(error.code.clone())),
+                    finished_ms: Some((status != ExecutionStatus::Paused).then_some(now)),
+                    ..ExecutionPatch::default()
+                }));
+                writes.push(Write::Event(event(
+                    &execution,
+                    ty,
+                    status.as_str(),
+                    json!({"reason": error.code, "error": error_json}),
+                    now,
+                )));
+                self.end_run(&run, writes, behind).await
+            }
+            Outcome::Interrupted(Interrupt::Suspend(_)) => {
+                let suspension = st.suspension.unwrap_or(Suspension {
+                    wake_ms: Some(now),
+                    kind: WaitKind::Timer,
+                });
+                if let Some(mut stage) = running_stage {
+                    stage.status = StageStatus::Waiting;
+                    writes.push(Write::PutStage(stage));
+                }
+                writes.push(Write::UpdateExecution(ExecutionPatch {
+                    id: execution.id.clone(),
+                    status: Some(ExecutionStatus::Waiting),
+                    ..ExecutionPatch::default()
+                }));
+                let waiting_for = match suspension.kind {
+                    WaitKind::Timer => "timer",
+                    WaitKind::Approval => "approval",
+                    WaitKind::Convergence => "convergence",
+                };
+                writes.push(Write::Event(event(
+                    &execution,
+                    "ExecutionWaiting",
+                    "waiting",
+                    json!({"waitingFor": waiting_for}),
+                    now,
+                )));
+                let (state, wake) = match suspension.wake_ms {
+                    Some(wake) => (RunState::Runnable, wake),
+                    None => (RunState::Waiting, now),
+                };
+                writes.push(Write::UpdateRun(RunPatch {
+                    id: run.id.clone(),
+                    state: Some(state),
+                    wake_ms: Some(wake),
+                    release_lease: true,
+                    ..RunPatch::default()
+                }));
+                self.commit_end(&run, writes, behind).await
+            }
+            Outcome::Interrupted(Interrupt::Cancel) => {
+                drop(st);
+                // What the activation did before it stopped is kept: its receipts.
+                writes.retain(|w| matches!(w, Write::InsertReceipt(_)));
+                self.finish_cancel_keeping(&execution, &run, writes).await
+            }
+            Outcome::Interrupted(Interrupt::Nondeterminism(message)) => {
+                tracing::warn!(run = %run.id, %message, "nondeterministic replay: execution paused");
+                let writes = vec![
+                    Write::UpdateExecution(ExecutionPatch {
+                        id: execution.id.clone(),
+                        status: Some(ExecutionStatus::Paused),
+                        status_reason: Some(Some("nondeterministic_replay".to_owned())),
+                        ..ExecutionPatch::default()
+                    }),
+                    Write::Event(event(
+                        &execution,
+                        "ExecutionPaused",
+                        "paused",
+                        json!({"reason": "nondeterministic_replay", "message": message}),
+                        now,
+                    )),
+                ];
+                self.end_run(&run, writes, behind).await
+            }
+            Outcome::Interrupted(Interrupt::Host(message)) => {
+                if matches!(st.fenced_out, Some(StoreError::LeaseLost)) {
+                    return Ok(());
+                }
+                Err(EngineError::Store(StoreError::Unavailable(message)))
+            }
+            Outcome::Limit(limit) => {
+                self.fail_guest(
+                    &run,
+                    &execution,
+                    running_stage,
+                    writes,
+                    "limit_exceeded",
+                    limit.to_string(),
+                    now,
+                    behind,
+                )
+                .await
+            }
+            Outcome::Trapped(message) => {
+                self.fail_guest(
+                    &run,
+                    &execution,
+                    running_stage,
+                    writes,
+                    "guest_trap",
+                    message,
+                    now,
+                    behind,
+                )
+                .await
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn fail_guest(
+        &self,
+        run: &RunRecord,
+        execution: &ExecutionRecord,
+        running_stage: Option<StageRecord>,
+        mut writes: Vec<Write>,
+        code: &str,
+        message: String,
+        now: Millis,
+        behind: Option<u64>,
+    ) -> Result<(), EngineError> {
+        let error_json = json!({"error": code, "message": message, "kind": "permanent"});
+        if let Some(mut stage) = running_stage {
+            stage.status = StageStatus::Failed;
+            stage.finished_ms = Some(now);
+            stage.error_json = Some(error_json.clone());
+            writes.push(Write::PutStage(stage.clone()));
+            writes.push(Write::Event(event(
+                execution,
+                "StageFailed",
+                "failed",
+                json!({"stage": stage.stage_name, "error": error_json}),
+                now,
+            )));
+        }
+        writes.push(Write::UpdateExecution(ExecutionPatch {
+            id: execution.id.clone(),
+            status: Some(ExecutionStatus::Failed),
+            status_reason: Some(Some(code.to_owned())),
+            finished_ms: Some(Some(now)),
+            ..ExecutionPatch::default()
+        }));
+        writes.push(Write::Event(event(
+            execution,
+            "ExecutionFailed",
+            "failed",
+            json!({"reason": code, "error": error_json}),
+            now,
+        )));
+        self.end_run(run, writes, behind).await
+    }
+
+    /// Commits the activation's last writes and marks the run done.
+    pub(crate) async fn end_run(
+        &self,
+        run: &RunRecord,
+        mut writes: Vec<Write>,
+        behind: Option<u64>,
+    ) -> Result<(), EngineError> {
+        writes.push(Write::UpdateRun(RunPatch {
+            id: run.id.clone(),
+            state: Some(RunState::Done),
+            release_lease: true,
+            ..RunPatch::default()
+        }));
+        self.commit_end(run, writes, behind).await
+    }
+
+    pub(crate) async fn commit_end(
+        &self,
+        run: &RunRecord,
+        mut writes: Vec<Write>,
+        behind: Option<u64>,
+    ) -> Result<(), EngineError> {
+        writes.push(settle(
+            &run.execution_id,
+            CommandStatus::Active,
+            CommandStatus::Completed,
+            self.now(),
+            None,
+        ));
+        events::stamp_published(&mut writes, self.now());
+        let receipts: Vec<Write> = writes
+            .iter()
+            .filter(|w| matches!(w, Write::InsertReceipt(_)))
+            .cloned()
+            .collect();
+        match self
+            .inner
+            .store
+            .apply(Some(&self.inner.fence(&run.id, behind)), writes)
+            .await
+        {
+            Ok(()) => Ok(()),
+            Err(StoreError::Canceled) => {
+                let execution = self.get(&run.execution_id).await?;
+                self.finish_cancel_keeping(&execution, run, receipts).await
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Ends a run that did not execute (its execution was no longer runnable, or its component
+    /// is missing): a command that re-queued it failed.
+    pub(crate) async fn finish_run(
+        &self,
+        run: &RunRecord,
+        mut writes: Vec<Write>,
+    ) -> Result<(), EngineError> {
+        writes.push(settle(
+            &run.execution_id,
+            CommandStatus::Queued,
+            CommandStatus::Failed,
+            self.now(),
+            Some("the re-queued run stopped before it ran".to_owned()),
+        ));
+        writes.push(Write::UpdateRun(RunPatch {
+            id: run.id.clone(),
+            state: Some(RunState::Done),
+            release_lease: true,
+            ..RunPatch::default()
+        }));
+        self.inner
+            .store
+            .apply(None, writes)
+            .await
+            .map_err(Into::into)
+    }
+}

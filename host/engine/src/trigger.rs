@@ -1,0 +1,188 @@
+//! Triggers: an execution and its run created in one commit (or the original returned for a
+//! repeated idempotency key), and the eager start that hands a fresh run to a free worker slot
+//! of this node without a round trip through the claim query.
+
+use super::*;
+
+impl Engine {
+    /// Creates an execution (status `queued`) and its run, pinned to the current build; with an
+    /// idempotency key, a repeat of the same request returns the original execution. When the
+    /// node's scheduler has a slot free, the run starts here at once ([`EagerStart`]): the
+    /// execution is written already `running`, with its `ExecutionStarted` after its
+    /// `ExecutionQueued`, in the same commit.
+    pub async fn trigger(&self, request: TriggerRequest) -> Result<Triggered, EngineError> {
+        let workflow = self
+            .workflow(&request.workflow)
+            .ok_or_else(|| EngineError::UnknownWorkflow(request.workflow.clone()))?;
+        let now = self.now();
+        let execution = ExecutionRecord {
+            id: capstan_core::ids::new_id(),
+            workflow: request.workflow.clone(),
+            principal_id: request.principal_id.clone(),
+            status: ExecutionStatus::Queued,
+            status_reason: None,
+            current_stage: None,
+            created_ms: now,
+            finished_ms: None,
+            cancellation_requested_ms: None,
+            input_json: request.input.clone(),
+            output_json: None,
+            outcome_json: None,
+            run_id: capstan_core::ids::new_id(),
+            traceparent: request.traceparent.clone(),
+        };
+        // A free local slot: the run is inserted leased to this node (as a claim would leave
+        // it) and started here once committed.
+        let slot = self.free_slot();
+        let run = RunRecord {
+            id: execution.run_id.clone(),
+            execution_id: execution.id.clone(),
+            workflow: request.workflow.clone(),
+            digest: workflow.digest.clone(),
+            kind: RunKind::Workflow,
+            state: RunState::Runnable,
+            wake_ms: now,
+            lease_owner: slot.as_ref().map(|_| self.inner.config.node_id.clone()),
+            lease_expires_ms: slot.as_ref().map(|_| now + self.inner.config.lease_ms),
+            activations: i64::from(slot.is_some()),
+            cancel_requested: false,
+            created_ms: now,
+            epoch: 0,
+        };
+        let queued = event(
+            &execution,
+            "ExecutionQueued",
+            "queued",
+            json!({"workflowRunId": run.id}),
+            now,
+        );
+        let mut writes = vec![Write::Event(queued)];
+        let mut execution = execution;
+        if slot.is_some() {
+            // What the activation's start would commit (`activate_inner`), committed now.
+            execution.status = ExecutionStatus::Running;
+            writes.push(Write::Event(event(
+                &execution,
+                "ExecutionStarted",
+                "running",
+                json!({"workflowRunId": run.id}),
+                now,
+            )));
+        }
+        writes.splice(
+            0..0,
+            [
+                Write::InsertExecution(execution.clone()),
+                Write::InsertRun(run.clone()),
+            ],
+        );
+        let Some((key, body)) = &request.idempotency else {
+            self.inner.store.apply(None, writes).await?;
+            self.start(slot, run, &execution);
+            return Ok(Triggered {
+                execution,
+                replayed: false,
+                replay_response: None,
+            });
+        };
+        // The key is recorded in the execution's own batch: a repeat of the request fails that
+        // batch on the key's uniqueness and finds what the first one recorded.
+        writes.push(Write::InsertIdempotency(IdempotencyRecord {
+            principal_id: request.principal_id.clone(),
+            workflow: request.workflow.clone(),
+            key: key.clone(),
+            body_sha256: body.clone(),
+            execution_id: Some(execution.id.clone()),
+            response_json: Some(json!({"executionId": execution.id})),
+            created_ms: now,
+        }));
+        let mut dropped = false;
+        loop {
+            let Err(error) = self.inner.store.apply(None, writes.clone()).await else {
+                self.start(slot, run, &execution);
+                return Ok(Triggered {
+                    execution,
+                    replayed: false,
+                    replay_response: None,
+                });
+            };
+            let found = self
+                .inner
+                .store
+                .idempotency(&request.principal_id, &request.workflow, key)
+                .await?;
+            // No key: the batch failed for another reason.
+            let Some(found) = found else {
+                return Err(error.into());
+            };
+            let config = &self.inner.config;
+            let stale = match &found.execution_id {
+                Some(_) => found.created_ms < now - config.idempotency_retention_ms,
+                None => found.created_ms < now - config.reservation_timeout_ms,
+            };
+            match (&found.execution_id, &found.response_json) {
+                _ if stale && !dropped => {
+                    // Past its retention (or an abandoned reservation): the key is free again.
+                    dropped = true;
+                    writes.insert(
+                        0,
+                        Write::DropIdempotency {
+                            principal_id: found.principal_id,
+                            workflow: found.workflow,
+                            key: found.key,
+                            created_ms: found.created_ms,
+                        },
+                    );
+                }
+                // Still the stale key after dropping it: the batch failed for another reason.
+                _ if stale => return Err(error.into()),
+                _ if found.body_sha256 != *body => return Err(EngineError::IdempotencyConflict),
+                (Some(execution_id), Some(response)) => {
+                    let execution = self.get(execution_id).await?;
+                    return Ok(Triggered {
+                        execution,
+                        replayed: true,
+                        replay_response: Some(response.clone()),
+                    });
+                }
+                _ => return Err(EngineError::ReservationPending),
+            }
+        }
+    }
+
+    /// A free worker slot for a trigger to start its run in, when the scheduler runs.
+    pub(crate) fn free_slot(&self) -> Option<(EagerStart, tokio::sync::OwnedSemaphorePermit)> {
+        let eager = self
+            .inner
+            .eager
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()?;
+        if eager.runs.is_closed() {
+            return None;
+        }
+        let permit = eager.slots.clone().try_acquire_owned().ok()?;
+        Some((eager, permit))
+    }
+
+    /// After a trigger committed its run: hands it to the scheduler when it took a slot, else
+    /// wakes the claimer. (A run the scheduler can no longer take — it is shutting down — keeps
+    /// its lease until it expires, and is claimed then, as after a crash.)
+    pub(crate) fn start(
+        &self,
+        slot: Option<(EagerStart, tokio::sync::OwnedSemaphorePermit)>,
+        run: RunRecord,
+        execution: &ExecutionRecord,
+    ) {
+        match slot {
+            Some((eager, permit)) => {
+                let _ = eager.runs.send(Started {
+                    run,
+                    execution: execution.clone(),
+                    permit,
+                });
+            }
+            None => self.inner.wake.notify_waiters(),
+        }
+    }
+}

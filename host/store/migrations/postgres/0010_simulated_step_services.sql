@@ -1,0 +1,14 @@
+-- The simulated supplier, admission and voucher services behind the booking fulfilment steps
+-- keep each effect once per idempotency key, as a real supplier does: a step re-run after a
+-- crash (same key) gets the first answer back, and `calls` counts how often it was asked.
+CREATE TABLE sim_step_effects (
+    idempotency_key TEXT    NOT NULL,
+    op              TEXT    NOT NULL,
+    booking_id      TEXT    NOT NULL,
+    answer          TEXT    NOT NULL,
+    calls           BIGINT  NOT NULL DEFAULT 1,
+    created_ms      BIGINT  NOT NULL,
+    PRIMARY KEY (idempotency_key, op)
+);
+CREATE INDEX sim_step_effects_booking ON sim_step_effects (booking_id);
+CREATE INDEX sim_step_effects_created ON sim_step_effects (created_ms);
