@@ -3,7 +3,7 @@
 //! cloud happened twice, every receipt matches exactly one effect, and no journal entry is lost.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use capstan_core::store::{EngineStore, EntryStatus};
+use capstan_core::store::{EntryStatus, RunStore};
 use capstan_e2e::{Server, home_with, key_for};
 use reqwest::Client;
 use serde_json::{Value, json};

@@ -153,7 +153,7 @@ async fn authorize(
 
 impl ApiState {
     async fn store_execution(&self, id: &str) -> Result<Option<ExecutionRecord>, ApiError> {
-        use capstan_core::store::EngineStore;
+        use capstan_core::store::ExecutionReads;
         self.store
             .execution(id)
             .await
@@ -338,7 +338,7 @@ async fn list(
         principal_id: query.get("principalId").cloned(),
         limit,
     };
-    use capstan_core::store::EngineStore;
+    use capstan_core::store::ExecutionReads;
     let executions = state
         .store
         .list_executions(&filter)
@@ -705,7 +705,7 @@ async fn events(
         return crate::streams::execution_stream(state, &caller, execution.workflow, id, last)
             .await;
     }
-    use capstan_core::store::EngineStore;
+    use capstan_core::store::ExecutionReads;
     let events = state
         .store
         .events(&id)

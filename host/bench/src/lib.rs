@@ -159,7 +159,7 @@ async fn engine_run(
     executions: usize,
     concurrency: usize,
 ) -> anyhow::Result<EngineRun> {
-    use capstan_core::store::EngineStore;
+    use capstan_core::store::ExecutionReads;
     use capstan_core::{Clock, SystemClock};
     use capstan_engine::{Engine, EngineConfig, TriggerRequest};
     use std::sync::Arc;

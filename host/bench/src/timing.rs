@@ -44,22 +44,13 @@ macro_rules! timed {
 }
 
 #[async_trait]
-impl<S: EngineStore> EngineStore for TimedStore<S> {
+impl<S: EngineStore> RunStore for TimedStore<S> {
     async fn apply(&self, fence: Option<&Fence>, writes: Vec<Write>) -> Result<(), StoreError> {
         self.spent.store_writes.fetch_add(1, Ordering::Relaxed);
         timed!(self, self.inner.apply(fence, writes))
     }
-    async fn execution(&self, id: &str) -> Result<Option<ExecutionRecord>, StoreError> {
-        timed!(self, self.inner.execution(id))
-    }
-    async fn list_executions(
-        &self,
-        filter: &ExecutionFilter,
-    ) -> Result<Vec<ExecutionRecord>, StoreError> {
-        timed!(self, self.inner.list_executions(filter))
-    }
-    async fn stages(&self, execution_id: &str) -> Result<Vec<StageRecord>, StoreError> {
-        timed!(self, self.inner.stages(execution_id))
+    fn behind_epoch(&self) -> Option<u64> {
+        self.inner.behind_epoch()
     }
     async fn run(&self, id: &str) -> Result<Option<RunRecord>, StoreError> {
         timed!(self, self.inner.run(id))
@@ -79,17 +70,8 @@ impl<S: EngineStore> EngineStore for TimedStore<S> {
     async fn journal(&self, run_id: &str) -> Result<Vec<JournalEntry>, StoreError> {
         timed!(self, self.inner.journal(run_id))
     }
-    async fn receipts(&self, execution_id: &str) -> Result<Vec<Receipt>, StoreError> {
-        timed!(self, self.inner.receipts(execution_id))
-    }
     async fn waits(&self, run_id: &str) -> Result<Vec<WaitRecord>, StoreError> {
         timed!(self, self.inner.waits(run_id))
-    }
-    async fn commands(&self, execution_id: &str) -> Result<Vec<CommandRecord>, StoreError> {
-        timed!(self, self.inner.commands(execution_id))
-    }
-    async fn events(&self, execution_id: &str) -> Result<Vec<OutboxRecord>, StoreError> {
-        timed!(self, self.inner.events(execution_id))
     }
     async fn replay_state(
         &self,
@@ -97,6 +79,31 @@ impl<S: EngineStore> EngineStore for TimedStore<S> {
         execution_id: &str,
     ) -> Result<ReplayState, StoreError> {
         timed!(self, self.inner.replay_state(run_id, execution_id))
+    }
+}
+
+#[async_trait]
+impl<S: EngineStore> ExecutionReads for TimedStore<S> {
+    async fn execution(&self, id: &str) -> Result<Option<ExecutionRecord>, StoreError> {
+        timed!(self, self.inner.execution(id))
+    }
+    async fn list_executions(
+        &self,
+        filter: &ExecutionFilter,
+    ) -> Result<Vec<ExecutionRecord>, StoreError> {
+        timed!(self, self.inner.list_executions(filter))
+    }
+    async fn stages(&self, execution_id: &str) -> Result<Vec<StageRecord>, StoreError> {
+        timed!(self, self.inner.stages(execution_id))
+    }
+    async fn receipts(&self, execution_id: &str) -> Result<Vec<Receipt>, StoreError> {
+        timed!(self, self.inner.receipts(execution_id))
+    }
+    async fn commands(&self, execution_id: &str) -> Result<Vec<CommandRecord>, StoreError> {
+        timed!(self, self.inner.commands(execution_id))
+    }
+    async fn events(&self, execution_id: &str) -> Result<Vec<OutboxRecord>, StoreError> {
+        timed!(self, self.inner.events(execution_id))
     }
     async fn idempotency(
         &self,

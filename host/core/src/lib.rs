@@ -8,7 +8,8 @@
 //! - `clock` — [`Clock`], [`SystemClock`], [`ManualClock`] (tests move time by hand).
 //! - `workflow` — [`WorkflowDescriptor`] and the [`Capability`] set operators grant.
 //! - `execution` — execution and stage statuses and the status machine.
-//! - `store` — [`store::EngineStore`], the engine's storage contract, and its records.
+//! - `store` — the engine's storage contract by role ([`store::RunStore`] for workers,
+//!   [`store::ExecutionReads`] for reads; [`store::EngineStore`] is both) and its records.
 //! - `ids` — UUIDv7 identifiers (time-ordered, so lists sort by creation).
 //! - `secrets` — the at-rest keyring (AES-256-GCM) that seals webhook secrets and certificate keys.
 //! - `providers` — [`Providers`], the one seam every capability provider implements.

@@ -1,8 +1,10 @@
-//! The storage contract of the durable engine and its records. The engine talks only to
-//! [`EngineStore`], so it never sees SQL; `capstan-store` implements it once for SQLite and
-//! PostgreSQL, and the same tests hold both backends to it.
+//! The storage contract of the durable engine and its records, by role: [`RunStore`] is what a
+//! run's workers need (the fenced write, claims, the journal they replay), [`ExecutionReads`]
+//! what the API and the control commands read; [`EngineStore`] is both, as the engine holds it.
+//! The engine talks only to these, so it never sees SQL; `capstan-store` implements them once
+//! for SQLite and PostgreSQL, and the same tests hold both backends to them.
 //!
-//! Writes are data ([`Write`]) applied atomically by [`EngineStore::apply`]: stage transitions,
+//! Writes are data ([`Write`]) applied atomically by [`RunStore::apply`]: stage transitions,
 //! journal entries, receipts and outbox events that belong together commit in one transaction, and
 //! a [`Fence`] makes the transaction fail if the writer no longer holds the run's lease, the run
 //! was canceled meanwhile, or a write made behind a provider's answer failed since the activation
@@ -307,7 +309,7 @@ pub struct Fence {
     pub run_id: String,
     pub owner: String,
     pub lease_until_ms: Millis,
-    /// [`EngineStore::behind_epoch`] when the activation that commits began: the batch is also
+    /// [`RunStore::behind_epoch`] when the activation that commits began: the batch is also
     /// refused if a provider's write made behind its answer failed since then, for the batch may
     /// record that answer (the run then replays the call). `None`: the batch records no answer
     /// of the kind, or the store writes nothing behind answers.
@@ -359,8 +361,10 @@ pub enum StoreError {
     Corrupt(String),
 }
 
+/// What the engine's storage does for a run's workers: the atomic write under the run's
+/// fence, claims, and the journal and waits a run replays.
 #[async_trait]
-pub trait EngineStore: Send + Sync + std::fmt::Debug {
+pub trait RunStore: Send + Sync + std::fmt::Debug {
     /// Applies `writes` atomically, under `fence` if given.
     async fn apply(&self, fence: Option<&Fence>, writes: Vec<Write>) -> Result<(), StoreError>;
 
@@ -372,13 +376,6 @@ pub trait EngineStore: Send + Sync + std::fmt::Debug {
         None
     }
 
-    async fn execution(&self, id: &str) -> Result<Option<ExecutionRecord>, StoreError>;
-    /// Newest first.
-    async fn list_executions(
-        &self,
-        filter: &ExecutionFilter,
-    ) -> Result<Vec<ExecutionRecord>, StoreError>;
-    async fn stages(&self, execution_id: &str) -> Result<Vec<StageRecord>, StoreError>;
     async fn run(&self, id: &str) -> Result<Option<RunRecord>, StoreError>;
     /// Claims up to `limit` runnable runs due at `now_ms` (or whose lease expired) for `owner`.
     async fn claim_runs(
@@ -391,7 +388,6 @@ pub trait EngineStore: Send + Sync + std::fmt::Debug {
     /// The earliest `wake_ms` of a runnable run, if any (for the scheduler's sleep).
     async fn next_wake(&self) -> Result<Option<Millis>, StoreError>;
     async fn journal(&self, run_id: &str) -> Result<Vec<JournalEntry>, StoreError>;
-    async fn receipts(&self, execution_id: &str) -> Result<Vec<Receipt>, StoreError>;
     async fn waits(&self, run_id: &str) -> Result<Vec<WaitRecord>, StoreError>;
     /// What replaying a run needs: its journal and waits, and its execution's stages (one
     /// read where the backend allows).
@@ -399,13 +395,21 @@ pub trait EngineStore: Send + Sync + std::fmt::Debug {
         &self,
         run_id: &str,
         execution_id: &str,
-    ) -> Result<ReplayState, StoreError> {
-        Ok(ReplayState {
-            journal: self.journal(run_id).await?,
-            waits: self.waits(run_id).await?,
-            stages: self.stages(execution_id).await?,
-        })
-    }
+    ) -> Result<ReplayState, StoreError>;
+}
+
+/// What is read of executions: the API's reads, and what a control command reads before it
+/// decides. Nothing here writes.
+#[async_trait]
+pub trait ExecutionReads: Send + Sync + std::fmt::Debug {
+    async fn execution(&self, id: &str) -> Result<Option<ExecutionRecord>, StoreError>;
+    /// Newest first.
+    async fn list_executions(
+        &self,
+        filter: &ExecutionFilter,
+    ) -> Result<Vec<ExecutionRecord>, StoreError>;
+    async fn stages(&self, execution_id: &str) -> Result<Vec<StageRecord>, StoreError>;
+    async fn receipts(&self, execution_id: &str) -> Result<Vec<Receipt>, StoreError>;
     async fn commands(&self, execution_id: &str) -> Result<Vec<CommandRecord>, StoreError>;
     /// The execution's events in order.
     async fn events(&self, execution_id: &str) -> Result<Vec<OutboxRecord>, StoreError>;
@@ -417,3 +421,8 @@ pub trait EngineStore: Send + Sync + std::fmt::Debug {
         key: &str,
     ) -> Result<Option<IdempotencyRecord>, StoreError>;
 }
+
+/// Both roles, as the engine holds its store: workers and control commands share it.
+pub trait EngineStore: RunStore + ExecutionReads {}
+
+impl<T: RunStore + ExecutionReads + ?Sized> EngineStore for T {}

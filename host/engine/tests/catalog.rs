@@ -5,7 +5,7 @@
 
 use capstan_core::CapabilityError;
 use capstan_core::execution::ExecutionStatus;
-use capstan_core::store::EngineStore;
+use capstan_core::store::ExecutionReads;
 use capstan_engine::catalog;
 use capstan_engine::events::ENGINE_EVENTS;
 use serde_json::{Value, json};

@@ -5,7 +5,9 @@
 use async_trait::async_trait;
 use capstan_core::CapabilityError;
 use capstan_core::execution::{ExecutionStatus, StageStatus};
-use capstan_core::store::{EngineStore, ExecutionFilter, IdempotencyRecord, RunKind, Write};
+use capstan_core::store::{
+    ExecutionFilter, ExecutionReads, IdempotencyRecord, RunKind, RunStore, Write,
+};
 use capstan_core::transitions::{self, Answer, Facts, On};
 use capstan_engine::{Backoff, Engine, EngineError, Providers, TriggerRequest};
 use serde_json::{Value, json};

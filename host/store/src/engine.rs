@@ -834,7 +834,7 @@ impl Store {
 
     /// Queues `sql` for the next group commit and returns at once, SQLite only: a write made
     /// behind an answer the caller gives before it is durable. The caller decided it in memory
-    /// under the epoch `epoch` ([`EngineStore::behind_epoch`]); it is refused unrun if the epoch
+    /// under the epoch `epoch` ([`RunStore::behind_epoch`]); it is refused unrun if the epoch
     /// has moved by the time it runs, and if it fails, the epoch moves. Whoever records the
     /// answer commits after it (the group writer's queue is first in, first out) under a
     /// [`Fence`] naming the epoch it began under, so that commit is durable only if this write
@@ -984,7 +984,7 @@ pub(crate) fn interrupted() -> StoreError {
 }
 
 #[async_trait]
-impl EngineStore for Store {
+impl RunStore for Store {
     async fn apply(&self, fence: Option<&Fence>, writes: Vec<Write>) -> Result<(), StoreError> {
         let writes = coalesce(writes);
         let requires = fence.and_then(|f| f.behind);
@@ -1017,50 +1017,6 @@ impl EngineStore for Store {
 
     fn behind_epoch(&self) -> Option<u64> {
         (self.backend() == Backend::Sqlite).then(|| self.inner.behind.epoch())
-    }
-
-    async fn execution(&self, id: &str) -> Result<Option<ExecutionRecord>, StoreError> {
-        let row = self
-            .fetch_optional(Sql::new(&SELECT_EXECUTION).arg(id.to_owned()))
-            .await
-            .map_err(unavailable)?;
-        row.as_ref().map(execution_row).transpose()
-    }
-
-    async fn list_executions(
-        &self,
-        filter: &ExecutionFilter,
-    ) -> Result<Vec<ExecutionRecord>, StoreError> {
-        let mut q = Sql::new(&format!("{} WHERE 1 = 1", *SELECT_EXECUTIONS));
-        if let Some(workflows) = &filter.workflows {
-            if workflows.is_empty() {
-                return Ok(Vec::new());
-            }
-            q.push(" AND workflow IN (")
-                .push_binds(workflows.iter().cloned())
-                .push(")");
-        }
-        if let Some(status) = filter.status {
-            q.push(" AND status = ").push_bind(status.as_str());
-        }
-        if let Some(principal) = &filter.principal_id {
-            q.push(" AND principal_id = ").push_bind(principal.clone());
-        }
-        q.push(" ORDER BY id DESC").push_limit(filter.limit);
-        let rows = q
-            .build()
-            .fetch_all(&mut *self.read().await.map_err(unavailable)?)
-            .await
-            .map_err(unavailable)?;
-        rows.iter().map(execution_row).collect()
-    }
-
-    async fn stages(&self, execution_id: &str) -> Result<Vec<StageRecord>, StoreError> {
-        let rows = self
-            .fetch_all(Sql::new(&SELECT_STAGES).arg(execution_id.to_owned()))
-            .await
-            .map_err(unavailable)?;
-        rows.iter().map(stage_row).collect()
     }
 
     async fn run(&self, id: &str) -> Result<Option<RunRecord>, StoreError> {
@@ -1157,29 +1113,6 @@ impl EngineStore for Store {
         journal::fold(run_id, rows.iter().map(chunk_row))
     }
 
-    async fn receipts(&self, execution_id: &str) -> Result<Vec<Receipt>, StoreError> {
-        let read = Sql::new(
-            "SELECT * FROM receipts WHERE execution_id = $1 ORDER BY created_ms, run_id, seq",
-        )
-        .arg(execution_id.to_owned());
-        let rows = self.fetch_all(read).await.map_err(unavailable)?;
-        rows.iter()
-            .map(|row| {
-                Ok(Receipt {
-                    id: row.get("id"),
-                    execution_id: row.get("execution_id"),
-                    run_id: row.get("run_id"),
-                    seq: row.get("seq"),
-                    op: row.get("op"),
-                    request: parse_json(Some(row.get("request")))?.unwrap_or(Value::Null),
-                    response: parse_json(Some(row.get("response")))?.unwrap_or(Value::Null),
-                    created_ms: row.get("created_ms"),
-                    compensated_ms: row.get("compensated_ms"),
-                })
-            })
-            .collect()
-    }
-
     async fn waits(&self, run_id: &str) -> Result<Vec<WaitRecord>, StoreError> {
         let rows = self
             .fetch_all(
@@ -1218,6 +1151,76 @@ impl EngineStore for Store {
         }
         state.journal = journal::fold(run_id, chunks)?;
         Ok(state)
+    }
+}
+
+#[async_trait]
+impl ExecutionReads for Store {
+    async fn execution(&self, id: &str) -> Result<Option<ExecutionRecord>, StoreError> {
+        let row = self
+            .fetch_optional(Sql::new(&SELECT_EXECUTION).arg(id.to_owned()))
+            .await
+            .map_err(unavailable)?;
+        row.as_ref().map(execution_row).transpose()
+    }
+
+    async fn list_executions(
+        &self,
+        filter: &ExecutionFilter,
+    ) -> Result<Vec<ExecutionRecord>, StoreError> {
+        let mut q = Sql::new(&format!("{} WHERE 1 = 1", *SELECT_EXECUTIONS));
+        if let Some(workflows) = &filter.workflows {
+            if workflows.is_empty() {
+                return Ok(Vec::new());
+            }
+            q.push(" AND workflow IN (")
+                .push_binds(workflows.iter().cloned())
+                .push(")");
+        }
+        if let Some(status) = filter.status {
+            q.push(" AND status = ").push_bind(status.as_str());
+        }
+        if let Some(principal) = &filter.principal_id {
+            q.push(" AND principal_id = ").push_bind(principal.clone());
+        }
+        q.push(" ORDER BY id DESC").push_limit(filter.limit);
+        let rows = q
+            .build()
+            .fetch_all(&mut *self.read().await.map_err(unavailable)?)
+            .await
+            .map_err(unavailable)?;
+        rows.iter().map(execution_row).collect()
+    }
+
+    async fn stages(&self, execution_id: &str) -> Result<Vec<StageRecord>, StoreError> {
+        let rows = self
+            .fetch_all(Sql::new(&SELECT_STAGES).arg(execution_id.to_owned()))
+            .await
+            .map_err(unavailable)?;
+        rows.iter().map(stage_row).collect()
+    }
+
+    async fn receipts(&self, execution_id: &str) -> Result<Vec<Receipt>, StoreError> {
+        let read = Sql::new(
+            "SELECT * FROM receipts WHERE execution_id = $1 ORDER BY created_ms, run_id, seq",
+        )
+        .arg(execution_id.to_owned());
+        let rows = self.fetch_all(read).await.map_err(unavailable)?;
+        rows.iter()
+            .map(|row| {
+                Ok(Receipt {
+                    id: row.get("id"),
+                    execution_id: row.get("execution_id"),
+                    run_id: row.get("run_id"),
+                    seq: row.get("seq"),
+                    op: row.get("op"),
+                    request: parse_json(Some(row.get("request")))?.unwrap_or(Value::Null),
+                    response: parse_json(Some(row.get("response")))?.unwrap_or(Value::Null),
+                    created_ms: row.get("created_ms"),
+                    compensated_ms: row.get("compensated_ms"),
+                })
+            })
+            .collect()
     }
 
     async fn commands(&self, execution_id: &str) -> Result<Vec<CommandRecord>, StoreError> {

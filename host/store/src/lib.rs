@@ -751,7 +751,7 @@ mod tests {
     /// back the same after it, answers, unanswered calls and all.
     #[tokio::test]
     async fn a_journal_written_row_per_call_reads_the_same_after_the_migration() {
-        use capstan_core::store::{EngineStore, EntryStatus};
+        use capstan_core::store::{EntryStatus, RunStore};
         let dir = tempfile::tempdir().unwrap();
         let url = capstan_testdb::fresh_database_url(dir.path()).await;
         let store = Store::connect(&url).await.unwrap();
@@ -841,7 +841,7 @@ mod tests {
     /// lost changes nothing and gets its own answer, and the others in its group still commit.
     #[tokio::test]
     async fn group_commits_answer_each_caller_and_isolate_failed_guards() {
-        use capstan_core::store::{EngineStore, Fence, StoreError};
+        use capstan_core::store::{Fence, RunStore, StoreError};
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&format!("sqlite://{}/g.db", dir.path().display()))
             .await
@@ -904,7 +904,7 @@ mod tests {
     /// waits for is committed by the time that part is answered.
     #[tokio::test]
     async fn a_write_behind_its_answer_commits_with_company_or_alone() {
-        use capstan_core::store::EngineStore as _;
+        use capstan_core::store::RunStore as _;
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&format!("sqlite://{}/c.db", dir.path().display()))
             .await
@@ -933,7 +933,7 @@ mod tests {
     /// the writer goes on.
     #[tokio::test]
     async fn a_full_writer_queue_pushes_back() {
-        use capstan_core::store::EngineStore as _;
+        use capstan_core::store::RunStore as _;
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&format!("sqlite://{}/q.db", dir.path().display()))
             .await
@@ -971,7 +971,7 @@ mod tests {
     /// commits.
     #[tokio::test]
     async fn a_failed_write_behind_its_answer_refuses_what_named_its_epoch() {
-        use capstan_core::store::{EngineStore as _, Fence, StoreError, Write};
+        use capstan_core::store::{Fence, RunStore as _, StoreError, Write};
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&format!("sqlite://{}/b.db", dir.path().display()))
             .await

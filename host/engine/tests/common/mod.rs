@@ -4,7 +4,7 @@
 
 use async_trait::async_trait;
 use capstan_core::execution::ExecutionStatus;
-use capstan_core::store::EngineStore;
+use capstan_core::store::{ExecutionReads, RunStore};
 use capstan_core::{Capability, CapabilityError, CapabilityGrants, ManualClock};
 use capstan_engine::{Backoff, Engine, EngineConfig, Providers, TriggerRequest};
 use capstan_runtime::{LoadedWorkflow, Runtime, RuntimeConfig};
