@@ -513,3 +513,83 @@ async fn serve_refuses_to_start_without_a_pepper() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("CAPSTAN_PEPPERS"));
 }
+
+/// `GET /v1/executions/{id}?wait=` awaits the result in one request: it answers once the
+/// execution is neither queued nor running (here: succeeded, or waiting on its timer), and a
+/// wait that is not a bounded duration is refused before anything is read.
+#[tokio::test]
+async fn an_execution_is_awaited_in_one_request() {
+    // Every DNS change answers after 700 ms: a two-stage run is running for over a second.
+    let home = capstan_e2e::home_with(
+        &["guest-fixtures/fixture-steps.wasm"],
+        "workers = 4\nlease_ms = 3000\n[grants]\nfixture-steps = [\"dns\", \"convergence\"]\n[simulator]\ndns_propagation_ms = 0\n[[simulator.faults]]\nop = \"dns.change-records\"\nlatency_ms = 700\n",
+    );
+    let key = key_for(home.path(), "ops", &["workflows:fixture-steps"]);
+    let server = Server::start(home.path());
+    let c = Client::new();
+    let trigger = async |idem: &str, input: Value| -> String {
+        let r = c
+            .post(format!("{}/v1/workflows/fixture-steps", server.base))
+            .bearer_auth(&key)
+            .header("Idempotency-Key", idem)
+            .json(&input)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::ACCEPTED);
+        r.json::<Value>().await.unwrap()["executionId"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let get = async |id: &str, query: &str| -> (StatusCode, Value) {
+        let r = c
+            .get(format!("{}/v1/executions/{id}{query}", server.base))
+            .bearer_auth(&key)
+            .send()
+            .await
+            .unwrap();
+        (r.status(), r.json().await.unwrap())
+    };
+
+    let id = trigger("await-1", json!({"zone": "ZEXAMPLE-COM", "stages": 2})).await;
+    let (status, now) = get(&id, "").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        ["queued", "running"].contains(&now["status"].as_str().unwrap()),
+        "a plain read answers at once: {now}"
+    );
+    let (status, done) = get(&id, "?wait=20s").await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    assert_eq!(done["status"], "succeeded", "{done}");
+    assert!(
+        done["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["status"] == "succeeded"),
+        "{done}"
+    );
+
+    // A run that waits on a timer is answered waiting: there is nothing left to await.
+    let sleeping = trigger(
+        "await-2",
+        json!({"zone": "ZEXAMPLE-COM", "stages": 1, "sleepSeconds": 600}),
+    )
+    .await;
+    let (status, waiting) = get(&sleeping, "?wait=20").await;
+    assert_eq!(status, StatusCode::OK, "{waiting}");
+    assert_eq!(waiting["status"], "waiting", "{waiting}");
+
+    for bad in [
+        "?wait=soon",
+        "?wait=26s",
+        "?wait=-1",
+        "?wait=1h",
+        "?until=5",
+    ] {
+        let (status, body) = get(&id, bad).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {body}");
+        assert_eq!(body["error"], "invalid_filter", "{bad}: {body}");
+    }
+}

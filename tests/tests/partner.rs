@@ -1878,3 +1878,192 @@ async fn cancelling_a_completed_booking_voids_its_tickets_and_the_suppliers_conf
         "{log:#?}"
     );
 }
+
+/// A storm of every seat-changing request through the HTTP API — creates, captures, cancels,
+/// reschedules — with holds timing out under it (a capture window of 800 ms) and fulfilment
+/// running: every answer is a success or a documented refusal, and once it settles every slot's
+/// `remaining` is its capacity less the seats of the bookings that hold it (UNCAPTURED, PENDING,
+/// COMPLETED). `just test` runs it on SQLite and on PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_storm_of_every_change_over_http_keeps_the_seat_ledger_exact() {
+    let home = home_with(
+        &[],
+        &partner_config(
+            "capture_window_ms = 800\nrate_limit = { requests_per_second = 0.0, burst = 0 }",
+        ),
+    );
+    let key = partner_key(home.path(), "booking", "production");
+    let server = Server::start(home.path());
+    let c = Client::new();
+    let base = format!("{}/api/public/v2", server.base);
+    let inventory = format!("{base}/inventory/list-by/tour?tourId=5001&limit=4");
+    let (_, page) = call(&c, Method::GET, &inventory, Some(&key), None).await;
+    let slots: Vec<String> = page["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(slots.len(), 4, "{page}");
+    let known = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let mut tasks = Vec::new();
+    for task in 0..6u64 {
+        let (c, base, key, slots, known) = (
+            c.clone(),
+            base.clone(),
+            key.clone(),
+            slots.clone(),
+            known.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            // xorshift: the same storm on every run of a task.
+            let mut state = 0x9E37_79B9_7F4A_7C15 ^ (task + 1);
+            let mut roll = |n: usize| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                usize::try_from(state % n as u64).unwrap()
+            };
+            let mut answers = Vec::new();
+            for _ in 0..40 {
+                let pick = {
+                    let known = known.lock().unwrap();
+                    (!known.is_empty()).then(|| known[roll(known.len())].clone())
+                };
+                let slot = slots[roll(slots.len())].clone();
+                let (what, (status, body)) = match (roll(6), pick) {
+                    (0 | 1, _) | (_, None) => {
+                        let pax = 1 + roll(2);
+                        let got = call(
+                            &c,
+                            Method::POST,
+                            &format!("{base}/bookings/"),
+                            Some(&key),
+                            Some(booking_body(&slot, pax, 40.0 * pax as f64)),
+                        )
+                        .await;
+                        if got.0 == 200 {
+                            known
+                                .lock()
+                                .unwrap()
+                                .push(got.1["bookingId"].as_str().unwrap().to_owned());
+                        }
+                        ("create", got)
+                    }
+                    (2, Some(id)) => (
+                        "capture",
+                        call(
+                            &c,
+                            Method::PUT,
+                            &format!("{base}/bookings/{id}/"),
+                            Some(&key),
+                            Some(json!({"status": "PENDING", "partnerReferenceId": format!("r{id}")})),
+                        )
+                        .await,
+                    ),
+                    (3, Some(id)) => (
+                        "cancel",
+                        call(
+                            &c,
+                            Method::POST,
+                            &format!("{base}/bookings/{id}/cancel/"),
+                            Some(&key),
+                            Some(json!({"reason": "storm"})),
+                        )
+                        .await,
+                    ),
+                    (_, Some(id)) => (
+                        "reschedule",
+                        call(
+                            &c,
+                            Method::POST,
+                            &format!("{base}/bookings/{id}/reschedule/"),
+                            Some(&key),
+                            Some(json!({"inventoryId": slot})),
+                        )
+                        .await,
+                    ),
+                };
+                let documented = status == 200
+                    || (status == 409
+                        && ["E_INVENTORY_UNAVAILABLE", "E_INVALID_STATE"]
+                            .contains(&body["error"]["code"].as_str().unwrap_or_default()))
+                    || (status == 400
+                        && body["error"]["message"]
+                            .as_str()
+                            .is_some_and(|m| m.contains("already in that slot")));
+                assert!(documented, "{what}: {status} {body}");
+                answers.push(status.as_u16());
+            }
+            answers
+        }));
+    }
+    let mut answered = Vec::new();
+    for t in tasks {
+        answered.extend(t.await.unwrap());
+    }
+    assert!(
+        answered.iter().filter(|s| **s == 200).count() > 40,
+        "the storm changed things: {answered:?}"
+    );
+    // Settled: the capture window has passed for every hold and fulfilment has finished; two
+    // reads in a row agree.
+    let ledger = async || {
+        let mut bookings = Vec::new();
+        let mut offset = 0;
+        loop {
+            let (_, page) = call(
+                &c,
+                Method::GET,
+                &format!("{base}/bookings/?offset={offset}&limit=20"),
+                Some(&key),
+                None,
+            )
+            .await;
+            let items = page["items"].as_array().unwrap().clone();
+            offset += items.len();
+            let done = items.is_empty() || offset as u64 >= page["total"].as_u64().unwrap();
+            bookings.extend(items);
+            if done {
+                break;
+            }
+        }
+        let (_, page) = call(&c, Method::GET, &inventory, Some(&key), None).await;
+        (bookings, page["items"].clone())
+    };
+    let mut last = (Vec::new(), Value::Null);
+    for _ in 0..60 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = ledger().await;
+        let settled = now == last
+            && !now
+                .0
+                .iter()
+                .any(|b| b["status"] == "UNCAPTURED" || b["status"] == "PENDING");
+        last = now;
+        if settled {
+            break;
+        }
+    }
+    let (bookings, items) = last;
+    assert!(bookings.len() > 10, "{}", bookings.len());
+    for slot in items.as_array().unwrap() {
+        let id = slot["id"].as_str().unwrap();
+        // A booking names its slot by the start (the variant is the storm's one).
+        assert!(slot["startDateTime"].is_string(), "{slot}");
+        let held: u64 = bookings
+            .iter()
+            .filter(|b| {
+                b["startDateTime"] == slot["startDateTime"]
+                    && ["UNCAPTURED", "PENDING", "COMPLETED"]
+                        .contains(&b["status"].as_str().unwrap())
+            })
+            .map(|b| b["customersDetails"]["count"].as_u64().unwrap())
+            .sum();
+        assert_eq!(
+            slot["remaining"].as_u64().unwrap(),
+            5 - held,
+            "slot {id}: remaining is capacity less what its bookings hold"
+        );
+    }
+}

@@ -23,6 +23,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
+use std::time::Duration;
 use utoipa::IntoParams;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -82,6 +83,53 @@ struct ExecutionQuery {
     status: Option<views::ExecutionStatusView>,
     /// Only executions requested by this principal.
     principal_id: Option<String>,
+}
+
+/// Query of `GET /v1/executions/{id}` (any other parameter → 400).
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)]
+struct AwaitQuery {
+    /// Wait up to this long for the execution to stop being `queued` or `running` (to end, to
+    /// wait, or to pause): `30s`, `500ms`, `1m`, or seconds (`30`). At most 25 s, so the answer
+    /// comes before the node's request deadline (`connections.request_ms`, 30 s). Without it,
+    /// the answer is immediate.
+    #[param(example = "25s")]
+    wait: Option<String>,
+}
+
+/// The longest `?wait=` of `GET /v1/executions/{id}`: below the default request deadline
+/// (`connections.request_ms`, 30 s), which would answer 408 instead.
+const MAX_WAIT_MS: u64 = 25_000;
+
+/// How often an awaiting request reads the execution again even without a wake-up (on
+/// PostgreSQL a missed notification from another node costs at most this).
+const AWAIT_POLL: Duration = Duration::from_secs(1);
+
+/// `?wait=` as a duration: `500ms`, `30s`, `1m`, or bare seconds.
+fn parse_wait(text: &str) -> Result<Duration, ApiError> {
+    let text = text.trim();
+    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(at) => text.split_at(at),
+        None => (text, "s"),
+    };
+    let scale = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        _ => 0,
+    };
+    let millis = number.parse::<u64>().ok().filter(|_| scale > 0);
+    match millis {
+        Some(n) if n.saturating_mul(scale) <= MAX_WAIT_MS => Ok(Duration::from_millis(n * scale)),
+        _ => Err(ApiError::bad_request(
+            "invalid_filter",
+            format!(
+                "wait must be a duration of at most {} s (`500ms`, `25s`, `25`), not `{text}`",
+                MAX_WAIT_MS / 1_000
+            ),
+        )),
+    }
 }
 
 /// Query of `GET /v1/audit-logs` (any other parameter → 400).
@@ -349,15 +397,17 @@ async fn list(
     }))
 }
 
-/// `GET /v1/executions/{id}`.
+/// `GET /v1/executions/{id}`, and with `?wait=` the await of its result in one request.
 #[utoipa::path(
     get,
     path = "/v1/executions/{id}",
     tag = "executions",
     operation_id = "getExecution",
-    params(ExecutionId),
+    description = "With `wait`, a bounded long poll: the answer comes as soon as the execution is neither `queued` nor `running` (it ended, waits or paused), or when the wait elapses with the execution as it then stands.",
+    params(ExecutionId, AwaitQuery),
     responses(
         (status = 200, description = "The execution with its stages in order and its outcome, if any.", body = Execution),
+        (status = 400, description = "`invalid_filter`: an unknown parameter, or a `wait` that is not a duration of at most 25 s.", body = Error),
         (status = 403, description = "`forbidden`: the caller may not use the execution's workflow.", body = Error),
         (status = 404, description = "`not_found`: no such execution.", body = Error),
     ),
@@ -367,19 +417,51 @@ async fn get_execution(
     State(state): State<ApiState>,
     caller: Caller,
     Path(id): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
 ) -> Result<Json<Execution>, ApiError> {
-    // The execution and its stages in one read; the stages are dropped unless it is allowed.
-    let (execution, stages) = match state
-        .store
-        .execution_with_stages(&id)
-        .await
-        .map_err(|e| ApiError::from(capstan_engine::EngineError::Store(e)))?
-    {
-        Some((execution, stages)) => (Some(execution), stages),
-        None => (None, Vec::new()),
-    };
-    let execution = authorize(&state, &caller, &id, execution, None).await?;
-    Ok(Json(views::execution(&execution, &stages)))
+    if let Some(key) = query.keys().find(|k| k.as_str() != "wait") {
+        return Err(ApiError::bad_request(
+            "invalid_filter",
+            format!("unknown parameter `{key}` (use wait)"),
+        ));
+    }
+    let wait = query.get("wait").map(|w| parse_wait(w)).transpose()?;
+    let deadline = tokio::time::Instant::now() + wait.unwrap_or_default();
+    // Every commit that moves an execution publishes an event, and every published event
+    // moves this; subscribed before the read, so a move between the read and the wait wakes it.
+    let mut moved = state.store.subscribe_events();
+    let mut allowed = false;
+    loop {
+        moved.borrow_and_update();
+        // The execution and its stages in one read; the stages are dropped unless it is
+        // allowed. Authorized (and audited) once: a later read is of the same execution.
+        let (execution, stages) = match state
+            .store
+            .execution_with_stages(&id)
+            .await
+            .map_err(|e| ApiError::from(capstan_engine::EngineError::Store(e)))?
+        {
+            Some((execution, stages)) => (Some(execution), stages),
+            None => (None, Vec::new()),
+        };
+        let execution = match execution {
+            Some(execution) if allowed => execution,
+            execution => authorize(&state, &caller, &id, execution, None).await?,
+        };
+        allowed = true;
+        let moving = matches!(
+            execution.status,
+            ExecutionStatus::Queued | ExecutionStatus::Running
+        );
+        let now = tokio::time::Instant::now();
+        if wait.is_none() || !moving || now >= deadline {
+            return Ok(Json(views::execution(&execution, &stages)));
+        }
+        tokio::select! {
+            _ = moved.changed() => {}
+            () = tokio::time::sleep_until(deadline.min(now + AWAIT_POLL)) => {}
+        }
+    }
 }
 
 /// `POST /v1/executions/{id}/cancel`.

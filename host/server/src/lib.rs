@@ -6,6 +6,7 @@
 //!
 //! # Layout
 //! - `config` — [`config::Settings`]: defaults → file → `CAPSTAN_*` env → flags.
+//! - `client` — `capstan executions …` and `capstan trigger`: the CLI as a client of `/v1`.
 //! - `telemetry` — tracing subscriber (text or JSON).
 //! - `registry` — the loaded workflows and the files that failed.
 //! - `steps` — the fulfilment step components and the simulated booking services behind them.
@@ -15,6 +16,7 @@
 //!
 //! The benchmarks live in `host/bench` (`capstan-bench`), outside the server binary.
 
+pub mod client;
 pub mod config;
 pub mod listen;
 pub mod registry;

@@ -3,8 +3,8 @@
 
 use capstan_server::config::{LogFormat, Overrides, Settings};
 use capstan_server::registry::Registry;
-use capstan_server::{serve, telemetry};
-use clap::{Parser, Subcommand};
+use capstan_server::{client, serve, telemetry};
+use clap::{CommandFactory as _, Parser, Subcommand};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -97,6 +97,99 @@ enum Command {
     Certificates {
         #[command(subcommand)]
         command: CertificatesCommand,
+    },
+    /// Executions on a running server, through its /v1 API (an API key, not the database).
+    Executions {
+        #[command(flatten)]
+        remote: client::RemoteArgs,
+        #[command(subcommand)]
+        command: ExecutionsCommand,
+    },
+    /// Trigger a workflow on a running server; with --wait, follow it to its end (the exit
+    /// status tells how it ended: 0 succeeded, 3 failed, 4 canceled or rolled back, 5 paused or
+    /// waiting).
+    Trigger {
+        #[command(flatten)]
+        remote: client::RemoteArgs,
+        /// The workflow, as loaded by the server (`capstan workflows list`).
+        workflow: String,
+        /// The trigger body: a JSON file, or - for standard input.
+        #[arg(long, value_name = "FILE")]
+        input: PathBuf,
+        /// Makes the trigger safe to retry: the same key and body answer the same execution
+        /// (default: a new key, so every run of the command is a new execution).
+        #[arg(long, value_name = "KEY")]
+        idempotency_key: Option<String>,
+        /// Follow the execution, stage by stage, until it ends, waits or pauses.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to standard output.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff) to standard output: `capstan man | man -l -`.
+    Man,
+}
+
+#[derive(Debug, Subcommand)]
+enum ExecutionsCommand {
+    /// Executions newest first, of the workflows the key may use.
+    List {
+        /// Only this workflow.
+        #[arg(long)]
+        workflow: Option<String>,
+        /// Only this status (queued, running, waiting, paused, succeeded, failed, canceled,
+        /// rolled_back).
+        #[arg(long)]
+        status: Option<String>,
+        /// Only executions requested by this principal.
+        #[arg(long)]
+        principal: Option<String>,
+        /// At most this many (1-100).
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+    },
+    /// One execution: its status, stages and outcome.
+    Show {
+        /// The execution id.
+        id: String,
+    },
+    /// Follow an execution stage by stage until it ends, waits or pauses (exit status as for
+    /// `trigger --wait`).
+    Watch {
+        /// The execution id.
+        id: String,
+    },
+    /// The execution's events, in order.
+    Events {
+        /// The execution id.
+        id: String,
+    },
+    /// Cancel an execution (or request its cancellation, when a worker holds it).
+    Cancel {
+        /// The execution id.
+        id: String,
+    },
+    /// Resume a paused execution from the call that failed.
+    Resume {
+        /// The execution id.
+        id: String,
+    },
+    /// Roll an execution back: compensate what it did, newest first.
+    Rollback {
+        /// The execution id.
+        id: String,
+    },
+    /// Approve the plan an execution waits on (add-subdomain).
+    Approve {
+        /// The execution id.
+        id: String,
+        /// The hash of the plan you reviewed (`GET /v1/executions/{id}/plan`): a plan that
+        /// changed since is refused.
+        #[arg(long)]
+        plan_hash: String,
     },
 }
 
@@ -299,6 +392,60 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
                 None => None,
             };
             serve::serve(app, listener, sandbox, redirect, serve::shutdown_signal()).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Executions { remote, command } => {
+            executions(&client::Remote::new(&remote)?, command).await
+        }
+        Command::Trigger {
+            remote,
+            workflow,
+            input,
+            idempotency_key,
+            wait,
+        } => {
+            let remote = client::Remote::new(&remote)?;
+            let body = client::read_input(&input)?;
+            let key = idempotency_key.unwrap_or_else(capstan_core::ids::new_id);
+            let answer = remote
+                .call(
+                    reqwest::Method::POST,
+                    &format!("/v1/workflows/{workflow}"),
+                    Some(&body),
+                    &[("Idempotency-Key", key.as_str())],
+                )
+                .await?;
+            let id = answer["executionId"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            if !wait {
+                remote.print(&answer, |a| {
+                    format!(
+                        "{id}: {} ({})",
+                        a["status"].as_str().unwrap_or_default(),
+                        a["workflow"].as_str().unwrap_or_default()
+                    )
+                });
+                return Ok(ExitCode::SUCCESS);
+            }
+            if !remote.json {
+                println!("{id}: triggered ({workflow})");
+            }
+            let end = client::watch(&remote, &id).await?;
+            Ok(client::exit_for(end["status"].as_str().unwrap_or_default()))
+        }
+        Command::Completions { shell } => {
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "capstan",
+                &mut std::io::stdout(),
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man => {
+            clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout())?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Migrate => {
@@ -680,4 +827,79 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
             })
         }
     }
+}
+
+/// `capstan executions …`: one API call each (a watch, a series of awaits).
+async fn executions(
+    remote: &client::Remote,
+    command: ExecutionsCommand,
+) -> anyhow::Result<ExitCode> {
+    let control = async |id: &str, what: &str, body: Option<serde_json::Value>| {
+        let answer = remote
+            .post(&format!("/v1/executions/{id}/{what}"), body.as_ref())
+            .await?;
+        remote.print(&answer, |a| {
+            let execution = &a["execution"];
+            let status = a["status"]
+                .as_str()
+                .or_else(|| execution["status"].as_str())
+                .unwrap_or_default();
+            format!("{id}: {status}")
+        });
+        anyhow::Ok(ExitCode::SUCCESS)
+    };
+    match command {
+        ExecutionsCommand::List {
+            workflow,
+            status,
+            principal,
+            limit,
+        } => {
+            let mut query = vec![format!("limit={limit}")];
+            for (name, value) in [
+                ("workflow", workflow),
+                ("status", status),
+                ("principalId", principal),
+            ] {
+                if let Some(value) = value {
+                    query.push(format!("{name}={}", url_encode(&value)));
+                }
+            }
+            let page = remote
+                .get(&format!("/v1/executions?{}", query.join("&")))
+                .await?;
+            remote.print(&page, client::list);
+            Ok(ExitCode::SUCCESS)
+        }
+        ExecutionsCommand::Show { id } => {
+            let execution = remote.get(&format!("/v1/executions/{id}")).await?;
+            remote.print(&execution, client::show);
+            Ok(ExitCode::SUCCESS)
+        }
+        ExecutionsCommand::Watch { id } => {
+            let end = client::watch(remote, &id).await?;
+            Ok(client::exit_for(end["status"].as_str().unwrap_or_default()))
+        }
+        ExecutionsCommand::Events { id } => {
+            let events = remote.get(&format!("/v1/executions/{id}/events")).await?;
+            remote.print(&events, client::events);
+            Ok(ExitCode::SUCCESS)
+        }
+        ExecutionsCommand::Cancel { id } => control(&id, "cancel", None).await,
+        ExecutionsCommand::Resume { id } => control(&id, "resume", None).await,
+        ExecutionsCommand::Rollback { id } => control(&id, "rollback", None).await,
+        ExecutionsCommand::Approve { id, plan_hash } => {
+            control(
+                &id,
+                "plan/approve",
+                Some(serde_json::json!({"planHash": plan_hash})),
+            )
+            .await
+        }
+    }
+}
+
+/// A query parameter's value, percent-encoded.
+fn url_encode(value: &str) -> String {
+    url::form_urlencoded::byte_serialize(value.as_bytes()).collect()
 }
