@@ -25,6 +25,12 @@ setup:
     if ! command -v knotd >/dev/null 2>&1 && [ ! -x /usr/sbin/knotd ] || ! command -v kdig >/dev/null 2>&1 || ! command -v pebble >/dev/null 2>&1; then
         apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq knot knot-dnsutils pebble >/dev/null
     fi
+    # moto's server and boto3 for the AWS adapter tests (tests/tests/aws.rs), in a virtual
+    # environment of their own so moto's pins stay out of the machine's Python.
+    if [ ! -x target/venv-moto/bin/moto_server ]; then
+        python3 -m venv target/venv-moto
+        target/venv-moto/bin/pip install --quiet --disable-pip-version-check 'moto[server]==5.2.5'
+    fi
     # pyenv only puts a new console script (`st`) on PATH after a rehash.
     if command -v pyenv >/dev/null 2>&1; then pyenv rehash; fi
 

@@ -1308,6 +1308,96 @@ fn base64(bytes: &[u8], url_safe: bool) -> String {
     out
 }
 
+// ---------------------------------------------------------------------------------------------
+// moto
+// ---------------------------------------------------------------------------------------------
+
+/// moto's server (PyPI `moto[server]`, in the virtual environment `just setup` makes at
+/// `target/venv-moto`): the AWS APIs on 127.0.0.1, state in memory. The tests look at it with
+/// boto3 (`tests/clients/aws_state.py`), the AWS SDK for Python, never through Capstan.
+pub struct Moto {
+    child: Child,
+    dir: tempfile::TempDir,
+    port: u16,
+}
+
+impl Moto {
+    /// The virtual environment's interpreter and `moto_server`.
+    fn venv(program: &str) -> PathBuf {
+        let path = crate::repo().join("target/venv-moto/bin").join(program);
+        assert!(
+            path.is_file(),
+            "{} is missing: run `just setup` (it makes the moto virtual environment)",
+            path.display()
+        );
+        path
+    }
+
+    pub fn start() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let port = free_port();
+        let log = fs::File::create(dir.path().join("moto.log")).expect("moto log");
+        let child = Command::new(Self::venv("moto_server"))
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("spawn moto_server");
+        let moto = Self { child, dir, port };
+        let deadline = Instant::now() + START_TIMEOUT;
+        while std::net::TcpStream::connect((LOCALHOST, port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "moto did not listen; log:\n{}",
+                moto.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        moto
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// The credentials moto accepts (any), for boto3.
+    pub fn env() -> [(&'static str, &'static str); 3] {
+        [
+            ("AWS_ACCESS_KEY_ID", "testing"),
+            ("AWS_SECRET_ACCESS_KEY", "testing"),
+            ("AWS_REGION", "us-east-1"),
+        ]
+    }
+
+    /// `tests/clients/aws_state.py ARGS` against this moto: its JSON answer.
+    pub fn boto(&self, args: &[&str]) -> serde_json::Value {
+        let out = Command::new(Self::venv("python"))
+            .arg(crate::repo().join("tests/clients/aws_state.py"))
+            .arg(self.endpoint())
+            .args(args)
+            .envs(Self::env())
+            .output()
+            .expect("run aws_state.py");
+        assert!(
+            out.status.success(),
+            "aws_state.py {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("aws_state.py answers JSON")
+    }
+
+    pub fn log(&self) -> String {
+        fs::read_to_string(self.dir.path().join("moto.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,6 +14,7 @@
 //! - `model.rs` — the WIT records of `dns` and `certificates`, typed.
 //! - `rfc2136.rs` — DNS by RFC 2136 dynamic update signed with TSIG (BIND, Knot, PowerDNS).
 //! - `acme.rs` — certificates by ACME v2 with DNS-01 (Let's Encrypt, Pebble, any RFC 8555 CA).
+//! - `route53.rs` — DNS on AWS Route 53 (the SDK calls are `capstan-aws`'s).
 //!
 //! It must not know the engine or the simulated cloud: both meet adapters only through the trait.
 
@@ -21,6 +22,7 @@ pub mod acme;
 mod ledger;
 pub mod model;
 pub mod rfc2136;
+pub mod route53;
 mod secret;
 
 use capstan_core::{Capability, Clock, Providers, secrets::Keyring};
@@ -29,6 +31,7 @@ use std::sync::Arc;
 
 pub use acme::AcmeSettings;
 pub use rfc2136::Rfc2136Settings;
+pub use route53::Route53Settings;
 
 /// `[providers.<capability>]`: which implementation serves a capability, and its settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -40,6 +43,8 @@ pub enum ProviderSettings {
     Rfc2136(Rfc2136Settings),
     /// Certificates by ACME v2 with DNS-01 challenges.
     Acme(AcmeSettings),
+    /// DNS on AWS Route 53.
+    Route53(Route53Settings),
 }
 
 impl ProviderSettings {
@@ -48,6 +53,7 @@ impl ProviderSettings {
             ProviderSettings::Simulated => "simulated",
             ProviderSettings::Rfc2136(_) => "rfc2136",
             ProviderSettings::Acme(_) => "acme",
+            ProviderSettings::Route53(_) => "route53",
         }
     }
 
@@ -55,7 +61,9 @@ impl ProviderSettings {
     fn serves(&self, capability: Capability) -> bool {
         match self {
             ProviderSettings::Simulated => true,
-            ProviderSettings::Rfc2136(_) => capability == Capability::Dns,
+            ProviderSettings::Rfc2136(_) | ProviderSettings::Route53(_) => {
+                capability == Capability::Dns
+            }
             ProviderSettings::Acme(_) => capability == Capability::Certificates,
         }
     }
@@ -102,7 +110,7 @@ pub async fn build(
             capability,
             "kind",
             format!(
-                "`{}` cannot serve {}: rfc2136 serves dns, acme serves certificates, simulated serves any",
+                "`{}` cannot serve {}: rfc2136 and route53 serve dns, acme serves certificates, simulated serves any",
                 settings.kind(),
                 capability.as_str()
             ),
@@ -112,5 +120,6 @@ pub async fn build(
         ProviderSettings::Simulated => None,
         ProviderSettings::Rfc2136(s) => Some(Arc::new(rfc2136::Rfc2136::new(s, node)?)),
         ProviderSettings::Acme(s) => Some(Arc::new(acme::Acme::new(s, node).await?)),
+        ProviderSettings::Route53(s) => Some(Arc::new(route53::Route53::new(s, node).await?)),
     })
 }

@@ -1,0 +1,62 @@
+"""What moto holds, seen with boto3 (the AWS SDK for Python), for the AWS end-to-end tests.
+
+    aws_state.py ENDPOINT create-zone NAME            -> {"id": ..., "name": ...}
+    aws_state.py ENDPOINT upsert ZONE NAME TYPE VALUE -> {"status": ...}
+    aws_state.py ENDPOINT records ZONE                -> [{"name", "type", "ttl", "values", "alias"}]
+    aws_state.py ENDPOINT zones                       -> [{"id", "name", "callerReference"}]
+
+Credentials and region come from the environment (moto accepts any).
+"""
+
+import json
+import sys
+import uuid
+
+import boto3
+
+
+def main() -> None:
+    endpoint, command, *args = sys.argv[1:]
+    r53 = boto3.client("route53", endpoint_url=endpoint, region_name="us-east-1")
+    if command == "create-zone":
+        (name,) = args
+        zone = r53.create_hosted_zone(Name=name, CallerReference=str(uuid.uuid4()))["HostedZone"]
+        out = {"id": zone["Id"].split("/")[-1], "name": zone["Name"].rstrip(".")}
+    elif command == "upsert":
+        zone, name, rtype, value = args
+        change = r53.change_resource_record_sets(
+            HostedZoneId=zone,
+            ChangeBatch={"Changes": [{"Action": "UPSERT", "ResourceRecordSet": {
+                "Name": name, "Type": rtype, "TTL": 60, "ResourceRecords": [{"Value": value}]}}]},
+        )
+        out = {"status": change["ChangeInfo"]["Status"]}
+    elif command == "records":
+        (zone,) = args
+        sets = r53.list_resource_record_sets(HostedZoneId=zone)["ResourceRecordSets"]
+        out = sorted(
+            (
+                {
+                    "name": s["Name"].rstrip(".").lower(),
+                    "type": s["Type"],
+                    "ttl": s.get("TTL"),
+                    "values": sorted(r["Value"] for r in s.get("ResourceRecords", [])),
+                    "alias": s.get("AliasTarget", {}).get("DNSName", "").rstrip(".") or None,
+                }
+                for s in sets
+                if s["Type"] not in ("NS", "SOA")
+            ),
+            key=lambda s: (s["name"], s["type"]),
+        )
+    elif command == "zones":
+        out = [
+            {"id": z["Id"].split("/")[-1], "name": z["Name"].rstrip("."),
+             "callerReference": z["CallerReference"]}
+            for z in r53.list_hosted_zones()["HostedZones"]
+        ]
+    else:
+        raise SystemExit(f"unknown command {command}")
+    json.dump(out, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
