@@ -120,6 +120,21 @@ pub async fn step_effects(home: &Path, booking_id: &str) -> Vec<(String, serde_j
         .collect()
 }
 
+/// What the simulated supplier recorded a booking's confirmation was worth: `(amount in the
+/// currency's minor units, currency)`.
+pub async fn supplier_charge(home: &Path, booking_id: &str) -> Option<(i64, String)> {
+    let db = database(home).await;
+    let charge = sqlx::query_as::<_, (i64, String)>(
+        "SELECT amount_minor, currency FROM sim_step_effects WHERE booking_id = $1 AND op = 'supplier.confirm'",
+    )
+    .bind(booking_id)
+    .fetch_optional(&db)
+    .await
+    .expect("read sim_step_effects");
+    db.close().await;
+    charge
+}
+
 /// A home for a server: the given components in `workflows/`, and a config granting the test
 /// workflows their capabilities, with DNS that converges at once.
 pub fn home(components: &[&str]) -> tempfile::TempDir {

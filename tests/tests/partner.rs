@@ -2067,3 +2067,47 @@ async fn a_storm_of_every_change_over_http_keeps_the_seat_ledger_exact() {
         );
     }
 }
+
+/// Fulfilment hands the supplier the booking's amount in its currency's minor units, by the
+/// catalog's precision: cents for EUR, yen for JPY (no decimals), as the supplier records it.
+#[tokio::test]
+async fn amounts_reach_the_supplier_in_the_currencys_minor_units() {
+    let home = home_with(&[], &partner_config(""));
+    let key = partner_key(home.path(), "booking", "production");
+    let server = Server::start(home.path());
+    let c = Client::new();
+    let base = format!("{}/api/public/v2", server.base);
+    let slot = first_slot(&c, &server.base, &key, "5001").await;
+    let slot = slot["id"].as_str().unwrap();
+    // 80 EUR, and the same in yen at the catalog's rate (160.3): 12,824 yen.
+    for (amount, currency, minor) in [(80.0, "EUR", 8000), (12824.0, "JPY", 12824)] {
+        let mut body = booking_body(slot, 2, amount);
+        body["price"]["currencyCode"] = json!(currency);
+        let (s, b) = call(
+            &c,
+            Method::POST,
+            &format!("{base}/bookings/"),
+            Some(&key),
+            Some(body),
+        )
+        .await;
+        assert_eq!(s, 200, "{b}");
+        let id = b["bookingId"].as_str().unwrap().to_owned();
+        let url = format!("{base}/bookings/{id}/");
+        let (s, b) = call(
+            &c,
+            Method::PUT,
+            &url,
+            Some(&key),
+            Some(json!({"status": "PENDING", "partnerReferenceId": format!("minor-{currency}")})),
+        )
+        .await;
+        assert_eq!(s, 200, "{b}");
+        until_booking(&c, &url, &key, "COMPLETED").await;
+        assert_eq!(
+            capstan_e2e::supplier_charge(home.path(), &id).await,
+            Some((minor, currency.to_owned())),
+            "{currency}"
+        );
+    }
+}

@@ -152,8 +152,8 @@ impl StepHost {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
         let answer = sqlx::query_scalar::<_, String>(
-            "INSERT INTO sim_step_effects (idempotency_key, op, booking_id, answer, calls, created_ms)
-             VALUES ($1, $2, $3, $4, 1, $5)
+            "INSERT INTO sim_step_effects (idempotency_key, op, booking_id, answer, amount_minor, currency, calls, created_ms)
+             VALUES ($1, $2, $3, $4, $5, $6, 1, $7)
              ON CONFLICT (idempotency_key, op) DO UPDATE SET calls = sim_step_effects.calls + 1
              RETURNING answer",
         )
@@ -161,6 +161,8 @@ impl StepHost {
         .bind(op)
         .bind(booking_id)
         .bind(make().to_string())
+        .bind(self.booking["amount_minor"].as_i64())
+        .bind(self.booking["currency_code"].as_str())
         .bind(now)
         .fetch_one(self.store.writer())
         .await;

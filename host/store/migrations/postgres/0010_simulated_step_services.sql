@@ -1,11 +1,15 @@
 -- The simulated supplier, admission and voucher services behind the booking fulfilment steps
 -- keep each effect once per idempotency key, as a real supplier does: a step re-run after a
 -- crash (same key) gets the first answer back, and `calls` counts how often it was asked.
+-- `amount_minor` and `currency` are what the booking was worth when the effect was made (in the
+-- currency's minor units), as a supplier's confirmation records what it is paid.
 CREATE TABLE sim_step_effects (
     idempotency_key TEXT    NOT NULL,
     op              TEXT    NOT NULL,
     booking_id      TEXT    NOT NULL,
     answer          TEXT    NOT NULL,
+    amount_minor    BIGINT,
+    currency        TEXT,
     calls           BIGINT  NOT NULL DEFAULT 1,
     created_ms      BIGINT  NOT NULL,
     PRIMARY KEY (idempotency_key, op)
