@@ -97,6 +97,10 @@ pub struct Route53 {
     ledger: Ledger,
     clock: Arc<dyn Clock>,
     zones: Vec<String>,
+    /// Zone ids found to be in `zones`: a zone's id names one zone for its whole life, so each
+    /// is looked up once, not with a `ListHostedZones` before every call (Route 53 allows an
+    /// account five requests a second across all of them).
+    allowed_ids: std::sync::Mutex<std::collections::HashSet<String>>,
     default_ttl: u32,
 }
 
@@ -232,6 +236,7 @@ impl Route53 {
             ledger: Ledger::new(node.store.writer().clone(), "route53"),
             clock: node.clock.clone(),
             zones: s.zones.iter().map(|z| model::bare(z)).collect(),
+            allowed_ids: std::sync::Mutex::default(),
             default_ttl: s.default_ttl,
         })
     }
@@ -252,6 +257,23 @@ impl Route53 {
             .into_iter()
             .find(|z| z.id == id && self.allowed(&z.name))
             .ok_or_else(|| CapabilityError::permanent("not-found", format!("no hosted zone {id}")))
+    }
+
+    /// Refuses a zone id outside `zones` (`not-found`, as Route 53 answers an unknown one).
+    /// Without `zones` every zone is allowed, and Route 53 itself answers for unknown ids.
+    async fn check_zone(&self, id: &str) -> Result<(), CapabilityError> {
+        let known = |ids: &std::collections::HashSet<String>| ids.contains(id);
+        let lock = || {
+            self.allowed_ids
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        if self.zones.is_empty() || known(&lock()) {
+            return Ok(());
+        }
+        self.zone(id).await?;
+        lock().insert(id.to_owned());
+        Ok(())
     }
 
     /// The set of `name` and `type_` as it stands, in the WIT's shape.
@@ -322,7 +344,7 @@ impl Route53 {
     async fn list_records(&self, request: &Value) -> Answer {
         let zone_id: String = arg(request, "zone_id")?;
         let name: String = arg(request, "name")?;
-        self.zone(&zone_id).await?;
+        self.check_zone(&zone_id).await?;
         let sets: Vec<RecordSet> = self
             .client
             .sets_at(&zone_id, &name)
@@ -337,7 +359,7 @@ impl Route53 {
         let zone_id: String = arg(request, "zone_id")?;
         let changes: Vec<Change> = arg(request, "changes")?;
         check(&changes)?;
-        self.zone(&zone_id).await?;
+        self.check_zone(&zone_id).await?;
         let earlier = if token.is_empty() {
             None
         } else {
@@ -345,6 +367,9 @@ impl Route53 {
                 .get(token, "dns.change-records", request)
                 .await?
         };
+        // What each changed set holds now, when it was read in this call (`None` inside: it
+        // does not exist); a replay reads again, since the batch may have been applied.
+        let mut standing: Vec<Option<Option<RecordSet>>> = vec![None; changes.len()];
         let prior = match earlier {
             Some(Entry::Done(answer)) => return Ok(answer),
             // Sent, perhaps, before a crash: what stood before is what was recorded.
@@ -355,9 +380,11 @@ impl Route53 {
             }
             None => {
                 let mut prior = Vec::new();
-                for change in &changes {
+                for (change, read) in changes.iter().zip(standing.iter_mut()) {
                     let set = change.set();
-                    match self.current(&zone_id, &set.name, set.type_).await? {
+                    let now = self.current(&zone_id, &set.name, set.type_).await?;
+                    *read = Some(now.clone());
+                    match now {
                         // Named as the request names it: rollback matches prior to change.
                         Some(before) => prior.push(RecordSet {
                             name: set.name.clone(),
@@ -396,11 +423,15 @@ impl Route53 {
         // Route 53 deletes a set only as it stands: each delete sends the set read now (none
         // left: it was deleted before a crash, and is dropped from the batch).
         let mut batch = Vec::new();
-        for change in &changes {
+        for (change, read) in changes.iter().zip(standing) {
             match change {
                 Change::Upsert(set) => batch.push((Action::Upsert, to_set(set, self.default_ttl))),
                 Change::Delete(set) => {
-                    if let Some(now) = self.current(&zone_id, &set.name, set.type_).await? {
+                    let now = match read {
+                        Some(now) => now,
+                        None => self.current(&zone_id, &set.name, set.type_).await?,
+                    };
+                    if let Some(now) = now {
                         batch.push((Action::Delete, to_set(&now, self.default_ttl)));
                     }
                 }
