@@ -130,8 +130,10 @@ test: build-guests postgres
     (cd step-sdk && CARGO_TARGET_DIR=../workflows/target cargo test --quiet --target {{host_triple}})
     python3 examples/catalog/check.py examples/catalog/demo.json
     cargo build --quiet -p capstan
-    cargo test --workspace --quiet
+    rm -rf target/transitions-witness
+    CAPSTAN_TRANSITIONS_WITNESS="$PWD/target/transitions-witness" cargo test --workspace --quiet
     just test-postgres
+    python3 tests/clients/transitions_witness.py target/transitions-witness
 
 # Every suite again on PostgreSQL (a schema per test; drops those of earlier test and bench runs).
 test-postgres: postgres
@@ -144,7 +146,7 @@ test-postgres: postgres
     cargo build --quiet -p capstan
     # The whole workspace, so features unify as in the SQLite pass (no second build of the
     # dependencies); the tests that do not touch storage are quick and run again harmlessly.
-    CAPSTAN_TEST_DATABASE=postgres cargo test --workspace --quiet
+    CAPSTAN_TRANSITIONS_WITNESS="$PWD/target/transitions-witness" CAPSTAN_TEST_DATABASE=postgres cargo test --workspace --quiet
 
 # Formatting and clippy (warnings denied) on the host and the guests.
 lint: setup

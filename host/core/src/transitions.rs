@@ -1,24 +1,32 @@
-//! Every move of an execution's status, as one table ([`TABLE`]), and the decision of each
-//! control command read from it ([`decide`]). Pure: no I/O, no clock. The engine loads the
-//! [`Facts`] a command needs, asks [`decide`], and applies the row it gets.
+//! Every move of an execution's status, as one table ([`TABLE`]), and the decision read from it
+//! ([`decide`]). Pure: no clock, and no I/O but the test suite's record of the rows it reached.
+//! The engine loads the [`Facts`] a move needs, asks [`decide`], and applies the row it gets.
 //!
 //! Rows are tried in order; the first whose `from` holds the status and whose condition holds
 //! decides. "any" means every status; "stays" means the status does not change.
+//!
+//! What moves an execution: a request (trigger and the control commands, each answered), a
+//! worker claiming its run, the guest's outcome, a cancel reaching the run, and a rollback run
+//! ending. Time and leases move runs, not executions: a wake time, an approval or a converged
+//! condition makes a waiting run claimable, and a lapsed lease makes a running one claimable
+//! again; the claim rows say what each claim does to the execution.
 //!
 //! | from | on | when | to | event | answer |
 //! |---|---|---|---|---|---|
 //! | (new) | trigger | a worker slot is free | running | ExecutionQueued, ExecutionStarted | 202 the status committed |
 //! | (new) | trigger | always | queued | ExecutionQueued | 202 the status committed |
+//! | paused, succeeded, failed, canceled, rolled_back | claim | always | stays | — | — |
+//! | queued, running, waiting | claim | the run's component is not loaded | paused | ExecutionPaused | — |
 //! | queued, waiting | claim | always | running | ExecutionStarted | — |
-//! | paused | claim | the component is not loaded | paused | ExecutionPaused | — |
+//! | running | claim | always | running | — | — |
 //! | running | guest returns | always | succeeded | ExecutionSucceeded | — |
 //! | running | guest waits | always | waiting | ExecutionWaiting | — |
 //! | running | guest fails | the error is transient, or the replay diverged | paused | ExecutionPaused | — |
 //! | running | guest fails | the error is `canceled` and the workflow cancels cooperatively | canceled | ExecutionCanceled | — |
-//! | running | guest fails | always (permanent error, trap, limit) | failed | ExecutionFailed | — |
-//! | running, waiting | run stopped | a cancel was requested | canceled | ExecutionCanceled | — |
-//! | succeeded, failed, canceled, paused | rollback run ends | every receipt compensated | rolled_back | ExecutionRolledBack | — |
+//! | running | guest fails | always | failed | ExecutionFailed | — |
+//! | queued, running, waiting, paused | cancel stops the run | always | canceled | ExecutionCanceled | — |
 //! | succeeded, failed, canceled, paused | rollback run ends | a compensation failed permanently | stays | — | — |
+//! | succeeded, failed, canceled, paused | rollback run ends | always | rolled_back | ExecutionRolledBack | — |
 //! | succeeded, failed, canceled, rolled_back | cancel | always | stays | — | 409 not_cancelable |
 //! | queued, running, waiting | cancel | the workflow cancels cooperatively | stays | ExecutionCancellationRequested | 202 cancellation_requested |
 //! | queued, running, waiting, paused | cancel | its point of no return has begun | stays | — | 409 past_point_of_no_return |
@@ -81,7 +89,7 @@ impl On {
             Self::GuestReturns => "guest returns",
             Self::GuestWaits => "guest waits",
             Self::GuestFails => "guest fails",
-            Self::RunStopped => "run stopped",
+            Self::RunStopped => "cancel stops the run",
             Self::RollbackRunEnds => "rollback run ends",
             Self::Cancel => "cancel",
             Self::Resume => "resume",
@@ -91,7 +99,7 @@ impl On {
         }
     }
 
-    fn is_command(self) -> bool {
+    pub fn is_command(self) -> bool {
         matches!(
             self,
             Self::Cancel | Self::Resume | Self::Recover | Self::Rollback | Self::Approve
@@ -122,14 +130,26 @@ pub struct Facts {
     pub no_approval_wait: bool,
     pub already_approved: bool,
     pub stale_digest: bool,
+    /// A worker slot is free when the trigger commits: the execution starts at once.
+    pub slot_free: bool,
+    /// The guest's error is transient.
+    pub transient: bool,
+    /// The replay diverged from the journal.
+    pub diverged: bool,
+    /// The guest stopped with `canceled` because a cooperative cancel asked it to.
+    pub stopped_on_request: bool,
+    /// A compensation of the rollback run failed permanently.
+    pub compensation_failed: bool,
 }
 
 /// When a row applies, beyond its `from`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum When {
     Always,
-    /// Rows the engine follows by itself (not through [`decide`]); the text says when.
-    Engine(&'static str),
+    SlotFree,
+    PausesOnError,
+    StoppedOnRequest,
+    CompensationFailed,
     PendingSame,
     PendingOther,
     Cooperative,
@@ -158,7 +178,10 @@ impl When {
         };
         match self {
             Self::Always => true,
-            Self::Engine(_) => false,
+            Self::SlotFree => facts.slot_free,
+            Self::PausesOnError => facts.transient || facts.diverged,
+            Self::StoppedOnRequest => facts.stopped_on_request,
+            Self::CompensationFailed => facts.compensation_failed,
             Self::PendingSame => facts.pending.as_ref().is_some_and(same),
             Self::PendingOther => facts.pending.as_ref().is_some_and(|p| !same(p)),
             Self::Cooperative => facts.cooperative,
@@ -181,7 +204,12 @@ impl When {
     fn as_str(self) -> &'static str {
         match self {
             Self::Always => "always",
-            Self::Engine(text) => text,
+            Self::SlotFree => "a worker slot is free",
+            Self::PausesOnError => "the error is transient, or the replay diverged",
+            Self::StoppedOnRequest => {
+                "the error is `canceled` and the workflow cancels cooperatively"
+            }
+            Self::CompensationFailed => "a compensation failed permanently",
             Self::PendingSame => "the same command is pending",
             Self::PendingOther => "another command is pending",
             Self::Cooperative => "the workflow cancels cooperatively",
@@ -264,6 +292,8 @@ const ANY: &[ExecutionStatus] = &[];
 const ACTIVE: &[ExecutionStatus] = &[QUEUED, RUNNING, WAITING];
 const CANCELABLE: &[ExecutionStatus] = &[QUEUED, RUNNING, WAITING, PAUSED];
 const FINISHED: &[ExecutionStatus] = &[SUCCEEDED, FAILED, CANCELED, ROLLED_BACK];
+/// Where a claimed run has nothing to do: it ends and the execution stays.
+const RESTING: &[ExecutionStatus] = &[PAUSED, SUCCEEDED, FAILED, CANCELED, ROLLED_BACK];
 const ROLLBACKABLE: &[ExecutionStatus] = &[SUCCEEDED, FAILED, CANCELED, PAUSED];
 const NOT_WAITING: &[ExecutionStatus] = &[
     QUEUED,
@@ -295,21 +325,33 @@ const fn row(
 
 const REQUEUED: &[&str] = &["CommandQueued", "ExecutionQueued"];
 
+/// A guest's permanent failure (error, trap, limit): the last row of its outcomes.
+const GUEST_FAILS: Row = row(
+    &[RUNNING],
+    On::GuestFails,
+    When::Always,
+    Some(FAILED),
+    &["ExecutionFailed"],
+    Answer::None,
+);
+
 /// Every transition, in the order [`decide`] tries them.
 #[rustfmt::skip]
 pub static TABLE: &[Row] = &[
-    row(ANY, On::Trigger, When::Engine("a worker slot is free"), Some(RUNNING), &["ExecutionQueued", "ExecutionStarted"], Answer::Triggered),
+    row(ANY, On::Trigger, When::SlotFree, Some(RUNNING), &["ExecutionQueued", "ExecutionStarted"], Answer::Triggered),
     row(ANY, On::Trigger, When::Always, Some(QUEUED), &["ExecutionQueued"], Answer::Triggered),
+    row(RESTING, On::Claim, When::Always, None, &[], Answer::None),
+    row(ACTIVE, On::Claim, When::ComponentMissing, Some(PAUSED), &["ExecutionPaused"], Answer::None),
     row(&[QUEUED, WAITING], On::Claim, When::Always, Some(RUNNING), &["ExecutionStarted"], Answer::None),
-    row(&[PAUSED], On::Claim, When::Engine("the component is not loaded"), Some(PAUSED), &["ExecutionPaused"], Answer::None),
+    row(&[RUNNING], On::Claim, When::Always, Some(RUNNING), &[], Answer::None),
     row(&[RUNNING], On::GuestReturns, When::Always, Some(SUCCEEDED), &["ExecutionSucceeded"], Answer::None),
     row(&[RUNNING], On::GuestWaits, When::Always, Some(WAITING), &["ExecutionWaiting"], Answer::None),
-    row(&[RUNNING], On::GuestFails, When::Engine("the error is transient, or the replay diverged"), Some(PAUSED), &["ExecutionPaused"], Answer::None),
-    row(&[RUNNING], On::GuestFails, When::Engine("the error is `canceled` and the workflow cancels cooperatively"), Some(CANCELED), &["ExecutionCanceled"], Answer::None),
-    row(&[RUNNING], On::GuestFails, When::Engine("always (permanent error, trap, limit)"), Some(FAILED), &["ExecutionFailed"], Answer::None),
-    row(&[RUNNING, WAITING], On::RunStopped, When::Engine("a cancel was requested"), Some(CANCELED), &["ExecutionCanceled"], Answer::None),
-    row(ROLLBACKABLE, On::RollbackRunEnds, When::Engine("every receipt compensated"), Some(ROLLED_BACK), &["ExecutionRolledBack"], Answer::None),
-    row(ROLLBACKABLE, On::RollbackRunEnds, When::Engine("a compensation failed permanently"), None, &[], Answer::None),
+    row(&[RUNNING], On::GuestFails, When::PausesOnError, Some(PAUSED), &["ExecutionPaused"], Answer::None),
+    row(&[RUNNING], On::GuestFails, When::StoppedOnRequest, Some(CANCELED), &["ExecutionCanceled"], Answer::None),
+    GUEST_FAILS,
+    row(CANCELABLE, On::RunStopped, When::Always, Some(CANCELED), &["ExecutionCanceled"], Answer::None),
+    row(ROLLBACKABLE, On::RollbackRunEnds, When::CompensationFailed, None, &[], Answer::None),
+    row(ROLLBACKABLE, On::RollbackRunEnds, When::Always, Some(ROLLED_BACK), &["ExecutionRolledBack"], Answer::None),
     // cancel
     row(FINISHED, On::Cancel, When::Always, None, &[], Answer::Refused("not_cancelable")),
     row(ACTIVE, On::Cancel, When::Cooperative, None, &["ExecutionCancellationRequested"], Answer::CancellationRequested),
@@ -347,16 +389,67 @@ pub static TABLE: &[Row] = &[
     row(&[WAITING], On::Approve, When::Always, None, &[], Answer::Approved),
 ];
 
-/// The row that decides command `on` for an execution in `status`: the first whose `from`
-/// holds `status` and whose condition holds. Every command's last row holds always, so a
-/// command always gets a row; `None` only for what is not a command.
+/// The row that decides `on` for an execution in `status`: the first whose `from` holds
+/// `status` and whose condition holds. Every command's last row holds always, so a command
+/// always gets a row; `None` when nothing moves an execution in `status` on `on` (a guest
+/// outcome of a run that is not running).
 pub fn decide(on: On, status: ExecutionStatus, facts: &Facts) -> Option<&'static Row> {
-    if !on.is_command() {
-        return None;
-    }
-    TABLE.iter().find(|r| {
+    let (index, row) = TABLE.iter().enumerate().find(|(_, r)| {
         r.on == on && (r.from.is_empty() || r.from.contains(&status)) && r.when.holds(on, facts)
-    })
+    })?;
+    witness::saw(index);
+    Some(row)
+}
+
+/// The test suite's record of which rows were decided, so that `just test` can name the rows
+/// no test reached. `CAPSTAN_TRANSITIONS_WITNESS` names a directory; a process appends a row's
+/// index to its own file there the first time it decides that row. Unset, as in production,
+/// nothing is written and a decision costs one atomic read more.
+mod witness {
+    /// Not in this crate's own unit tests: they decide every row on purpose.
+    #[cfg(test)]
+    pub(super) fn saw(_: usize) {}
+
+    #[cfg(not(test))]
+    pub(super) use record::saw;
+
+    #[cfg(not(test))]
+    mod record {
+        use std::io::Write as _;
+        use std::path::PathBuf;
+        use std::sync::OnceLock;
+        use std::sync::atomic::{AtomicU64, Ordering};
+
+        static SEEN: AtomicU64 = AtomicU64::new(0);
+        static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+
+        pub(in super::super) fn saw(index: usize) {
+            let Some(dir) = DIR
+                .get_or_init(|| std::env::var_os("CAPSTAN_TRANSITIONS_WITNESS").map(PathBuf::from))
+            else {
+                return;
+            };
+            let bit = 1u64 << (index % 64);
+            if SEEN.fetch_or(bit, Ordering::Relaxed) & bit != 0 {
+                return;
+            }
+            let _ = std::fs::create_dir_all(dir);
+            if let Ok(mut file) = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(dir.join(std::process::id().to_string()))
+            {
+                let _ = writeln!(file, "{index}");
+            }
+        }
+    }
+}
+
+/// The row a running execution follows on its guest's outcome (`GuestReturns`, `GuestWaits`
+/// or `GuestFails`). Each outcome's last row from `running` holds always (the tests check it),
+/// so the fallback is never taken.
+pub fn on_guest_outcome(on: On, facts: &Facts) -> &'static Row {
+    decide(on, ExecutionStatus::Running, facts).unwrap_or(&GUEST_FAILS)
 }
 
 /// The table as the markdown of this module's documentation.
@@ -415,10 +508,15 @@ mod tests {
         );
     }
 
-    /// Every command row is some status's decision under some facts: no row is shadowed.
+    /// Every row is some status's decision under some facts: no row is shadowed.
     #[test]
-    fn every_command_row_can_decide() {
-        let flags: [fn(&mut Facts); 15] = [
+    fn every_row_can_decide() {
+        let flags: [fn(&mut Facts); 20] = [
+            |f| f.slot_free = true,
+            |f| f.transient = true,
+            |f| f.diverged = true,
+            |f| f.stopped_on_request = true,
+            |f| f.compensation_failed = true,
             |f| f.cooperative = true,
             |f| f.past_point_of_no_return = true,
             |f| f.leased = true,
@@ -435,7 +533,7 @@ mod tests {
             |f| f.stale_digest = true,
             |_| {},
         ];
-        for (i, wanted) in TABLE.iter().enumerate().filter(|(_, r)| r.on.is_command()) {
+        for (i, wanted) in TABLE.iter().enumerate() {
             let mut reached = false;
             for status in ExecutionStatus::ALL {
                 for pending in [
@@ -461,6 +559,22 @@ mod tests {
                 reached,
                 "row {i} ({:?} {:?}) never decides",
                 wanted.on, wanted.when
+            );
+        }
+    }
+
+    #[test]
+    fn the_witness_has_a_bit_for_every_row() {
+        assert!(TABLE.len() <= 64, "witness::SEEN holds 64 rows");
+    }
+
+    #[test]
+    fn every_guest_outcome_of_a_running_execution_has_a_row() {
+        for on in [On::GuestReturns, On::GuestWaits, On::GuestFails] {
+            let row = decide(on, ExecutionStatus::Running, &Facts::default());
+            assert!(
+                row.is_some_and(|r| r.when == When::Always && r.on == on),
+                "{on:?}"
             );
         }
     }

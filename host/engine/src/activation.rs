@@ -55,34 +55,41 @@ impl Engine {
         if run.cancel_requested {
             return self.finish_cancel(&execution, &run).await;
         }
-        if execution.status.is_terminal() || execution.status == ExecutionStatus::Paused {
+        let workflow = self.build(&run.digest);
+        let claim = Facts {
+            component_missing: workflow.is_none(),
+            ..Facts::default()
+        };
+        let Some(row) = transitions::decide(On::Claim, execution.status, &claim) else {
             return self.finish_run(&run, vec![]).await;
-        }
-        let Some(workflow) = self.build(&run.digest) else {
+        };
+        // No status to move to: the run has nothing to do.
+        let Some(to) = row.to else {
+            return self.finish_run(&run, vec![]).await;
+        };
+        let Some(workflow) = workflow.filter(|_| to == ExecutionStatus::Running) else {
             let now = self.now();
             let reason = format!(
                 "component {} is not loaded",
                 &run.digest[..12.min(run.digest.len())]
             );
-            let writes = vec![
-                Write::UpdateExecution(ExecutionPatch {
-                    id: execution.id.clone(),
-                    status: Some(ExecutionStatus::Paused),
-                    status_reason: Some(Some("component_missing".to_owned())),
-                    ..ExecutionPatch::default()
-                }),
-                Write::Event(event(
-                    &execution,
-                    "ExecutionPaused",
-                    "paused",
-                    json!({"reason": "component_missing", "message": reason}),
-                    now,
-                )),
-            ];
+            let mut writes = vec![Write::UpdateExecution(ExecutionPatch {
+                id: execution.id.clone(),
+                status: Some(to),
+                status_reason: Some(Some("component_missing".to_owned())),
+                ..ExecutionPatch::default()
+            })];
+            writes.extend(events::moved(
+                &execution,
+                row,
+                json!({"reason": "component_missing", "message": reason}),
+                now,
+            ));
             return self.finish_run(&run, writes).await;
         };
 
-        // queued/waiting → running (a fresh run's trigger committed that itself)
+        // queued/waiting → running (a fresh run's trigger committed that itself; a running
+        // execution's run was fresh or its lease lapsed)
         if !is_fresh {
             let mut start = vec![
                 Write::UpdateExecution(ExecutionPatch {
@@ -108,15 +115,12 @@ impl Engine {
                     None,
                 ),
             ];
-            if execution.status != ExecutionStatus::Running {
-                start.push(Write::Event(event(
-                    &execution,
-                    "ExecutionStarted",
-                    "running",
-                    json!({"workflowRunId": run.id}),
-                    self.now(),
-                )));
-            }
+            start.extend(events::moved(
+                &execution,
+                row,
+                json!({"workflowRunId": run.id}),
+                self.now(),
+            ));
             match store
                 .apply(Some(&self.inner.fence(&run.id, None)), start)
                 .await
@@ -179,11 +183,12 @@ impl Engine {
             .cloned();
         match outcome {
             Outcome::Completed(Ok(output)) => {
+                let row = transitions::on_guest_outcome(On::GuestReturns, &Facts::default());
                 let output: Value = serde_json::from_str(&output).unwrap_or(Value::Null);
                 let outcome = output.get("outcome").cloned();
                 writes.push(Write::UpdateExecution(ExecutionPatch {
                     id: execution.id.clone(),
-                    status: Some(ExecutionStatus::Succeeded),
+                    status: row.to,
                     status_reason: Some(None),
                     current_stage: Some(None),
                     finished_ms: Some(Some(now)),
@@ -191,13 +196,7 @@ impl Engine {
                     outcome_json: outcome,
                     ..ExecutionPatch::default()
                 }));
-                writes.push(Write::Event(event(
-                    &execution,
-                    "ExecutionSucceeded",
-                    "succeeded",
-                    json!({}),
-                    now,
-                )));
+                writes.extend(events::moved(&execution, row, json!({}), now));
                 self.end_run(&run, writes, behind).await
             }
             Outcome::Completed(Err(error)) => {
@@ -205,11 +204,15 @@ impl Engine {
                 let stopped_on_request = error.kind == ErrorKind::Permanent
                     && error.code == "canceled"
                     && self.cancel_mode(Some(&run), &execution.workflow) == CancelMode::Cooperative;
-                let (status, ty) = match error.kind {
-                    _ if stopped_on_request => (ExecutionStatus::Canceled, "ExecutionCanceled"),
-                    ErrorKind::Transient => (ExecutionStatus::Paused, "ExecutionPaused"),
-                    ErrorKind::Permanent => (ExecutionStatus::Failed, "ExecutionFailed"),
-                };
+                let row = transitions::on_guest_outcome(
+                    On::GuestFails,
+                    &Facts {
+                        stopped_on_request,
+                        transient: error.kind == ErrorKind::Transient,
+                        ..Facts::default()
+                    },
+                );
+                let status = row.to.unwrap_or(execution.status);
                 let error_json = json!({"error": error.code, "message": error.message, "kind": if error.is_transient() { "transient" } else { "permanent" }});
                 if let Some(mut stage) = running_stage {
                     stage.status = StageStatus::Failed;
@@ -224,13 +227,12 @@ impl Engine {
                     finished_ms: Some((status != ExecutionStatus::Paused).then_some(now)),
                     ..ExecutionPatch::default()
                 }));
-                writes.push(Write::Event(event(
+                writes.extend(events::moved(
                     &execution,
-                    ty,
-                    status.as_str(),
+                    row,
                     json!({"reason": error.code, "error": error_json}),
                     now,
-                )));
+                ));
                 self.end_run(&run, writes, behind).await
             }
             Outcome::Interrupted(Interrupt::Suspend(_)) => {
@@ -242,9 +244,10 @@ impl Engine {
                     stage.status = StageStatus::Waiting;
                     writes.push(Write::PutStage(stage));
                 }
+                let row = transitions::on_guest_outcome(On::GuestWaits, &Facts::default());
                 writes.push(Write::UpdateExecution(ExecutionPatch {
                     id: execution.id.clone(),
-                    status: Some(ExecutionStatus::Waiting),
+                    status: row.to,
                     ..ExecutionPatch::default()
                 }));
                 let waiting_for = match suspension.kind {
@@ -252,13 +255,12 @@ impl Engine {
                     WaitKind::Approval => "approval",
                     WaitKind::Convergence => "convergence",
                 };
-                writes.push(Write::Event(event(
+                writes.extend(events::moved(
                     &execution,
-                    "ExecutionWaiting",
-                    "waiting",
+                    row,
                     json!({"waitingFor": waiting_for}),
                     now,
-                )));
+                ));
                 let (state, wake) = match suspension.wake_ms {
                     Some(wake) => (RunState::Runnable, wake),
                     None => (RunState::Waiting, now),
@@ -280,21 +282,25 @@ impl Engine {
             }
             Outcome::Interrupted(Interrupt::Nondeterminism(message)) => {
                 tracing::warn!(run = %run.id, %message, "nondeterministic replay: execution paused");
-                let writes = vec![
-                    Write::UpdateExecution(ExecutionPatch {
-                        id: execution.id.clone(),
-                        status: Some(ExecutionStatus::Paused),
-                        status_reason: Some(Some("nondeterministic_replay".to_owned())),
-                        ..ExecutionPatch::default()
-                    }),
-                    Write::Event(event(
-                        &execution,
-                        "ExecutionPaused",
-                        "paused",
-                        json!({"reason": "nondeterministic_replay", "message": message}),
-                        now,
-                    )),
-                ];
+                let row = transitions::on_guest_outcome(
+                    On::GuestFails,
+                    &Facts {
+                        diverged: true,
+                        ..Facts::default()
+                    },
+                );
+                let mut writes = vec![Write::UpdateExecution(ExecutionPatch {
+                    id: execution.id.clone(),
+                    status: row.to,
+                    status_reason: Some(Some("nondeterministic_replay".to_owned())),
+                    ..ExecutionPatch::default()
+                })];
+                writes.extend(events::moved(
+                    &execution,
+                    row,
+                    json!({"reason": "nondeterministic_replay", "message": message}),
+                    now,
+                ));
                 self.end_run(&run, writes, behind).await
             }
             Outcome::Interrupted(Interrupt::Host(message)) => {
@@ -358,20 +364,21 @@ impl Engine {
                 now,
             )));
         }
+        // A trap or a limit is permanent: the guest-fails row that holds always.
+        let row = transitions::on_guest_outcome(On::GuestFails, &Facts::default());
         writes.push(Write::UpdateExecution(ExecutionPatch {
             id: execution.id.clone(),
-            status: Some(ExecutionStatus::Failed),
+            status: row.to,
             status_reason: Some(Some(code.to_owned())),
             finished_ms: Some(Some(now)),
             ..ExecutionPatch::default()
         }));
-        writes.push(Write::Event(event(
+        writes.extend(events::moved(
             execution,
-            "ExecutionFailed",
-            "failed",
+            row,
             json!({"reason": code, "error": error_json}),
             now,
-        )));
+        ));
         self.end_run(run, writes, behind).await
     }
 

@@ -66,3 +66,22 @@ pub fn event(
         dispatched_ms: None,
     }
 }
+
+/// The event of a row the engine follows by itself ([`capstan_core::transitions`]): its one
+/// event type, stamped with the status the row moves `execution` to.
+pub fn moved(
+    execution: &ExecutionRecord,
+    row: &capstan_core::transitions::Row,
+    extra: Value,
+    now: Millis,
+) -> Option<Write> {
+    let ty = row.events.first()?;
+    let status = row.to.unwrap_or(execution.status);
+    Some(Write::Event(event(
+        execution,
+        ty,
+        status.as_str(),
+        extra,
+        now,
+    )))
+}

@@ -35,6 +35,7 @@ mod workers;
 
 use capstan_core::execution::{ExecutionStatus, StageStatus};
 use capstan_core::store::*;
+use capstan_core::transitions::{self, Facts, On};
 use capstan_core::{CancelMode, CapabilityError, Clock, ErrorKind};
 use capstan_runtime::{Interrupt, LoadedWorkflow, Outcome, Runtime};
 use effects::Compensation;

@@ -58,16 +58,26 @@ impl Engine {
         );
         let mut writes = vec![Write::Event(queued)];
         let mut execution = execution;
-        if slot.is_some() {
-            // What the activation's start would commit (`activate_inner`), committed now.
-            execution.status = ExecutionStatus::Running;
-            writes.push(Write::Event(event(
-                &execution,
-                "ExecutionStarted",
-                "running",
-                json!({"workflowRunId": run.id}),
-                now,
-            )));
+        let facts = Facts {
+            slot_free: slot.is_some(),
+            ..Facts::default()
+        };
+        if let Some(row) = transitions::decide(On::Trigger, ExecutionStatus::Queued, &facts)
+            && let Some(to) = row.to
+            && to != execution.status
+        {
+            // Started at once: what the activation's claim would commit (`activate_inner`),
+            // committed now, after the `ExecutionQueued` every trigger writes.
+            execution.status = to;
+            for ty in row.events.iter().filter(|ty| **ty != "ExecutionQueued") {
+                writes.push(Write::Event(event(
+                    &execution,
+                    ty,
+                    to.as_str(),
+                    json!({"workflowRunId": run.id}),
+                    now,
+                )));
+            }
         }
         writes.splice(
             0..0,

@@ -829,8 +829,9 @@ async fn workflows_check_replays_the_journals_in_flight_against_a_candidate() {
 }
 
 /// Every control command from every status: the DESIGN.md status machine and the seed's
-/// transition table as one matrix. `Ok(s)` = accepted, and the execution ends in `s` once the
-/// workers are idle; `Err` = refused with `state_invalid`, changing nothing.
+/// transition table as one matrix. `Some(s)` = accepted, and the execution ends in `s` once the
+/// workers are idle; `None` = refused with `state_invalid`, changing nothing. `running` is held
+/// by a provider call a second engine makes; "approval" is `waiting` for a plan approval.
 #[tokio::test]
 async fn every_command_from_every_status_follows_the_status_machine() {
     use ExecutionStatus::*;
@@ -839,71 +840,117 @@ async fn every_command_from_every_status_follows_the_status_machine() {
     let permanent = CapabilityError::permanent("refused", "no");
     let input = json!({"zone": "Z1", "stages": 1});
     let states = [
-        Queued, Waiting, Paused, Failed, Succeeded, Canceled, RolledBack,
+        "queued",
+        "running",
+        "waiting",
+        "approval",
+        "paused",
+        "failed",
+        "succeeded",
+        "canceled",
+        "rolled_back",
     ];
-    let commands = ["cancel", "rollback", "resume", "retry-finalization"];
+    let commands = [
+        "cancel",
+        "rollback",
+        "resume",
+        "retry-finalization",
+        "retry-maps-whitelist",
+        "approve",
+    ];
     // Rows: state; columns: commands. None = refused.
-    let expected: [[Option<ExecutionStatus>; 4]; 7] = [
-        /* queued    */ [Some(Canceled), None, None, None],
-        /* waiting   */ [Some(Canceled), None, None, None],
-        /* paused    */ [Some(Canceled), Some(RolledBack), Some(Succeeded), None],
-        /* failed    */ [None, Some(RolledBack), None, None],
-        /* succeeded */ [None, Some(RolledBack), None, None],
-        /* canceled  */ [None, Some(RolledBack), None, None],
-        /* rolled_back */ [None, None, None, None],
+    #[rustfmt::skip]
+    let expected: [[Option<ExecutionStatus>; 6]; 9] = [
+        /* queued      */ [Some(Canceled), None, None, None, None, None],
+        /* running     */ [Some(Canceled), None, None, None, None, None],
+        /* waiting     */ [Some(Canceled), None, None, None, None, None],
+        /* approval    */ [Some(Canceled), None, None, None, None, Some(Succeeded)],
+        /* paused      */ [Some(Canceled), Some(RolledBack), Some(Succeeded), None, None, None],
+        /* failed      */ [None, Some(RolledBack), None, None, None, None],
+        /* succeeded   */ [None, Some(RolledBack), None, None, None, None],
+        /* canceled    */ [None, Some(RolledBack), None, None, None, None],
+        /* rolled_back */ [None, None, None, None, None, None],
     ];
     let mut exercised = std::collections::BTreeSet::new();
     for (row_of_state, state) in states.iter().enumerate() {
         for (col, command) in commands.iter().enumerate() {
+            // Nothing else runnable: a held run is this cell's.
+            if *state == "running" {
+                w.settle().await;
+            }
             // An execution in `state`.
-            let id = match state {
-                Waiting => {
+            let id = match *state {
+                "waiting" => {
                     w.trigger(
                         "fixture-steps",
                         json!({"zone": "Z1", "stages": 1, "sleepSeconds": 60}),
                     )
                     .await
                 }
+                "approval" => {
+                    w.trigger(
+                        "fixture-steps",
+                        json!({"zone": "Z1", "stages": 1, "approval": true}),
+                    )
+                    .await
+                }
                 _ => w.trigger("fixture-steps", input.clone()).await,
             };
-            match state {
-                Queued => {}
-                Paused => {
+            let mut held = None;
+            match *state {
+                "queued" => {}
+                "running" => held = Some(Gate::hold(&w, w.cloud.effects().len() + 1).await),
+                "paused" => {
                     w.cloud.fail("dns.change-records", 100, transient.clone());
                     w.settle().await;
                     w.cloud.fail("dns.change-records", 0, transient.clone());
                 }
-                Failed => {
+                "failed" => {
                     w.cloud.fail("dns.change-records", 1, permanent.clone());
                     w.settle().await;
                 }
-                Canceled => {
+                "canceled" => {
                     w.engine.cancel(&id).await.unwrap();
                     w.settle().await;
                 }
-                RolledBack => {
+                "rolled_back" => {
                     w.settle().await;
                     w.engine.rollback(&id).await.unwrap();
                     w.settle().await;
                 }
                 _ => w.settle().await,
             }
-            assert_eq!(w.status(&id).await, *state, "setting up {state:?}");
+            let status = w.status(&id).await;
+            assert_eq!(
+                status.as_str(),
+                if *state == "approval" {
+                    "waiting"
+                } else {
+                    state
+                },
+                "setting up {state}"
+            );
             // The table's row for this command, from the facts as they stand.
             let on = match *command {
                 "cancel" => On::Cancel,
                 "rollback" => On::Rollback,
                 "resume" => On::Resume,
+                "approve" => On::Approve,
                 _ => On::Recover,
             };
-            let facts = table_facts(&w, &id, command).await;
-            let row = transitions::decide(on, *state, &facts).expect("a command row");
+            let facts = table_facts(&w, &id, command, held.is_some()).await;
+            let row = transitions::decide(on, status, &facts).expect("a command row");
             exercised.insert(row_index(row));
             let events_before = w.event_types(&id).await.len();
             let result = match *command {
                 "cancel" => w.engine.cancel(&id).await.map(|_| ()),
                 "rollback" => w.engine.rollback(&id).await.map(|_| ()),
                 "resume" => w.engine.resume(&id).await.map(|_| ()),
+                "approve" => w
+                    .engine
+                    .approve(&id, &"0".repeat(64), json!({"approvedBy": "ops"}))
+                    .await
+                    .map(|_| ()),
                 _ => w.engine.recover(&id, command).await.map(|_| ()),
             };
             // Right after the command, the status is the row's (a queued rollback moves it
@@ -912,45 +959,49 @@ async fn every_command_from_every_status_follows_the_status_machine() {
             assert_eq!(
                 result.is_err(),
                 refused,
-                "{command} from {state:?}: row {row:?}"
+                "{command} from {state}: row {row:?}"
             );
             if !refused {
                 assert_eq!(
                     w.status(&id).await,
-                    row.to.unwrap_or(*state),
-                    "{command} from {state:?}: row {row:?}"
+                    row.to.unwrap_or(status),
+                    "{command} from {state}: row {row:?}"
                 );
+            }
+            if let Some((gate, _engine, task)) = held {
+                gate.release.notify_one();
+                task.await.unwrap().unwrap();
             }
             match (expected[row_of_state][col], result) {
                 (Some(end), Ok(())) => {
                     w.settle().await;
-                    assert_eq!(w.status(&id).await, end, "{command} from {state:?}");
+                    assert_eq!(w.status(&id).await, end, "{command} from {state}");
                 }
                 (None, Err(EngineError::StateInvalid { .. })) => {
-                    assert_eq!(
-                        w.status(&id).await,
-                        *state,
-                        "{command} from {state:?} changed the status"
-                    );
-                    assert_eq!(
-                        w.event_types(&id).await.len(),
-                        events_before,
-                        "{command} from {state:?} emitted events"
-                    );
+                    if *state != "running" {
+                        assert_eq!(
+                            w.status(&id).await,
+                            status,
+                            "{command} from {state} changed the status"
+                        );
+                        assert_eq!(
+                            w.event_types(&id).await.len(),
+                            events_before,
+                            "{command} from {state} emitted events"
+                        );
+                    }
                 }
-                (want, got) => panic!("{command} from {state:?}: expected {want:?}, got {got:?}"),
+                (want, got) => panic!("{command} from {state}: expected {want:?}, got {got:?}"),
             }
         }
     }
-    // What this matrix leaves to other tests (pending commands, cooperative cancel, leases, the
-    // point of no return, approvals).
+    // What this matrix leaves to other tests: pending commands, cooperative cancel, the point
+    // of no return, declared recoveries that apply, stale and repeated approvals. `just test`
+    // reports the rows no test of the suite decided (`capstan_core::transitions::witness`).
     let unexercised: Vec<String> = transitions::TABLE
         .iter()
         .enumerate()
-        .filter(|(i, r)| {
-            matches!(r.on, On::Cancel | On::Resume | On::Recover | On::Rollback)
-                && !exercised.contains(i)
-        })
+        .filter(|(i, r)| r.on.is_command() && !exercised.contains(i))
         .map(|(i, r)| format!("row {i}: {:?} {:?} from {:?}", r.on, r.when, r.from))
         .collect();
     eprintln!(
@@ -958,7 +1009,6 @@ async fn every_command_from_every_status_follows_the_status_machine() {
         unexercised.len(),
         unexercised.join("\n")
     );
-    assert!(exercised.len() >= 10, "{exercised:?}");
 }
 
 /// The position of `row` in the table.
@@ -970,8 +1020,9 @@ fn row_index(row: &transitions::Row) -> usize {
 }
 
 /// The facts the table's command rows read, as the store has them (fixture-steps declares
-/// no cooperative cancel, no point of no return and no terminal-only rollback).
-async fn table_facts(w: &World, id: &str, command: &str) -> Facts {
+/// no cooperative cancel, no point of no return and no terminal-only rollback; of the
+/// recoveries only `retry-finalization`, for failed executions).
+async fn table_facts(w: &World, id: &str, command: &str, leased: bool) -> Facts {
     let execution = w.store.execution(id).await.unwrap().unwrap();
     let pending = w
         .store
@@ -988,12 +1039,16 @@ async fn table_facts(w: &World, id: &str, command: &str) -> Facts {
         e.op == "context.stage-begin"
             && e.request.get("name").and_then(Value::as_str) == Some("finalize")
     });
+    let approval = w.engine.pending_approval(id).await.unwrap();
     Facts {
         pending,
         operation: Some(command.to_owned()),
+        leased,
+        not_declared: command != "retry-finalization",
         not_eligible: execution.status != ExecutionStatus::Failed,
         stage_not_reached: !reached_finalize,
         nothing_to_compensate: receipts.iter().all(|r| r.compensated_ms.is_some()),
+        no_approval_wait: approval.is_none(),
         ..Facts::default()
     }
 }

@@ -3,25 +3,23 @@
 
 use crate::events::event;
 use crate::*;
-use capstan_core::transitions::{Answer, Facts, On};
+use capstan_core::transitions::{Answer, Facts, On, Row};
 
 impl Engine {
+    /// The writes of `row` (a cancel decided, or a cancel reaching the run): the execution
+    /// moves from one of the row's statuses to its status, its stages and commands end with it.
     pub(crate) fn cancel_writes(
         &self,
         execution: &ExecutionRecord,
         run_id: &str,
+        row: &Row,
         now: Millis,
     ) -> Vec<Write> {
-        vec![
+        let mut writes = vec![
             Write::UpdateExecution(ExecutionPatch {
                 id: execution.id.clone(),
-                expect: Some(vec![
-                    ExecutionStatus::Queued,
-                    ExecutionStatus::Running,
-                    ExecutionStatus::Waiting,
-                    ExecutionStatus::Paused,
-                ]),
-                status: Some(ExecutionStatus::Canceled),
+                expect: Some(row.from.to_vec()),
+                status: row.to,
                 status_reason: Some(Some("canceled".to_owned())),
                 finished_ms: Some(Some(now)),
                 ..ExecutionPatch::default()
@@ -43,13 +41,6 @@ impl Engine {
                 cancel_requested: Some(true),
                 ..RunPatch::default()
             }),
-            Write::Event(event(
-                execution,
-                "ExecutionCanceled",
-                "canceled",
-                json!({}),
-                now,
-            )),
             settle(
                 &execution.id,
                 CommandStatus::Queued,
@@ -64,7 +55,9 @@ impl Engine {
                 now,
                 Some("canceled".to_owned()),
             ),
-        ]
+        ];
+        writes.extend(events::moved(execution, row, json!({}), now));
+        writes
     }
 
     pub(crate) async fn finish_cancel(
@@ -90,10 +83,17 @@ impl Engine {
         if let Ok(mut local) = self.inner.local_cancels.lock() {
             local.remove(&run.id);
         }
+        let Some(row) = transitions::decide(On::RunStopped, execution.status, &Facts::default())
+        else {
+            return self.finish_run(run, vec![]).await;
+        };
         match self
             .inner
             .store
-            .apply(None, self.cancel_writes(execution, &run.id, self.now()))
+            .apply(
+                None,
+                self.cancel_writes(execution, &run.id, row, self.now()),
+            )
             .await
         {
             Ok(()) | Err(StoreError::Conflict(_)) => Ok(()),
@@ -241,7 +241,7 @@ impl Engine {
                 })
             }
             _ => {
-                let mut writes = self.cancel_writes(&execution, &execution.run_id, now);
+                let mut writes = self.cancel_writes(&execution, &execution.run_id, row, now);
                 if let Some(stage) = &point_of_no_return {
                     writes.push(Write::UpdateExecution(ExecutionPatch {
                         id: id.to_owned(),

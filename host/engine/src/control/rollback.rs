@@ -270,12 +270,22 @@ impl Engine {
                             json!({"stage": name, "error": error_json}),
                             now,
                         )),
-                        Write::UpdateExecution(ExecutionPatch {
+                    ];
+                    // The execution stays where it was, saying why (the row's `to` is none).
+                    let failed = Facts {
+                        compensation_failed: true,
+                        ..Facts::default()
+                    };
+                    if let Some(row) =
+                        transitions::decide(On::RollbackRunEnds, execution.status, &failed)
+                    {
+                        writes.push(Write::UpdateExecution(ExecutionPatch {
                             id: execution.id.clone(),
+                            status: row.to,
                             status_reason: Some(Some("rollback_failed".to_owned())),
                             ..ExecutionPatch::default()
-                        }),
-                    ];
+                        }));
+                    }
                     if let Some(mut c) = command.clone() {
                         c.status = CommandStatus::Failed;
                         c.finished_ms = Some(now);
@@ -287,23 +297,25 @@ impl Engine {
             }
         }
         let now = self.now();
-        let mut writes = vec![
-            Write::UpdateExecution(ExecutionPatch {
+        let mut writes = Vec::new();
+        if let Some(row) =
+            transitions::decide(On::RollbackRunEnds, execution.status, &Facts::default())
+        {
+            writes.push(Write::UpdateExecution(ExecutionPatch {
                 id: execution.id.clone(),
-                status: Some(ExecutionStatus::RolledBack),
+                status: row.to,
                 status_reason: Some(None),
                 current_stage: Some(None),
                 finished_ms: Some(Some(now)),
                 ..ExecutionPatch::default()
-            }),
-            Write::Event(event(
+            }));
+            writes.extend(events::moved(
                 &execution,
-                "ExecutionRolledBack",
-                "rolled_back",
+                row,
                 json!({"commandId": run.id}),
                 now,
-            )),
-        ];
+            ));
+        }
         if let Some(mut c) = command {
             c.status = CommandStatus::Completed;
             c.finished_ms = Some(now);
