@@ -4,6 +4,9 @@
     aws_state.py ENDPOINT upsert ZONE NAME TYPE VALUE -> {"status": ...}
     aws_state.py ENDPOINT records ZONE                -> [{"name", "type", "ttl", "values", "alias"}]
     aws_state.py ENDPOINT zones                       -> [{"id", "name", "callerReference"}]
+    aws_state.py ENDPOINT certificates                -> [{"arn", "domain", "names", "status", "tags", "inUseBy"}]
+    aws_state.py ENDPOINT load-balancer NAME CERT_ARN -> {"name": ...}  (a classic ELB serving HTTPS
+                                                         with the certificate: ACM says it is in use)
 
 Credentials and region come from the environment (moto accepts any).
 """
@@ -53,6 +56,32 @@ def main() -> None:
              "callerReference": z["CallerReference"]}
             for z in r53.list_hosted_zones()["HostedZones"]
         ]
+    elif command == "certificates":
+        acm = boto3.client("acm", endpoint_url=endpoint, region_name="us-east-1")
+        out = []
+        for summary in acm.list_certificates()["CertificateSummaryList"]:
+            arn = summary["CertificateArn"]
+            cert = acm.describe_certificate(CertificateArn=arn)["Certificate"]
+            tags = acm.list_tags_for_certificate(CertificateArn=arn).get("Tags", [])
+            out.append({
+                "arn": arn,
+                "domain": cert["DomainName"],
+                "names": sorted(cert.get("SubjectAlternativeNames", [])),
+                "status": cert["Status"],
+                "tags": {t["Key"]: t.get("Value") for t in tags},
+                "inUseBy": cert.get("InUseBy", []),
+            })
+        out.sort(key=lambda c: c["arn"])
+    elif command == "load-balancer":
+        name, cert = args
+        elb = boto3.client("elb", endpoint_url=endpoint, region_name="us-east-1")
+        elb.create_load_balancer(
+            LoadBalancerName=name,
+            Listeners=[{"Protocol": "HTTPS", "LoadBalancerPort": 443, "InstanceProtocol": "HTTP",
+                        "InstancePort": 80, "SSLCertificateId": cert}],
+            AvailabilityZones=["us-east-1a"],
+        )
+        out = {"name": name}
     else:
         raise SystemExit(f"unknown command {command}")
     json.dump(out, sys.stdout)

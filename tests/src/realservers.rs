@@ -1337,8 +1337,11 @@ impl Moto {
         let dir = tempfile::tempdir().expect("temp dir");
         let port = free_port();
         let log = fs::File::create(dir.path().join("moto.log")).expect("moto log");
+        // ACM issues a DNS-validated certificate this many seconds after its request (moto
+        // does not look at DNS).
         let child = Command::new(Self::venv("moto_server"))
             .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .env("MOTO_ACM_VALIDATION_WAIT", "1")
             .stdout(log.try_clone().expect("log"))
             .stderr(log)
             .spawn()

@@ -5,6 +5,10 @@
 //! Route 53: a workflow's record changes through `capstan serve` reach the hosted zone and its
 //! rollback leaves the zone as it was; the adapter itself answers every `dns` operation with
 //! alias records, a replayed token and a zone created twice under one token.
+//!
+//! ACM: add-certificate through `capstan serve` with its validation records on Route 53, issued
+//! and rolled back; the adapter itself answers every `certificates` operation, replays a token
+//! from its ledger or from ACM's idempotency token, and refuses to delete a certificate in use.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use capstan_core::Capability;
@@ -292,4 +296,303 @@ async fn the_route53_adapter_answers_every_dns_operation() {
     dns.reachable()
         .await
         .expect_err("the configured zone is gone");
+}
+
+/// `[providers.certificates]` on ACM in `moto`, with its test key (the secret in a file under
+/// `dir`).
+fn acm_table(moto: &Moto, dir: &std::path::Path) -> String {
+    let secret = dir.join("aws-secret");
+    std::fs::write(&secret, "testing\n").unwrap();
+    format!(
+        "[providers.certificates]\nkind = \"acm\"\nendpoint_url = \"{}\"\naccess_key_id = \"testing\"\nsecret_access_key_file = \"{}\"\n",
+        moto.endpoint(),
+        secret.display()
+    )
+}
+
+/// add-certificate on ACM with its validation records on Route 53, both in moto: requested,
+/// validated through DNS, issued; its rollback deletes the certificate and the records.
+#[tokio::test]
+async fn add_certificate_on_acm_with_route53_validation_and_its_rollback() {
+    let moto = Moto::start();
+    let zone = moto.boto(&["create-zone", ZONE])["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let records_before = moto.boto(&["records", &zone]);
+    let dir = tempfile::tempdir().unwrap();
+    let home = home_with(
+        &["workflows/add-certificate.wasm"],
+        &format!(
+            "workers = 2\nlease_ms = 3000\n[provider_retry.certificates]\ninitial_ms = 100\nmax_ms = 500\nmax_attempts = 10\n{}{}",
+            route53_table(&moto, dir.path()),
+            acm_table(&moto, dir.path())
+        ),
+    );
+    let key = key_for(
+        home.path(),
+        "ops",
+        &["workflows:add-certificate", "admin:read"],
+    );
+    let server = Server::start(home.path());
+    let c = Client::new();
+
+    let r = c
+        .post(format!("{}/v1/workflows/add-certificate", server.base))
+        .bearer_auth(&key)
+        .header("Idempotency-Key", "acm-1")
+        .json(&json!({"domain": ZONE, "subjectAlternativeNames": [format!("www.{ZONE}")]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    let id = r.json::<Value>().await.unwrap()["executionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let done = until_status(
+        &c,
+        &server.base,
+        &key,
+        &id,
+        &["succeeded", "failed", "paused"],
+    )
+    .await;
+    assert_eq!(
+        done["status"],
+        "succeeded",
+        "{done:#}\nmoto log:\n{}",
+        moto.log()
+    );
+    // The certificate the `request` stage got (no issued one was there to adopt).
+    let stage = |name: &str| {
+        done["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["stageName"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no stage {name}: {done:#}"))
+    };
+    assert_eq!(stage("prepare")["outputJson"]["existing"], Value::Null);
+    let arn = stage("request")["outputJson"]["arn"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(arn.starts_with("arn:aws:acm:us-east-1:"), "{arn}");
+    assert_eq!(
+        stage("finalize")["outputJson"]["status"],
+        "Issued",
+        "{done:#}"
+    );
+
+    // ACM holds one certificate, issued, for both names, carrying the engine's token.
+    let certs = moto.boto(&["certificates"]);
+    let certs = certs.as_array().unwrap();
+    assert_eq!(certs.len(), 1, "{certs:?}");
+    assert_eq!(certs[0]["arn"], arn.as_str());
+    assert_eq!(certs[0]["status"], "ISSUED");
+    assert_eq!(
+        certs[0]["names"],
+        json!([ZONE, format!("www.{ZONE}")]),
+        "{certs:?}"
+    );
+    assert!(certs[0]["tags"]["capstan:token"].is_string(), "{certs:?}");
+    // Its validation records are CNAMEs in the hosted zone.
+    let records = moto.boto(&["records", &zone]);
+    let cnames: Vec<&Value> = records
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["type"] == "CNAME")
+        .collect();
+    assert!(!cnames.is_empty(), "{records}");
+    assert!(
+        cnames.iter().all(|r| r["values"][0]
+            .as_str()
+            .unwrap()
+            .contains("acm-validations.aws")),
+        "{records}"
+    );
+
+    // Rollback: the records and the certificate are gone.
+    let r = c
+        .post(format!("{}/v1/executions/{id}/rollback", server.base))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "{}", r.text().await.unwrap());
+    let rolled = until_status(&c, &server.base, &key, &id, &["rolled_back", "failed"]).await;
+    assert_eq!(rolled["status"], "rolled_back", "{rolled:#}");
+    assert_eq!(moto.boto(&["records", &zone]), records_before);
+    assert_eq!(moto.boto(&["certificates"]), json!([]));
+}
+
+/// The ACM adapter directly, every `certificates` operation against moto.
+#[tokio::test]
+async fn the_acm_adapter_answers_every_certificates_operation() {
+    let moto = Moto::start();
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("aws-secret");
+    std::fs::write(&secret, "testing\n").unwrap();
+    let settings: capstan_adapters::ProviderSettings = serde_json::from_value(json!({
+        "kind": "acm", "endpoint_url": moto.endpoint(),
+        "access_key_id": "testing", "secret_access_key_file": secret,
+    }))
+    .unwrap();
+    let node = |store| capstan_adapters::Node {
+        store,
+        clock: Arc::new(capstan_core::SystemClock),
+        keyring: capstan_core::secrets::Keyring::development(),
+    };
+    let open = |name: &str| {
+        let path = dir.path().join(name);
+        async move {
+            std::fs::create_dir_all(&path).unwrap();
+            capstan_store::Store::open(&capstan_testdb::fresh_database_url(&path).await)
+                .await
+                .unwrap()
+        }
+    };
+    let certs =
+        capstan_adapters::build(Capability::Certificates, &settings, &node(open("a").await))
+            .await
+            .unwrap()
+            .expect("a real provider");
+    assert_eq!(certs.kind(), "acm");
+    certs.reachable().await.expect("moto answers");
+
+    // A request: pending validation, with one CNAME per name.
+    let request = json!({"domain": "Shop.Example.ORG", "subject_alternative_names": ["www.shop.example.org"]});
+    let first = certs
+        .call("certificates.request-certificate", &request, "run-1:0:4")
+        .await
+        .unwrap();
+    let arn = first["arn"].as_str().unwrap().to_owned();
+    assert_eq!(first["domain"], "shop.example.org");
+    assert_eq!(first["status"], "PendingValidation", "{first}");
+    let validation = first["validation_records"].as_array().unwrap();
+    assert_eq!(validation.len(), 2, "{first}");
+    assert!(validation.iter().all(|r| r["type_"] == "Cname"), "{first}");
+
+    // The same token again is the same certificate, from the ledger or from ACM: a node whose
+    // ledger lost the answer (another database) sends ACM the same idempotency token.
+    let again = certs
+        .call("certificates.request-certificate", &request, "run-1:0:4")
+        .await
+        .unwrap();
+    assert_eq!(again, first);
+    let elsewhere =
+        capstan_adapters::build(Capability::Certificates, &settings, &node(open("b").await))
+            .await
+            .unwrap()
+            .unwrap();
+    let replayed = elsewhere
+        .call("certificates.request-certificate", &request, "run-1:0:4")
+        .await
+        .unwrap();
+    assert_eq!(replayed["arn"], arn.as_str());
+    assert_eq!(moto.boto(&["certificates"]).as_array().unwrap().len(), 1);
+    // ... and the token bound to that request refuses another.
+    let reused = certs
+        .call(
+            "certificates.request-certificate",
+            &json!({"domain": "other.example.org", "subject_alternative_names": []}),
+            "run-1:0:4",
+        )
+        .await
+        .unwrap_err();
+    assert!(reused.is_token_reused(), "{reused:?}");
+
+    // moto issues a second after the request.
+    let mut described = Value::Null;
+    for _ in 0..100 {
+        described = certs
+            .call(
+                "certificates.describe-certificate",
+                &json!({"arn": arn}),
+                "",
+            )
+            .await
+            .unwrap();
+        if described["status"] == "Issued" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(described["status"], "Issued", "{described}");
+    assert!(described["issued_at"].is_u64(), "{described}");
+
+    // Found by either of its names, and by a name its wildcard-free names do not cover: none.
+    for (domain, count) in [
+        ("shop.example.org", 1),
+        ("www.shop.example.org", 1),
+        ("api.shop.example.org", 0),
+    ] {
+        let found = certs
+            .call(
+                "certificates.find-certificates",
+                &json!({"domain": domain}),
+                "",
+            )
+            .await
+            .unwrap();
+        assert_eq!(found.as_array().unwrap().len(), count, "{domain}: {found}");
+    }
+
+    // In use by a load balancer: not deleted.
+    moto.boto(&["load-balancer", "shop", &arn]);
+    let refused = certs
+        .call(
+            "certificates.delete-certificate",
+            &json!({"arn": arn}),
+            "run-1:1:1",
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code, "certificate-in-use", "{refused:?}");
+    assert!(!refused.is_transient());
+    assert_eq!(moto.boto(&["certificates"]).as_array().unwrap().len(), 1);
+
+    // Another, not in use: deleted, and the repeat answers what was deleted.
+    let spare = certs
+        .call(
+            "certificates.request-certificate",
+            &json!({"domain": "spare.example.org", "subject_alternative_names": []}),
+            "run-2:0:1",
+        )
+        .await
+        .unwrap();
+    let spare_arn = spare["arn"].as_str().unwrap();
+    let deleted = certs
+        .call(
+            "certificates.delete-certificate",
+            &json!({"arn": spare_arn}),
+            "run-2:1:1",
+        )
+        .await
+        .unwrap();
+    assert_eq!(deleted["arn"], spare_arn);
+    let repeat = certs
+        .call(
+            "certificates.delete-certificate",
+            &json!({"arn": spare_arn}),
+            "run-2:1:1",
+        )
+        .await
+        .unwrap();
+    assert_eq!(repeat, deleted);
+    let left = moto.boto(&["certificates"]);
+    assert_eq!(left.as_array().unwrap().len(), 1, "{left}");
+    assert_eq!(left[0]["arn"], arn.as_str());
+    let missing = certs
+        .call(
+            "certificates.describe-certificate",
+            &json!({"arn": spare_arn}),
+            "",
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(missing.code, "not-found", "{missing:?}");
 }

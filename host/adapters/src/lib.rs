@@ -14,11 +14,15 @@
 //! - `model.rs` — the WIT records of `dns` and `certificates`, typed.
 //! - `rfc2136.rs` — DNS by RFC 2136 dynamic update signed with TSIG (BIND, Knot, PowerDNS).
 //! - `acme.rs` — certificates by ACME v2 with DNS-01 (Let's Encrypt, Pebble, any RFC 8555 CA).
+//! - `aws.rs` — what the AWS adapters' settings share (region, endpoint, keys, deadline).
 //! - `route53.rs` — DNS on AWS Route 53 (the SDK calls are `capstan-aws`'s).
+//! - `acm.rs` — certificates on AWS Certificate Manager, DNS-validated.
 //!
 //! It must not know the engine or the simulated cloud: both meet adapters only through the trait.
 
+pub mod acm;
 pub mod acme;
+mod aws;
 mod ledger;
 pub mod model;
 pub mod rfc2136;
@@ -29,6 +33,7 @@ use capstan_core::{Capability, Clock, Providers, secrets::Keyring};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
+pub use acm::AcmSettings;
 pub use acme::AcmeSettings;
 pub use rfc2136::Rfc2136Settings;
 pub use route53::Route53Settings;
@@ -45,6 +50,8 @@ pub enum ProviderSettings {
     Acme(AcmeSettings),
     /// DNS on AWS Route 53.
     Route53(Route53Settings),
+    /// Certificates on AWS Certificate Manager.
+    Acm(AcmSettings),
 }
 
 impl ProviderSettings {
@@ -54,6 +61,7 @@ impl ProviderSettings {
             ProviderSettings::Rfc2136(_) => "rfc2136",
             ProviderSettings::Acme(_) => "acme",
             ProviderSettings::Route53(_) => "route53",
+            ProviderSettings::Acm(_) => "acm",
         }
     }
 
@@ -64,7 +72,9 @@ impl ProviderSettings {
             ProviderSettings::Rfc2136(_) | ProviderSettings::Route53(_) => {
                 capability == Capability::Dns
             }
-            ProviderSettings::Acme(_) => capability == Capability::Certificates,
+            ProviderSettings::Acme(_) | ProviderSettings::Acm(_) => {
+                capability == Capability::Certificates
+            }
         }
     }
 }
@@ -110,7 +120,7 @@ pub async fn build(
             capability,
             "kind",
             format!(
-                "`{}` cannot serve {}: rfc2136 and route53 serve dns, acme serves certificates, simulated serves any",
+                "`{}` cannot serve {}: rfc2136 and route53 serve dns, acme and acm serve certificates, simulated serves any",
                 settings.kind(),
                 capability.as_str()
             ),
@@ -121,5 +131,6 @@ pub async fn build(
         ProviderSettings::Rfc2136(s) => Some(Arc::new(rfc2136::Rfc2136::new(s, node)?)),
         ProviderSettings::Acme(s) => Some(Arc::new(acme::Acme::new(s, node).await?)),
         ProviderSettings::Route53(s) => Some(Arc::new(route53::Route53::new(s, node).await?)),
+        ProviderSettings::Acm(s) => Some(Arc::new(acm::Acm::new(s, node).await?)),
     })
 }

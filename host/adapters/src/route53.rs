@@ -32,7 +32,6 @@ use capstan_core::{Capability, CapabilityError, Clock, Providers};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use std::sync::Arc;
-use std::time::Duration;
 
 type Answer = Result<Value, CapabilityError>;
 
@@ -188,49 +187,18 @@ fn check(changes: &[Change]) -> Result<(), CapabilityError> {
 
 impl Route53 {
     pub async fn new(s: &Route53Settings, node: &Node) -> Result<Self, SettingsError> {
-        if s.timeout_ms == 0 {
-            return Err(SettingsError::new(
-                Capability::Dns,
-                "timeout_ms",
-                "must be above 0",
-            ));
+        let aws = crate::aws::Access {
+            capability: Capability::Dns,
+            region: s.region.as_ref(),
+            default_region: "us-east-1",
+            endpoint_url: s.endpoint_url.as_ref(),
+            timeout_ms: s.timeout_ms,
+            access_key_id: s.access_key_id.as_ref(),
+            secret_access_key_file: s.secret_access_key_file.as_ref(),
+            secret_access_key_env: s.secret_access_key_env.as_deref(),
         }
-        if let Some(url) = &s.endpoint_url
-            && !(url.starts_with("https://") || url.starts_with("http://"))
-        {
-            return Err(SettingsError::new(
-                Capability::Dns,
-                "endpoint_url",
-                format!("`{url}` is not an http(s) URL"),
-            ));
-        }
-        let credentials = match &s.access_key_id {
-            Some(id) => Some(capstan_aws::StaticCredentials {
-                access_key_id: id.clone(),
-                secret_access_key: crate::secret::read(
-                    Capability::Dns,
-                    "secret_access_key",
-                    s.secret_access_key_file.as_ref(),
-                    s.secret_access_key_env.as_deref(),
-                )?,
-            }),
-            None if s.secret_access_key_file.is_some() || s.secret_access_key_env.is_some() => {
-                return Err(SettingsError::new(
-                    Capability::Dns,
-                    "access_key_id",
-                    "a secret access key needs its access_key_id",
-                ));
-            }
-            None => None,
-        };
-        let aws = capstan_aws::Aws::connect(
-            s.region.clone(),
-            "us-east-1",
-            s.endpoint_url.clone(),
-            credentials,
-            Duration::from_millis(s.timeout_ms),
-        )
-        .await;
+        .connect()
+        .await?;
         Ok(Self {
             client: r53::Route53::new(&aws),
             ledger: Ledger::new(node.store.writer().clone(), "route53"),

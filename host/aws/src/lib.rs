@@ -11,7 +11,9 @@
 //! - `lib.rs` — [`Aws`]: the shared configuration; [`classify`]: an SDK error as transient or
 //!   permanent.
 //! - `route53.rs` — [`route53::Route53`]: hosted zones, record sets and changes.
+//! - `acm.rs` — [`acm::Acm`]: DNS-validated certificates.
 
+pub mod acm;
 pub mod route53;
 
 use aws_config::BehaviorVersion;
