@@ -615,6 +615,28 @@ async fn retry_finalization_replays_earlier_stages_and_reruns_only_finalize() {
     let effects = w.cloud.effects().len();
     let outcome = w.engine.recover(&id, "retry-finalization").await.unwrap();
     assert_eq!(outcome.execution.status, ExecutionStatus::Queued);
+    // While it is pending: the same recovery again is that command; any other is refused.
+    let again = w.engine.recover(&id, "retry-finalization").await.unwrap();
+    assert!(again.reused);
+    assert_eq!(again.command.map(|c| c.id), outcome.command.map(|c| c.id));
+    for refused in [
+        w.engine
+            .recover(&id, "retry-maps-whitelist")
+            .await
+            .unwrap_err(),
+        w.engine.rollback(&id).await.unwrap_err(),
+    ] {
+        assert!(
+            matches!(
+                refused,
+                EngineError::StateInvalid {
+                    reason: "command_pending",
+                    ..
+                }
+            ),
+            "{refused:?}"
+        );
+    }
     w.settle().await;
     let (execution, stages) = w.engine.execution(&id).await.unwrap().unwrap();
     assert_eq!(
@@ -1315,4 +1337,146 @@ async fn a_commit_recording_an_answer_whose_write_behind_failed_is_refused_and_r
     let mut expected: Vec<String> = receipts.iter().map(|r| r.id.clone()).collect();
     expected.sort();
     assert_eq!(committed, expected, "each change's write committed once");
+}
+
+/// The rows the every-command matrix cannot set up with one engine: a component that is not
+/// loaded, a run claimed with nothing left to do, a compensation that fails, a run that is gone,
+/// an approval given twice.
+#[tokio::test]
+async fn the_rows_of_missing_components_spent_runs_failed_compensations_and_repeated_approvals() {
+    use capstan_core::store::{RunPatch, RunState};
+    let w = world().await;
+    // A node that has not loaded the component: its claim pauses the execution, and it
+    // refuses a recovery it cannot run.
+    let bare = Engine::new(
+        Arc::new(w.store.clone()),
+        runtime(),
+        Arc::new(w.cloud.clone()),
+        Arc::new(w.clock.clone()),
+        config("node-b"),
+    );
+    let id = w
+        .trigger("fixture-steps", json!({"zone": "Z1", "stages": 1}))
+        .await;
+    bare.run_until_idle().await.unwrap();
+    let execution = w.store.execution(&id).await.unwrap().unwrap();
+    assert_eq!(execution.status, ExecutionStatus::Paused);
+    assert_eq!(
+        execution.status_reason.as_deref(),
+        Some("component_missing")
+    );
+    let refused = bare.recover(&id, "retry-finalization").await.unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            EngineError::StateInvalid {
+                reason: "component_missing",
+                ..
+            }
+        ),
+        "{refused:?}"
+    );
+    // Resumed where the component is loaded, it finishes.
+    w.engine.resume(&id).await.unwrap();
+    w.settle().await;
+    assert_eq!(w.status(&id).await, ExecutionStatus::Succeeded);
+
+    // A run made runnable again under a finished execution: claimed, it ends, and nothing moves.
+    let run_id = w.store.execution(&id).await.unwrap().unwrap().run_id;
+    let events = w.event_types(&id).await.len();
+    w.store
+        .apply(
+            None,
+            vec![Write::UpdateRun(RunPatch {
+                id: run_id.clone(),
+                state: Some(RunState::Runnable),
+                wake_ms: Some(0),
+                release_lease: true,
+                cancel_requested: None,
+            })],
+        )
+        .await
+        .unwrap();
+    w.settle().await;
+    assert_eq!(w.status(&id).await, ExecutionStatus::Succeeded);
+    assert_eq!(w.event_types(&id).await.len(), events);
+    assert_eq!(
+        w.store.run(&run_id).await.unwrap().unwrap().state,
+        RunState::Done
+    );
+
+    // A compensation refused for good: the execution stays as it was, saying why.
+    w.cloud.fail(
+        "dns.change-records",
+        1,
+        CapabilityError::permanent("refused", "no"),
+    );
+    w.engine.rollback(&id).await.unwrap();
+    w.settle().await;
+    let execution = w.store.execution(&id).await.unwrap().unwrap();
+    assert_eq!(execution.status, ExecutionStatus::Succeeded);
+    assert_eq!(execution.status_reason.as_deref(), Some("rollback_failed"));
+
+    // A run that is gone (retention took it): nothing to recover from.
+    let gone = w
+        .trigger("fixture-steps", json!({"zone": "Z1", "stages": 1}))
+        .await;
+    w.settle().await;
+    let gone_run = w.store.execution(&gone).await.unwrap().unwrap().run_id;
+    for sql in [
+        "DELETE FROM journal_chunks WHERE run_id = $1",
+        "DELETE FROM waits WHERE run_id = $1",
+        "DELETE FROM runs WHERE id = $1",
+    ] {
+        sqlx::query(sql)
+            .bind(&gone_run)
+            .execute(w.store.writer())
+            .await
+            .unwrap();
+    }
+    let refused = w
+        .engine
+        .recover(&gone, "retry-finalization")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            EngineError::StateInvalid {
+                reason: "no_source_run",
+                ..
+            }
+        ),
+        "{refused:?}"
+    );
+
+    // An approval given twice: the second is refused until the run has woken.
+    let waiting = w
+        .trigger(
+            "fixture-steps",
+            json!({"zone": "Z1", "stages": 1, "approval": true}),
+        )
+        .await;
+    w.settle().await;
+    w.engine
+        .approve(&waiting, &"0".repeat(64), json!({"approvedBy": "ops"}))
+        .await
+        .unwrap();
+    let twice = w
+        .engine
+        .approve(&waiting, &"0".repeat(64), json!({"approvedBy": "ops"}))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            twice,
+            EngineError::StateInvalid {
+                reason: "already_approved",
+                ..
+            }
+        ),
+        "{twice:?}"
+    );
+    w.settle().await;
+    assert_eq!(w.status(&waiting).await, ExecutionStatus::Succeeded);
 }
