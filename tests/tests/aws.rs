@@ -11,24 +11,117 @@
 //! from its ledger or from ACM's idempotency token, and refuses to delete a certificate in use.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use capstan_core::Capability;
+use capstan_core::{Capability, Providers};
 use capstan_e2e::realservers::Moto;
 use capstan_e2e::{Server, home_with, key_for, until_status};
 use reqwest::{Client, StatusCode};
 use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 const ZONE: &str = "capstan-aws.test";
 
-/// `[providers.dns]` on `moto`, with its test key (the secret in a file under `dir`).
-fn route53_table(moto: &Moto, dir: &std::path::Path) -> String {
+/// moto's test key: its secret in a file under `dir` (as an operator's would be).
+fn secret_file(dir: &Path) -> PathBuf {
     let secret = dir.join("aws-secret");
     std::fs::write(&secret, "testing\n").unwrap();
+    secret
+}
+
+/// A `[providers.<capability>]` table of `kind` on `moto`, with its test key and `extra` lines.
+fn aws_table(moto: &Moto, dir: &Path, capability: &str, kind: &str, extra: &str) -> String {
     format!(
-        "[providers.dns]\nkind = \"route53\"\nendpoint_url = \"{}\"\nzones = [\"{ZONE}\"]\naccess_key_id = \"testing\"\nsecret_access_key_file = \"{}\"\n",
+        "[providers.{capability}]\nkind = \"{kind}\"\nendpoint_url = \"{}\"\naccess_key_id = \"testing\"\nsecret_access_key_file = \"{}\"\n{extra}",
         moto.endpoint(),
-        secret.display()
+        secret_file(dir).display()
     )
+}
+
+/// `[providers.dns]` on Route 53 in `moto`, limited to [`ZONE`].
+fn route53_table(moto: &Moto, dir: &Path) -> String {
+    aws_table(
+        moto,
+        dir,
+        "dns",
+        "route53",
+        &format!("zones = [\"{ZONE}\"]\n"),
+    )
+}
+
+/// `capstan serve` with `components` and `config`, and an `ops` key with `permissions`.
+struct Node {
+    server: Server,
+    key: String,
+    c: Client,
+    _home: tempfile::TempDir,
+}
+
+impl Node {
+    fn start(components: &[&str], permissions: &[&str], config: &str) -> Self {
+        let home = home_with(components, config);
+        let key = key_for(home.path(), "ops", permissions);
+        Self {
+            server: Server::start(home.path()),
+            key,
+            c: Client::new(),
+            _home: home,
+        }
+    }
+
+    /// Triggers `workflow` with `body` and waits until the execution stops moving.
+    async fn run(&self, workflow: &str, idempotency_key: &str, body: Value) -> Value {
+        let r = self
+            .c
+            .post(format!("{}/v1/workflows/{workflow}", self.server.base))
+            .bearer_auth(&self.key)
+            .header("Idempotency-Key", idempotency_key)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::ACCEPTED);
+        let id = r.json::<Value>().await.unwrap()["executionId"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        self.until(&id, &["succeeded", "failed", "paused"]).await
+    }
+
+    /// Rolls the execution back and waits until it is rolled back (or the rollback failed).
+    async fn roll_back(&self, done: &Value) -> Value {
+        let id = done["executionId"].as_str().unwrap();
+        let r = self
+            .c
+            .post(format!("{}/v1/executions/{id}/rollback", self.server.base))
+            .bearer_auth(&self.key)
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "{}", r.text().await.unwrap());
+        self.until(id, &["rolled_back", "failed"]).await
+    }
+
+    async fn until(&self, id: &str, statuses: &[&str]) -> Value {
+        until_status(&self.c, &self.server.base, &self.key, id, statuses).await
+    }
+}
+
+/// The adapter `settings` describe for `capability`, its ledger in a fresh database under `dir`.
+async fn adapter(capability: Capability, settings: Value, dir: &Path) -> Arc<dyn Providers> {
+    let settings: capstan_adapters::ProviderSettings = serde_json::from_value(settings).unwrap();
+    std::fs::create_dir_all(dir).unwrap();
+    let store = capstan_store::Store::open(&capstan_testdb::fresh_database_url(dir).await)
+        .await
+        .unwrap();
+    let node = capstan_adapters::Node {
+        store,
+        clock: Arc::new(capstan_core::SystemClock),
+        keyring: capstan_core::secrets::Keyring::development(),
+    };
+    capstan_adapters::build(capability, &settings, &node)
+        .await
+        .unwrap()
+        .expect("a real provider")
 }
 
 #[tokio::test]
@@ -43,24 +136,19 @@ async fn a_workflow_changes_route53_records_and_its_rollback_restores_them() {
     let before = moto.boto(&["records", &zone]);
 
     let dir = tempfile::tempdir().unwrap();
-    let home = home_with(
+    let node = Node::start(
         &["guest-fixtures/fixture-steps.wasm"],
+        &["workflows:fixture-steps", "admin:read"],
         &format!(
             "workers = 2\nlease_ms = 3000\n[grants]\nfixture-steps = [\"dns\", \"convergence\"]\n[provider_retry.dns]\ninitial_ms = 50\nmax_ms = 100\nmax_attempts = 3\n{}",
             route53_table(&moto, dir.path())
         ),
     );
-    let key = key_for(
-        home.path(),
-        "ops",
-        &["workflows:fixture-steps", "admin:read"],
-    );
-    let server = Server::start(home.path());
-    let c = Client::new();
 
     // The node reports the adapter and whether Route 53 (moto) answers.
-    let ready: Value = c
-        .get(format!("{}/readyz", server.base))
+    let ready: Value = node
+        .c
+        .get(format!("{}/readyz", node.server.base))
         .send()
         .await
         .unwrap()
@@ -75,27 +163,13 @@ async fn a_workflow_changes_route53_records_and_its_rollback_restores_them() {
         .cloned();
     assert!(dns.is_some(), "{ready:#}");
 
-    let r = c
-        .post(format!("{}/v1/workflows/fixture-steps", server.base))
-        .bearer_auth(&key)
-        .header("Idempotency-Key", "r53-1")
-        .json(&json!({"zone": zone, "domain": ZONE, "stages": 2}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::ACCEPTED);
-    let id = r.json::<Value>().await.unwrap()["executionId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let done = until_status(
-        &c,
-        &server.base,
-        &key,
-        &id,
-        &["succeeded", "failed", "paused"],
-    )
-    .await;
+    let done = node
+        .run(
+            "fixture-steps",
+            "r53-1",
+            json!({"zone": zone, "domain": ZONE, "stages": 2}),
+        )
+        .await;
     assert_eq!(
         done["status"],
         "succeeded",
@@ -122,14 +196,7 @@ async fn a_workflow_changes_route53_records_and_its_rollback_restores_them() {
     assert_eq!(txt(&after, &format!("step-2.{ZONE}")).len(), 1, "{after}");
 
     // Rollback: step-1 holds what it held before, step-2 is gone — the zone as it was.
-    let r = c
-        .post(format!("{}/v1/executions/{id}/rollback", server.base))
-        .bearer_auth(&key)
-        .send()
-        .await
-        .unwrap();
-    assert!(r.status().is_success(), "{}", r.text().await.unwrap());
-    let rolled = until_status(&c, &server.base, &key, &id, &["rolled_back", "failed"]).await;
+    let rolled = node.roll_back(&done).await;
     assert_eq!(rolled["status"], "rolled_back", "{rolled:#}");
     assert_eq!(moto.boto(&["records", &zone]), before);
 }
@@ -139,25 +206,15 @@ async fn a_workflow_changes_route53_records_and_its_rollback_restores_them() {
 async fn the_route53_adapter_answers_every_dns_operation() {
     let moto = Moto::start();
     let dir = tempfile::tempdir().unwrap();
-    let secret = dir.path().join("aws-secret");
-    std::fs::write(&secret, "testing\n").unwrap();
-    let settings: capstan_adapters::ProviderSettings = serde_json::from_value(json!({
-        "kind": "route53", "endpoint_url": moto.endpoint(), "zones": [ZONE],
-        "access_key_id": "testing", "secret_access_key_file": secret,
-    }))
-    .unwrap();
-    let store = capstan_store::Store::open(&capstan_testdb::fresh_database_url(dir.path()).await)
-        .await
-        .unwrap();
-    let node = capstan_adapters::Node {
-        store,
-        clock: Arc::new(capstan_core::SystemClock),
-        keyring: capstan_core::secrets::Keyring::development(),
-    };
-    let dns = capstan_adapters::build(Capability::Dns, &settings, &node)
-        .await
-        .unwrap()
-        .expect("a real provider");
+    let dns = adapter(
+        Capability::Dns,
+        json!({
+            "kind": "route53", "endpoint_url": moto.endpoint(), "zones": [ZONE],
+            "access_key_id": "testing", "secret_access_key_file": secret_file(dir.path()),
+        }),
+        dir.path(),
+    )
+    .await;
     assert_eq!(dns.kind(), "route53");
 
     // A zone created twice under one token is one zone.
@@ -298,18 +355,6 @@ async fn the_route53_adapter_answers_every_dns_operation() {
         .expect_err("the configured zone is gone");
 }
 
-/// `[providers.certificates]` on ACM in `moto`, with its test key (the secret in a file under
-/// `dir`).
-fn acm_table(moto: &Moto, dir: &std::path::Path) -> String {
-    let secret = dir.join("aws-secret");
-    std::fs::write(&secret, "testing\n").unwrap();
-    format!(
-        "[providers.certificates]\nkind = \"acm\"\nendpoint_url = \"{}\"\naccess_key_id = \"testing\"\nsecret_access_key_file = \"{}\"\n",
-        moto.endpoint(),
-        secret.display()
-    )
-}
-
 /// add-certificate on ACM with its validation records on Route 53, both in moto: requested,
 /// validated through DNS, issued; its rollback deletes the certificate and the records.
 #[tokio::test]
@@ -321,43 +366,22 @@ async fn add_certificate_on_acm_with_route53_validation_and_its_rollback() {
         .to_owned();
     let records_before = moto.boto(&["records", &zone]);
     let dir = tempfile::tempdir().unwrap();
-    let home = home_with(
+    let node = Node::start(
         &["workflows/add-certificate.wasm"],
+        &["workflows:add-certificate", "admin:read"],
         &format!(
             "workers = 2\nlease_ms = 3000\n[provider_retry.certificates]\ninitial_ms = 100\nmax_ms = 500\nmax_attempts = 10\n{}{}",
             route53_table(&moto, dir.path()),
-            acm_table(&moto, dir.path())
+            aws_table(&moto, dir.path(), "certificates", "acm", "")
         ),
     );
-    let key = key_for(
-        home.path(),
-        "ops",
-        &["workflows:add-certificate", "admin:read"],
-    );
-    let server = Server::start(home.path());
-    let c = Client::new();
-
-    let r = c
-        .post(format!("{}/v1/workflows/add-certificate", server.base))
-        .bearer_auth(&key)
-        .header("Idempotency-Key", "acm-1")
-        .json(&json!({"domain": ZONE, "subjectAlternativeNames": [format!("www.{ZONE}")]}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::ACCEPTED);
-    let id = r.json::<Value>().await.unwrap()["executionId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let done = until_status(
-        &c,
-        &server.base,
-        &key,
-        &id,
-        &["succeeded", "failed", "paused"],
-    )
-    .await;
+    let done = node
+        .run(
+            "add-certificate",
+            "acm-1",
+            json!({"domain": ZONE, "subjectAlternativeNames": [format!("www.{ZONE}")]}),
+        )
+        .await;
     assert_eq!(
         done["status"],
         "succeeded",
@@ -416,14 +440,7 @@ async fn add_certificate_on_acm_with_route53_validation_and_its_rollback() {
     );
 
     // Rollback: the records and the certificate are gone.
-    let r = c
-        .post(format!("{}/v1/executions/{id}/rollback", server.base))
-        .bearer_auth(&key)
-        .send()
-        .await
-        .unwrap();
-    assert!(r.status().is_success(), "{}", r.text().await.unwrap());
-    let rolled = until_status(&c, &server.base, &key, &id, &["rolled_back", "failed"]).await;
+    let rolled = node.roll_back(&done).await;
     assert_eq!(rolled["status"], "rolled_back", "{rolled:#}");
     assert_eq!(moto.boto(&["records", &zone]), records_before);
     assert_eq!(moto.boto(&["certificates"]), json!([]));
@@ -434,32 +451,16 @@ async fn add_certificate_on_acm_with_route53_validation_and_its_rollback() {
 async fn the_acm_adapter_answers_every_certificates_operation() {
     let moto = Moto::start();
     let dir = tempfile::tempdir().unwrap();
-    let secret = dir.path().join("aws-secret");
-    std::fs::write(&secret, "testing\n").unwrap();
-    let settings: capstan_adapters::ProviderSettings = serde_json::from_value(json!({
+    let settings = json!({
         "kind": "acm", "endpoint_url": moto.endpoint(),
-        "access_key_id": "testing", "secret_access_key_file": secret,
-    }))
-    .unwrap();
-    let node = |store| capstan_adapters::Node {
-        store,
-        clock: Arc::new(capstan_core::SystemClock),
-        keyring: capstan_core::secrets::Keyring::development(),
-    };
-    let open = |name: &str| {
-        let path = dir.path().join(name);
-        async move {
-            std::fs::create_dir_all(&path).unwrap();
-            capstan_store::Store::open(&capstan_testdb::fresh_database_url(&path).await)
-                .await
-                .unwrap()
-        }
-    };
-    let certs =
-        capstan_adapters::build(Capability::Certificates, &settings, &node(open("a").await))
-            .await
-            .unwrap()
-            .expect("a real provider");
+        "access_key_id": "testing", "secret_access_key_file": secret_file(dir.path()),
+    });
+    let certs = adapter(
+        Capability::Certificates,
+        settings.clone(),
+        &dir.path().join("a"),
+    )
+    .await;
     assert_eq!(certs.kind(), "acm");
     certs.reachable().await.expect("moto answers");
 
@@ -483,11 +484,7 @@ async fn the_acm_adapter_answers_every_certificates_operation() {
         .await
         .unwrap();
     assert_eq!(again, first);
-    let elsewhere =
-        capstan_adapters::build(Capability::Certificates, &settings, &node(open("b").await))
-            .await
-            .unwrap()
-            .unwrap();
+    let elsewhere = adapter(Capability::Certificates, settings, &dir.path().join("b")).await;
     let replayed = elsewhere
         .call("certificates.request-certificate", &request, "run-1:0:4")
         .await

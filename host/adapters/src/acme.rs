@@ -157,16 +157,6 @@ impl Row_ {
     }
 }
 
-/// Whether a certificate name (`example.com`, `*.example.com`) covers `domain`.
-fn covers(name: &str, domain: &str) -> bool {
-    name == domain
-        || name.strip_prefix("*.").is_some_and(|parent| {
-            domain
-                .split_once('.')
-                .is_some_and(|(_, rest)| rest == parent)
-        })
-}
-
 impl Acme {
     pub async fn new(s: &AcmeSettings, node: &Node) -> Result<Self, SettingsError> {
         let c = Capability::Certificates;
@@ -756,7 +746,7 @@ impl Providers for Acme {
                     .rows()
                     .await?
                     .iter()
-                    .filter(|r| r.names.iter().any(|n| covers(n, &domain)))
+                    .filter(|r| r.names.iter().any(|n| model::covers(n, &domain)))
                     .map(Row_::view)
                     .collect();
                 serde_json::to_value(found).map_err(storage)

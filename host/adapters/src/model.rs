@@ -120,7 +120,30 @@ pub fn arg<T: serde::de::DeserializeOwned>(
     .map_err(|e| CapabilityError::permanent("invalid-request", format!("argument `{name}`: {e}")))
 }
 
+/// Whether a certificate name (`example.com`, `*.example.com`) covers `domain`: itself, or
+/// for a wildcard one label below its parent.
+pub fn covers(name: &str, domain: &str) -> bool {
+    name == domain
+        || name.strip_prefix("*.").is_some_and(|parent| {
+            domain
+                .split_once('.')
+                .is_some_and(|(_, rest)| rest == parent)
+        })
+}
+
 /// Lower-case, without the trailing dot.
 pub fn bare(name: &str) -> String {
     name.trim().trim_end_matches('.').to_ascii_lowercase()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_wildcard_covers_one_label_below_its_parent() {
+        use super::covers;
+        assert!(covers("*.example.org", "www.example.org"));
+        assert!(!covers("*.example.org", "a.b.example.org"));
+        assert!(!covers("*.example.org", "example.org"));
+        assert!(covers("example.org", "example.org"));
+    }
 }
