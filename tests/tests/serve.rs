@@ -177,10 +177,10 @@ fn migrate_creates_the_database_and_is_idempotent() {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
+        let stdout = String::from_utf8(out.stdout).unwrap();
         assert!(
-            String::from_utf8(out.stdout)
-                .unwrap()
-                .contains("is at migration")
+            stdout.contains("is at migration") && stdout.contains("(booking 1)"),
+            "{stdout}"
         );
     }
 }

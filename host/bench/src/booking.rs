@@ -58,7 +58,7 @@ pub async fn run(quick: bool) -> anyhow::Result<Value> {
     let store =
         capstan_store::Store::open(&format!("sqlite://{}/bench.db", dir.path().display())).await?;
     let clock = Arc::new(capstan_core::SystemClock);
-    let bookings = Bookings::new(store, clock.clone(), BookingConfig::default());
+    let bookings = Bookings::open(store, clock.clone(), BookingConfig::default()).await?;
     bookings
         .import_catalog(&catalog(slots, capacity))
         .await

@@ -90,6 +90,7 @@ async fn one(
     };
     // `capstan migrate` first, so the nodes do not race to create the schema.
     let store = capstan_store::Store::open(&database).await?;
+    capstan_booking::migrate(&store).await?;
     let mut servers = Vec::new();
     for _ in 0..nodes {
         servers.push(Server::start_node(home.clone(), database.clone()).await?);

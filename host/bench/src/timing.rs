@@ -49,8 +49,11 @@ impl<S: EngineStore> RunStore for TimedStore<S> {
         self.spent.store_writes.fetch_add(1, Ordering::Relaxed);
         timed!(self, self.inner.apply(fence, writes))
     }
-    fn behind_epoch(&self) -> Option<u64> {
-        self.inner.behind_epoch()
+    fn activation_began(&self, run_id: &str) {
+        self.inner.activation_began(run_id)
+    }
+    fn activation_ended(&self, run_id: &str) {
+        self.inner.activation_ended(run_id)
     }
     async fn run(&self, id: &str) -> Result<Option<RunRecord>, StoreError> {
         timed!(self, self.inner.run(id))

@@ -8,6 +8,7 @@
 //! - `status` — a booking's statuses and the one table of moves between them;
 //! - `fulfilment` — the fulfilment jobs that run a product type's step components, and undo them;
 //! - `webhooks` — partner webhook registrations and their delivery queue;
+//! - `migrations/` — its tables, applied by [`migrate`] with a history of their own;
 //! - this module — the catalog's import, inventory, bookings (holds, capture window, cancel,
 //!   reschedule), the capture-timeout sweeper and each status change's history and deliveries,
 //!   on the SQL store.
@@ -170,14 +171,45 @@ pub struct Imported {
     pub unchanged: bool,
 }
 
+/// The history table of booking's migrations, apart from the store's `_sqlx_migrations`.
+pub const MIGRATIONS_TABLE: &str = "_booking_migrations";
+
+/// Creates or brings up to date the booking domain's tables (`host/booking/migrations`) in
+/// `store`. [`Bookings::open`] does it; `capstan migrate` calls it to prepare a database before
+/// several nodes start.
+pub async fn migrate(store: &Store) -> Result<(), capstan_store::OpenError> {
+    let mut migrator = match store.backend() {
+        capstan_store::Backend::Sqlite => sqlx::migrate!("./migrations/sqlite"),
+        capstan_store::Backend::Postgres => sqlx::migrate!("./migrations/postgres"),
+    };
+    migrator.dangerous_set_table_name(MIGRATIONS_TABLE);
+    store.migrate_domain(&migrator).await
+}
+
+/// The versions of booking's migrations applied so far.
+pub async fn applied_migrations(store: &Store) -> Result<Vec<i64>, capstan_store::OpenError> {
+    let rows: Vec<(i64,)> =
+        sqlx::query_as("SELECT version FROM _booking_migrations ORDER BY version")
+            .fetch_all(store.pool())
+            .await?;
+    Ok(rows.into_iter().map(|(v,)| v).collect())
+}
+
 impl Bookings {
-    pub fn new(store: Store, clock: Arc<dyn Clock>, config: BookingConfig) -> Self {
-        Self {
+    /// The booking engine on `store`, its tables migrated first: there is no `Bookings` without
+    /// its schema.
+    pub async fn open(
+        store: Store,
+        clock: Arc<dyn Clock>,
+        config: BookingConfig,
+    ) -> Result<Self, capstan_store::OpenError> {
+        migrate(&store).await?;
+        Ok(Self {
             store,
             clock,
             config: Arc::new(config),
             catalog: Arc::new(RwLock::new(None)),
-        }
+        })
     }
 
     pub fn store(&self) -> &Store {

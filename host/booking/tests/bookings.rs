@@ -41,7 +41,9 @@ async fn world_at(start: u64) -> World {
         .await
         .unwrap();
     let clock = ManualClock::new(start);
-    let bookings = Bookings::new(store, Arc::new(clock.clone()), BookingConfig::default());
+    let bookings = Bookings::open(store, Arc::new(clock.clone()), BookingConfig::default())
+        .await
+        .unwrap();
     bookings.import_catalog(&catalog_text()).await.unwrap();
     for (id, env) in [
         ("p1", Environment::Production),
@@ -109,6 +111,51 @@ fn request(slot: &str, adults: usize) -> Value {
         "customersDetails": {"count": adults, "customers": customers},
         "price": {"amount": 40.0 * adults as f64, "currencyCode": "EUR"},
     })
+}
+
+#[tokio::test]
+async fn the_booking_tables_are_booking_s_own_migrations_with_a_history_of_their_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = capstan_testdb::fresh_database_url(dir.path()).await;
+    let store = capstan_store::Store::open(&url).await.unwrap();
+    let core = store.applied_migrations().await.unwrap();
+    let partners = sqlx::query("SELECT 1 FROM partners")
+        .fetch_all(store.pool())
+        .await;
+    assert!(
+        partners.is_err(),
+        "the store alone creates no booking table"
+    );
+
+    let bookings = Bookings::open(
+        store.clone(),
+        Arc::new(ManualClock::new(START)),
+        BookingConfig::default(),
+    )
+    .await
+    .unwrap();
+    bookings.import_catalog(&catalog_text()).await.unwrap();
+    let applied = capstan_booking::applied_migrations(&store).await.unwrap();
+    assert_eq!(applied, vec![1]);
+    assert_eq!(
+        store.applied_migrations().await.unwrap(),
+        core,
+        "booking's history is apart from the store's"
+    );
+
+    // Opening again (a restart, or `capstan migrate` before the nodes) applies nothing new and
+    // keeps what the tables hold.
+    let again = capstan_store::Store::open(&url).await.unwrap();
+    capstan_booking::migrate(&again).await.unwrap();
+    assert_eq!(
+        capstan_booking::applied_migrations(&again).await.unwrap(),
+        vec![1]
+    );
+    let (rows,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM catalog")
+        .fetch_one(again.pool())
+        .await
+        .unwrap();
+    assert_eq!(rows, 1, "the imported catalog is still there");
 }
 
 #[tokio::test]

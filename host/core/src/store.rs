@@ -309,11 +309,6 @@ pub struct Fence {
     pub run_id: String,
     pub owner: String,
     pub lease_until_ms: Millis,
-    /// [`RunStore::behind_epoch`] when the activation that commits began: the batch is also
-    /// refused if a provider's write made behind its answer failed since then, for the batch may
-    /// record that answer (the run then replays the call). `None`: the batch records no answer
-    /// of the kind, or the store writes nothing behind answers.
-    pub behind: Option<u64>,
 }
 
 /// Filters of the executions list.
@@ -368,13 +363,15 @@ pub trait RunStore: Send + Sync + std::fmt::Debug {
     /// Applies `writes` atomically, under `fence` if given.
     async fn apply(&self, fence: Option<&Fence>, writes: Vec<Write>) -> Result<(), StoreError>;
 
-    /// The epoch of writes made behind their answers (SQLite: a simulated provider that decides
-    /// in memory answers at once and queues its writes ahead of the caller's next commit). It
-    /// moves when such a write fails; a [`Fence`] that names an older epoch is refused. `None`:
-    /// this store writes nothing behind answers.
-    fn behind_epoch(&self) -> Option<u64> {
-        None
-    }
+    /// An activation (or rollback run) of `run_id` begins on this node: the provider answers it
+    /// gets from now on may be recorded by its commits under the run's [`Fence`]. A store whose
+    /// providers may answer before their own writes are durable (SQLite's simulated cloud queues
+    /// them ahead of the caller's next commit) refuses such a commit if one of those writes
+    /// failed since, and the run replays the call; other stores have nothing to remember.
+    fn activation_began(&self, _run_id: &str) {}
+
+    /// The activation of `run_id` that [`RunStore::activation_began`] announced has ended.
+    fn activation_ended(&self, _run_id: &str) {}
 
     async fn run(&self, id: &str) -> Result<Option<RunRecord>, StoreError>;
     /// Claims up to `limit` runnable runs due at `now_ms` (or whose lease expired) for `owner`.

@@ -121,10 +121,7 @@ impl Engine {
                 json!({"workflowRunId": run.id}),
                 self.now(),
             ));
-            match store
-                .apply(Some(&self.inner.fence(&run.id, None)), start)
-                .await
-            {
+            match store.apply(Some(&self.inner.fence(&run.id)), start).await {
                 Ok(()) => {}
                 Err(StoreError::Canceled) => return self.finish_cancel(&execution, &run).await,
                 Err(StoreError::Conflict(_)) => return self.finish_run(&run, vec![]).await,
@@ -139,11 +136,9 @@ impl Engine {
         } else {
             store.replay_state(&run.id, &execution.id).await?
         };
-        // Before the first provider call: every answer of this activation is given under this
-        // epoch or a later one, so its commits are refused if a write behind one failed.
-        let behind = store.behind_epoch();
+        // Before the first provider call, until the last commit (the guard's drop).
+        let _scope = ActivationScope::begin(store, &run.id);
         let state = Arc::new(tokio::sync::Mutex::new(host::Activation {
-            behind,
             journal: replay.journal,
             waits: replay.waits,
             stages: replay.stages,
@@ -197,7 +192,7 @@ impl Engine {
                     ..ExecutionPatch::default()
                 }));
                 writes.extend(events::moved(&execution, row, json!({}), now));
-                self.end_run(&run, writes, behind).await
+                self.end_run(&run, writes).await
             }
             Outcome::Completed(Err(error)) => {
                 // A cooperative workflow that stops because it was asked to ends `canceled`.
@@ -233,7 +228,7 @@ impl Engine {
                     json!({"reason": error.code, "error": error_json}),
                     now,
                 ));
-                self.end_run(&run, writes, behind).await
+                self.end_run(&run, writes).await
             }
             Outcome::Interrupted(Interrupt::Suspend(_)) => {
                 let suspension = st.suspension.unwrap_or(Suspension {
@@ -272,7 +267,7 @@ impl Engine {
                     release_lease: true,
                     ..RunPatch::default()
                 }));
-                self.commit_end(&run, writes, behind).await
+                self.commit_end(&run, writes).await
             }
             Outcome::Interrupted(Interrupt::Cancel) => {
                 drop(st);
@@ -301,7 +296,7 @@ impl Engine {
                     json!({"reason": "nondeterministic_replay", "message": message}),
                     now,
                 ));
-                self.end_run(&run, writes, behind).await
+                self.end_run(&run, writes).await
             }
             Outcome::Interrupted(Interrupt::Host(message)) => {
                 if matches!(st.fenced_out, Some(StoreError::LeaseLost)) {
@@ -318,7 +313,6 @@ impl Engine {
                     "limit_exceeded",
                     limit.to_string(),
                     now,
-                    behind,
                 )
                 .await
             }
@@ -331,7 +325,6 @@ impl Engine {
                     "guest_trap",
                     message,
                     now,
-                    behind,
                 )
                 .await
             }
@@ -348,7 +341,6 @@ impl Engine {
         code: &str,
         message: String,
         now: Millis,
-        behind: Option<u64>,
     ) -> Result<(), EngineError> {
         let error_json = json!({"error": code, "message": message, "kind": "permanent"});
         if let Some(mut stage) = running_stage {
@@ -379,7 +371,7 @@ impl Engine {
             json!({"reason": code, "error": error_json}),
             now,
         ));
-        self.end_run(run, writes, behind).await
+        self.end_run(run, writes).await
     }
 
     /// Commits the activation's last writes and marks the run done.
@@ -387,7 +379,6 @@ impl Engine {
         &self,
         run: &RunRecord,
         mut writes: Vec<Write>,
-        behind: Option<u64>,
     ) -> Result<(), EngineError> {
         writes.push(Write::UpdateRun(RunPatch {
             id: run.id.clone(),
@@ -395,14 +386,13 @@ impl Engine {
             release_lease: true,
             ..RunPatch::default()
         }));
-        self.commit_end(run, writes, behind).await
+        self.commit_end(run, writes).await
     }
 
     pub(crate) async fn commit_end(
         &self,
         run: &RunRecord,
         mut writes: Vec<Write>,
-        behind: Option<u64>,
     ) -> Result<(), EngineError> {
         writes.push(settle(
             &run.execution_id,
@@ -420,7 +410,7 @@ impl Engine {
         match self
             .inner
             .store
-            .apply(Some(&self.inner.fence(&run.id, behind)), writes)
+            .apply(Some(&self.inner.fence(&run.id)), writes)
             .await
         {
             Ok(()) => Ok(()),
@@ -457,5 +447,29 @@ impl Engine {
             .apply(None, writes)
             .await
             .map_err(Into::into)
+    }
+}
+
+/// An activation (or rollback run) announced to the store for as long as it lives
+/// ([`capstan_core::store::RunStore::activation_began`]), its end included when the activation's
+/// future is dropped half-way.
+pub(crate) struct ActivationScope {
+    store: Arc<dyn EngineStore>,
+    run_id: String,
+}
+
+impl ActivationScope {
+    pub(crate) fn begin(store: &Arc<dyn EngineStore>, run_id: &str) -> Self {
+        store.activation_began(run_id);
+        Self {
+            store: store.clone(),
+            run_id: run_id.to_owned(),
+        }
+    }
+}
+
+impl Drop for ActivationScope {
+    fn drop(&mut self) {
+        self.store.activation_ended(&self.run_id);
     }
 }

@@ -41,9 +41,6 @@ pub(crate) struct Activation {
     pub suspension: Option<Suspension>,
     /// Set when a commit failed because the lease was lost or the run was canceled.
     pub fenced_out: Option<StoreError>,
-    /// The store's epoch of writes behind answers when the activation began: its commits name
-    /// it ([`capstan_core::store::Fence::behind`]).
-    pub behind: Option<u64>,
     /// The workflow's point of no return: its stage-begin commits before the guest goes on, so
     /// a cancel either lands first (and this commit is refused) or sees the stage (and is).
     pub point_of_no_return: Option<String>,
@@ -521,7 +518,7 @@ impl JournalHost {
         match self
             .inner
             .store
-            .apply(Some(&self.inner.fence(&st.run.id, st.behind)), writes)
+            .apply(Some(&self.inner.fence(&st.run.id)), writes)
             .await
         {
             Ok(()) => Ok(()),

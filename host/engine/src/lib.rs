@@ -316,14 +316,12 @@ impl EngineState {
         self.clock.now_millis() as Millis
     }
 
-    /// The fence of a run's commit; `behind`: the store's epoch of writes behind answers when
-    /// the activation (or rollback) that commits began ([`Fence::behind`]).
-    pub fn fence(&self, run_id: &str, behind: Option<u64>) -> Fence {
+    /// The fence of a run's commit: this node's lease, extended.
+    pub fn fence(&self, run_id: &str) -> Fence {
         Fence {
             run_id: run_id.to_owned(),
             owner: self.config.node_id.clone(),
             lease_until_ms: self.now() + self.config.lease_ms,
-            behind,
         }
     }
 

@@ -450,11 +450,14 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
         }
         Command::Migrate => {
             let store = capstan_store::Store::open(&settings.database).await?;
+            capstan_booking::migrate(&store).await?;
             let applied = store.applied_migrations().await?;
+            let booking = capstan_booking::applied_migrations(&store).await?;
             println!(
-                "database {} is at migration {}",
+                "database {} is at migration {} (booking {})",
                 settings.database,
-                applied.last().copied().unwrap_or(0)
+                applied.last().copied().unwrap_or(0),
+                booking.last().copied().unwrap_or(0)
             );
             Ok(ExitCode::SUCCESS)
         }
@@ -557,11 +560,12 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
         }
         Command::Partners { command } => {
             let store = capstan_store::Store::open(&settings.database).await?;
-            let bookings = capstan_booking::Bookings::new(
+            let bookings = capstan_booking::Bookings::open(
                 store,
                 std::sync::Arc::new(capstan_core::SystemClock),
                 capstan_booking::BookingConfig::default(),
-            );
+            )
+            .await?;
             match command {
                 PartnersCommand::Create {
                     name,
@@ -647,11 +651,12 @@ async fn run(command: Command, settings: Settings) -> anyhow::Result<ExitCode> {
                 };
             }
             let store = capstan_store::Store::open(&settings.database).await?;
-            let bookings = capstan_booking::Bookings::new(
+            let bookings = capstan_booking::Bookings::open(
                 store,
                 std::sync::Arc::new(capstan_core::SystemClock),
                 capstan_booking::BookingConfig::default(),
-            );
+            )
+            .await?;
             match bookings.import_catalog(&text).await {
                 Ok(imported) => {
                     println!(

@@ -108,14 +108,15 @@ impl App {
         for workflow in registry.workflows.values() {
             engine.register(workflow.clone());
         }
-        let bookings = Bookings::new(
+        let bookings = Bookings::open(
             store.clone(),
             clock.clone(),
             BookingConfig {
                 capture_window_ms: settings.booking.capture_window_ms,
                 voucher_base_url: settings.booking.voucher_base_url.clone(),
             },
-        );
+        )
+        .await?;
         load_catalog(&bookings, settings).await?;
         let steps: Arc<dyn StepRunner> = Arc::new(
             crate::steps::WasmSteps::load(&registry.runtime, settings, store.clone()).await,

@@ -834,11 +834,12 @@ impl Store {
 
     /// Queues `sql` for the next group commit and returns at once, SQLite only: a write made
     /// behind an answer the caller gives before it is durable. The caller decided it in memory
-    /// under the epoch `epoch` ([`RunStore::behind_epoch`]); it is refused unrun if the epoch
+    /// under the epoch `epoch` ([`Store::behind_epoch`]); it is refused unrun if the epoch
     /// has moved by the time it runs, and if it fails, the epoch moves. Whoever records the
-    /// answer commits after it (the group writer's queue is first in, first out) under a
-    /// [`Fence`] naming the epoch it began under, so that commit is durable only if this write
-    /// is, and is refused if this write failed. Answers the write's number in the queue
+    /// answer commits after it (the group writer's queue is first in, first out) under its run's
+    /// [`Fence`], checked against the epoch its activation began under
+    /// ([`RunStore::activation_began`]), so that commit is durable only if this write is, and is
+    /// refused if this write failed. Answers the write's number in the queue
     /// ([`Store::behind_answered`] says when it has been answered).
     pub fn write_behind(&self, sql: Sql, epoch: u64) -> Result<u64, StoreError> {
         if self.backend() != Backend::Sqlite {
@@ -870,6 +871,12 @@ impl Store {
             return Err(e);
         }
         Ok(number)
+    }
+
+    /// The epoch of writes made behind their answers: it moves when one of them fails. `None`
+    /// on PostgreSQL, which writes nothing behind answers.
+    pub fn behind_epoch(&self) -> Option<u64> {
+        (self.backend() == Backend::Sqlite).then(|| self.inner.behind.epoch())
     }
 
     /// How many writes behind answers the group writer has answered (committed or refused), in
@@ -987,7 +994,9 @@ pub(crate) fn interrupted() -> StoreError {
 impl RunStore for Store {
     async fn apply(&self, fence: Option<&Fence>, writes: Vec<Write>) -> Result<(), StoreError> {
         let writes = coalesce(writes);
-        let requires = fence.and_then(|f| f.behind);
+        let requires = fence
+            .filter(|_| self.backend() == Backend::Sqlite)
+            .and_then(|f| self.inner.behind.required_by(&f.run_id));
         if self.backend() == Backend::Sqlite && groupable(&writes) {
             // Built once here: the group appends it, and runs it alone if the group fails.
             let events = writes.iter().any(|w| matches!(w, Write::Event(_)));
@@ -1015,8 +1024,16 @@ impl RunStore for Store {
         }
     }
 
-    fn behind_epoch(&self) -> Option<u64> {
-        (self.backend() == Backend::Sqlite).then(|| self.inner.behind.epoch())
+    fn activation_began(&self, run_id: &str) {
+        if self.backend() == Backend::Sqlite {
+            self.inner.behind.activation_began(run_id);
+        }
+    }
+
+    fn activation_ended(&self, run_id: &str) {
+        if self.backend() == Backend::Sqlite {
+            self.inner.behind.activation_ended(run_id);
+        }
     }
 
     async fn run(&self, id: &str) -> Result<Option<RunRecord>, StoreError> {

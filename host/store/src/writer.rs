@@ -117,6 +117,11 @@ pub(crate) struct Behind {
     /// Callers waiting for them ([`Behind::settled`]): the writer commits them without waiting
     /// for company.
     settling: AtomicUsize,
+    /// The activations under way on this node, by run: the epoch the oldest began under, and
+    /// how many there are (a run claimed again after its lease lapsed may briefly have two; the
+    /// older epoch holds both to the stricter check). A commit under a run's fence is refused
+    /// if the epoch moved since: it may record an answer whose write failed.
+    activations: Mutex<std::collections::HashMap<String, (u64, usize)>>,
 }
 
 impl Default for Behind {
@@ -126,6 +131,7 @@ impl Default for Behind {
             queued: AtomicU64::new(0),
             answered: tokio::sync::watch::Sender::new(0),
             settling: AtomicUsize::new(0),
+            activations: Mutex::default(),
         }
     }
 }
@@ -145,6 +151,42 @@ pub(crate) const REFUSED_BEHIND: &str = "a write made behind a provider's answer
 impl Behind {
     pub(crate) fn epoch(&self) -> u64 {
         self.epoch.load(Ordering::Acquire)
+    }
+
+    /// An activation of `run_id` begins: the answers it gets from now on are given under the
+    /// current epoch or a later one.
+    pub(crate) fn activation_began(&self, run_id: &str) {
+        let epoch = self.epoch();
+        let mut activations = self
+            .activations
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let entry = activations.entry(run_id.to_owned()).or_insert((epoch, 0));
+        entry.1 += 1;
+    }
+
+    pub(crate) fn activation_ended(&self, run_id: &str) {
+        let mut activations = self
+            .activations
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(entry) = activations.get_mut(run_id) {
+            entry.1 -= 1;
+            if entry.1 == 0 {
+                activations.remove(run_id);
+            }
+        }
+    }
+
+    /// The epoch a commit under `run_id`'s fence must still find: the one its activation began
+    /// under; `None` when no activation of the run is under way here (nothing it commits can
+    /// record an answer given behind its write).
+    pub(crate) fn required_by(&self, run_id: &str) -> Option<u64> {
+        let activations = self
+            .activations
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        activations.get(run_id).map(|(epoch, _)| *epoch)
     }
 
     /// Counts a write behind its answer before it is queued; its number in the queue.

@@ -129,8 +129,8 @@ impl Engine {
         execution: ExecutionRecord,
     ) -> Result<(), EngineError> {
         let store = &self.inner.store;
-        // Compensations are provider calls: their commits name the epoch, as an activation's.
-        let behind = store.behind_epoch();
+        // Compensations are provider calls: the store hears of them as of an activation's.
+        let _scope = crate::activation::ActivationScope::begin(store, &run.id);
         let mut command = store
             .commands(&execution.id)
             .await?
@@ -142,7 +142,7 @@ impl Engine {
             c.status = CommandStatus::Active;
             store
                 .apply(
-                    Some(&self.inner.fence(&run.id, behind)),
+                    Some(&self.inner.fence(&run.id)),
                     vec![Write::PutCommand(c.clone())],
                 )
                 .await?;
@@ -173,7 +173,7 @@ impl Engine {
                     stages.push(stage.clone());
                     store
                         .apply(
-                            Some(&self.inner.fence(&run.id, behind)),
+                            Some(&self.inner.fence(&run.id)),
                             vec![
                                 Write::PutStage(stage.clone()),
                                 Write::Event(event(
@@ -213,7 +213,7 @@ impl Engine {
                     }
                     store
                         .apply(
-                            Some(&self.inner.fence(&run.id, behind)),
+                            Some(&self.inner.fence(&run.id)),
                             vec![
                                 Write::PutStage(done),
                                 Write::MarkCompensated {
@@ -292,7 +292,7 @@ impl Engine {
                         c.error = Some(format!("{}: {}", error.code, error.message));
                         writes.push(Write::PutCommand(c));
                     }
-                    return self.end_run(&run, writes, behind).await;
+                    return self.end_run(&run, writes).await;
                 }
             }
         }
@@ -321,6 +321,6 @@ impl Engine {
             c.finished_ms = Some(now);
             writes.push(Write::PutCommand(c));
         }
-        self.end_run(&run, writes, behind).await
+        self.end_run(&run, writes).await
     }
 }

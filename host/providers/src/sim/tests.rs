@@ -249,7 +249,6 @@ async fn fast_and_ordinary_changes_of_one_record_set_form_one_chain() {
 /// token then answers what it answered the first time.
 #[tokio::test]
 async fn a_token_asked_first_twice_is_caught_by_its_key() {
-    use capstan_core::store::RunStore as _;
     let (cloud, _clock, _dir) = cloud().await;
     let zone = ok(
         &cloud,

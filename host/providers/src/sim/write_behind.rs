@@ -28,7 +28,6 @@
 use super::dns::{ChangePlan, parse_changes};
 use super::{SimulatedCloud, s};
 use capstan_core::CapabilityError;
-use capstan_core::store::RunStore as _;
 use capstan_store::{Backend, Sql};
 use serde_json::{Value, json};
 use sqlx::Row;
