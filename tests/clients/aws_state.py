@@ -7,6 +7,9 @@
     aws_state.py ENDPOINT certificates                -> [{"arn", "domain", "names", "status", "tags", "inUseBy"}]
     aws_state.py ENDPOINT load-balancer NAME CERT_ARN -> {"name": ...}  (a classic ELB serving HTTPS
                                                          with the certificate: ACM says it is in use)
+    aws_state.py ENDPOINT register-domain NAME YEARS  -> {"operationId": ...}
+    aws_state.py ENDPOINT domains                     -> [{"name", "expiry"}]
+    aws_state.py ENDPOINT operations                  -> [{"id", "type", "status", "domain"}]
 
 Credentials and region come from the environment (moto accepts any).
 """
@@ -82,6 +85,30 @@ def main() -> None:
             AvailabilityZones=["us-east-1a"],
         )
         out = {"name": name}
+    elif command == "register-domain":
+        name, years = args
+        domains = boto3.client("route53domains", endpoint_url=endpoint, region_name="us-east-1")
+        contact = {"FirstName": "Other", "LastName": "Owner", "ContactType": "PERSON",
+                   "AddressLine1": "1 Elsewhere St", "City": "Springfield", "CountryCode": "US",
+                   "ZipCode": "12345", "PhoneNumber": "+1.5555550100", "Email": "other@example.net"}
+        op = domains.register_domain(DomainName=name, DurationInYears=int(years),
+                                     AdminContact=contact, RegistrantContact=contact,
+                                     TechContact=contact)
+        out = {"operationId": op["OperationId"]}
+    elif command == "domains":
+        domains = boto3.client("route53domains", endpoint_url=endpoint, region_name="us-east-1")
+        out = sorted(
+            ({"name": d["DomainName"], "expiry": int(d["Expiry"].timestamp())}
+             for d in domains.list_domains()["Domains"]),
+            key=lambda d: d["name"],
+        )
+    elif command == "operations":
+        domains = boto3.client("route53domains", endpoint_url=endpoint, region_name="us-east-1")
+        out = [
+            {"id": o["OperationId"], "type": o["Type"], "status": o["Status"],
+             "domain": o.get("DomainName")}
+            for o in domains.list_operations()["Operations"]
+        ]
     else:
         raise SystemExit(f"unknown command {command}")
     json.dump(out, sys.stdout)

@@ -9,6 +9,10 @@
 //! ACM: add-certificate through `capstan serve` with its validation records on Route 53, issued
 //! and rolled back; the adapter itself answers every `certificates` operation, replays a token
 //! from its ledger or from ACM's idempotency token, and refuses to delete a certificate in use.
+//!
+//! Route 53 Domains: the adapter checks and registers, once per token (from its ledger, or from
+//! the domain the account holds), answers a domain registered by hand as held, and passes the
+//! registry's refusals on as permanent.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use capstan_core::{Capability, Providers};
@@ -592,4 +596,178 @@ async fn the_acm_adapter_answers_every_certificates_operation() {
         .await
         .unwrap_err();
     assert_eq!(missing.code, "not-found", "{missing:?}");
+}
+
+/// `[providers.registrar]` on Route 53 Domains in `moto`, with a contact.
+fn route53domains_settings(moto: &Moto, dir: &Path) -> Value {
+    json!({
+        "kind": "route53domains", "endpoint_url": moto.endpoint(),
+        "access_key_id": "testing", "secret_access_key_file": secret_file(dir),
+        "contact": {
+            "first_name": "Ada", "last_name": "Lovelace", "contact_type": "COMPANY",
+            "organization_name": "Capstan Test Ltd", "address_line_1": "1 Analytical Way",
+            "city": "London", "country_code": "GB", "zip_code": "N1 1AA",
+            "phone_number": "+44.2071234567", "email": "hostmaster@example.org"
+        }
+    })
+}
+
+#[tokio::test]
+async fn the_route53domains_adapter_checks_and_registers_once_per_token() {
+    let moto = Moto::start();
+    let dir = tempfile::tempdir().unwrap();
+    let settings = route53domains_settings(&moto, dir.path());
+    let registrar = adapter(
+        Capability::Registrar,
+        settings.clone(),
+        &dir.path().join("a"),
+    )
+    .await;
+    assert_eq!(registrar.kind(), "route53domains");
+    registrar.reachable().await.expect("moto answers");
+
+    // Registered by hand (boto3, outside the adapter's ledger) in the account: the adapter sees
+    // it held and answers that registration instead of registering again.
+    let other = moto.boto(&["register-domain", "held-already.com", "3"]);
+    let held = registrar
+        .call(
+            "registrar.check-domain",
+            &json!({"name": "Held-Already.COM."}),
+            "",
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        held,
+        json!({"name": "held-already.com", "registered": true, "owned": true, "available": false})
+    );
+    let adopted = registrar
+        .call(
+            "registrar.register-domain",
+            &json!({"name": "held-already.com", "years": 2}),
+            "run-0:0:1",
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        adopted["registration_id"], other["operationId"],
+        "{adopted}"
+    );
+    let year_ms = 365 * 86_400_000;
+    let now_ms = u64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis(),
+    )
+    .unwrap();
+    let expires = adopted["expires_at"].as_u64().unwrap();
+    assert!(
+        expires.abs_diff(now_ms + 3 * year_ms) < 86_400_000,
+        "{adopted}"
+    );
+
+    // A new registration: one operation at the registry, its expiry two years out.
+    let request = json!({"name": "Capstan-New.com", "years": 2});
+    let registered = registrar
+        .call("registrar.register-domain", &request, "run-1:0:2")
+        .await
+        .unwrap();
+    assert_eq!(registered["name"], "capstan-new.com");
+    let expires = registered["expires_at"].as_u64().unwrap();
+    assert!(
+        expires.abs_diff(now_ms + 2 * year_ms) < 86_400_000,
+        "{registered}"
+    );
+    let operations = |moto: &Moto| {
+        moto.boto(&["operations"])
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|o| o["domain"] == "capstan-new.com" && o["type"] == "REGISTER_DOMAIN")
+            .count()
+    };
+    assert_eq!(operations(&moto), 1);
+
+    // The same token again: the same answer, from the ledger; on a node whose ledger lost it
+    // (another database), from the domain the account holds — no second registration.
+    let again = registrar
+        .call("registrar.register-domain", &request, "run-1:0:2")
+        .await
+        .unwrap();
+    assert_eq!(again, registered);
+    let elsewhere = adapter(
+        Capability::Registrar,
+        settings.clone(),
+        &dir.path().join("b"),
+    )
+    .await;
+    let replayed = elsewhere
+        .call("registrar.register-domain", &request, "run-1:0:2")
+        .await
+        .unwrap();
+    assert_eq!(replayed["registration_id"], registered["registration_id"]);
+    assert_eq!(operations(&moto), 1);
+    let domains = moto.boto(&["domains"]);
+    assert_eq!(
+        domains
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|d| d["name"] == "capstan-new.com")
+            .count(),
+        1,
+        "{domains}"
+    );
+    // ... and the token bound to that registration refuses another.
+    let reused = registrar
+        .call(
+            "registrar.register-domain",
+            &json!({"name": "another.com", "years": 2}),
+            "run-1:0:2",
+        )
+        .await
+        .unwrap_err();
+    assert!(reused.is_token_reused(), "{reused:?}");
+
+    // What the registry refuses is permanent, with its reason, and leaves nothing behind:
+    // moto counts one year from now as less than a year out.
+    let refused = registrar
+        .call(
+            "registrar.register-domain",
+            &json!({"name": "one-year.com", "years": 1}),
+            "run-2:0:1",
+        )
+        .await
+        .unwrap_err();
+    assert!(!refused.is_transient(), "{refused:?}");
+    assert_eq!(refused.code, "invalid-request", "{refused:?}");
+    assert!(refused.message.contains("ExpirationDate"), "{refused:?}");
+    assert!(!moto.boto(&["domains"]).to_string().contains("one-year.com"));
+    // Malformed names and terms never reach it.
+    for (request, code) in [
+        (
+            json!({"name": "not a domain", "years": 2}),
+            "invalid-domain",
+        ),
+        (json!({"name": "fine.com", "years": 11}), "invalid-request"),
+    ] {
+        let e = registrar
+            .call("registrar.register-domain", &request, "run-3:0:1")
+            .await
+            .unwrap_err();
+        assert_eq!(e.code, code, "{request}: {e:?}");
+    }
+
+    // moto does not implement CheckDomainAvailability (it answers 500): for a name the
+    // account does not hold the check is transient, asked again by the engine's retry.
+    let unknown = registrar
+        .call(
+            "registrar.check-domain",
+            &json!({"name": "nobody-has-this.com"}),
+            "",
+        )
+        .await
+        .unwrap_err();
+    assert!(unknown.is_transient(), "{unknown:?}");
 }

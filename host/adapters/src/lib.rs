@@ -17,6 +17,7 @@
 //! - `aws.rs` — what the AWS adapters' settings share (region, endpoint, keys, deadline).
 //! - `route53.rs` — DNS on AWS Route 53 (the SDK calls are `capstan-aws`'s).
 //! - `acm.rs` — certificates on AWS Certificate Manager, DNS-validated.
+//! - `route53domains.rs` — the registrar on Amazon Route 53 Domains.
 //!
 //! It must not know the engine or the simulated cloud: both meet adapters only through the trait.
 
@@ -27,6 +28,7 @@ mod ledger;
 pub mod model;
 pub mod rfc2136;
 pub mod route53;
+pub mod route53domains;
 mod secret;
 
 use capstan_core::{Capability, Clock, Providers, secrets::Keyring};
@@ -37,6 +39,7 @@ pub use acm::AcmSettings;
 pub use acme::AcmeSettings;
 pub use rfc2136::Rfc2136Settings;
 pub use route53::Route53Settings;
+pub use route53domains::Route53DomainsSettings;
 
 /// `[providers.<capability>]`: which implementation serves a capability, and its settings.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -52,6 +55,8 @@ pub enum ProviderSettings {
     Route53(Route53Settings),
     /// Certificates on AWS Certificate Manager.
     Acm(AcmSettings),
+    /// The registrar on Amazon Route 53 Domains.
+    Route53Domains(Route53DomainsSettings),
 }
 
 impl ProviderSettings {
@@ -62,6 +67,7 @@ impl ProviderSettings {
             ProviderSettings::Acme(_) => "acme",
             ProviderSettings::Route53(_) => "route53",
             ProviderSettings::Acm(_) => "acm",
+            ProviderSettings::Route53Domains(_) => "route53domains",
         }
     }
 
@@ -75,6 +81,7 @@ impl ProviderSettings {
             ProviderSettings::Acme(_) | ProviderSettings::Acm(_) => {
                 capability == Capability::Certificates
             }
+            ProviderSettings::Route53Domains(_) => capability == Capability::Registrar,
         }
     }
 }
@@ -120,7 +127,7 @@ pub async fn build(
             capability,
             "kind",
             format!(
-                "`{}` cannot serve {}: rfc2136 and route53 serve dns, acme and acm serve certificates, simulated serves any",
+                "`{}` cannot serve {}: rfc2136 and route53 serve dns, acme and acm serve certificates, route53domains serves registrar, simulated serves any",
                 settings.kind(),
                 capability.as_str()
             ),
@@ -132,5 +139,8 @@ pub async fn build(
         ProviderSettings::Acme(s) => Some(Arc::new(acme::Acme::new(s, node).await?)),
         ProviderSettings::Route53(s) => Some(Arc::new(route53::Route53::new(s, node).await?)),
         ProviderSettings::Acm(s) => Some(Arc::new(acm::Acm::new(s, node).await?)),
+        ProviderSettings::Route53Domains(s) => Some(Arc::new(
+            route53domains::Route53Domains::new(s, node).await?,
+        )),
     })
 }

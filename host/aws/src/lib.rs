@@ -12,9 +12,12 @@
 //!   permanent.
 //! - `route53.rs` — [`route53::Route53`]: hosted zones, record sets and changes.
 //! - `acm.rs` — [`acm::Acm`]: DNS-validated certificates.
+//! - `route53domains.rs` — [`route53domains::Route53Domains`]: domains held, availability,
+//!   registrations and their operations, name servers.
 
 pub mod acm;
 pub mod route53;
+pub mod route53domains;
 
 use aws_config::BehaviorVersion;
 use aws_config::retry::RetryConfig;
