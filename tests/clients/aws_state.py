@@ -10,6 +10,9 @@
     aws_state.py ENDPOINT register-domain NAME YEARS  -> {"operationId": ...}
     aws_state.py ENDPOINT domains                     -> [{"name", "expiry"}]
     aws_state.py ENDPOINT operations                  -> [{"id", "type", "status", "domain"}]
+    aws_state.py ENDPOINT distributions               -> [{"id", "aliases", "origin", "enabled",
+                                                         "comment", "priceClass", "cachePolicyId",
+                                                         "callerReference", "certificate"}]
 
 Credentials and region come from the environment (moto accepts any).
 """
@@ -109,6 +112,25 @@ def main() -> None:
              "domain": o.get("DomainName")}
             for o in domains.list_operations()["Operations"]
         ]
+    elif command == "distributions":
+        cf = boto3.client("cloudfront", endpoint_url=endpoint, region_name="us-east-1")
+        out = []
+        listing = cf.list_distributions()["DistributionList"]
+        for summary in listing.get("Items", []):
+            config = cf.get_distribution_config(Id=summary["Id"])["DistributionConfig"]
+            origins = config["Origins"]["Items"]
+            out.append({
+                "id": summary["Id"],
+                "aliases": sorted(config.get("Aliases", {}).get("Items", [])),
+                "origin": origins[0]["DomainName"] if origins else None,
+                "enabled": config["Enabled"],
+                "comment": config["Comment"],
+                "priceClass": config.get("PriceClass"),
+                "cachePolicyId": config["DefaultCacheBehavior"].get("CachePolicyId"),
+                "callerReference": config["CallerReference"],
+                "certificate": config.get("ViewerCertificate", {}).get("ACMCertificateArn"),
+            })
+        out.sort(key=lambda d: d["id"])
     else:
         raise SystemExit(f"unknown command {command}")
     json.dump(out, sys.stdout)

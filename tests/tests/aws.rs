@@ -771,3 +771,197 @@ async fn the_route53domains_adapter_checks_and_registers_once_per_token() {
         .unwrap_err();
     assert!(unknown.is_transient(), "{unknown:?}");
 }
+
+#[tokio::test]
+async fn the_cloudfront_adapter_answers_every_cdn_operation() {
+    let moto = Moto::start();
+    let dir = tempfile::tempdir().unwrap();
+    let settings = json!({
+        "kind": "cloudfront", "endpoint_url": moto.endpoint(),
+        "access_key_id": "testing", "secret_access_key_file": secret_file(dir.path()),
+    });
+    let cdn = adapter(Capability::Cdn, settings.clone(), &dir.path().join("a")).await;
+    assert_eq!(cdn.kind(), "cloudfront");
+    cdn.reachable().await.expect("moto answers");
+    let cert =
+        "arn:aws:acm:us-east-1:123456789012:certificate/11111111-2222-3333-4444-555555555555";
+
+    // Created under the token's CallerReference, with the settings' defaults.
+    let request = json!({"spec": {"origin": "Origin.Example.ORG", "aliases": ["Shop.Example.org"],
+        "certificate_arn": cert, "comment": "shop"}});
+    let created = cdn
+        .call("cdn.create-distribution", &request, "run-1:0:3")
+        .await
+        .unwrap();
+    let id = created["id"].as_str().unwrap().to_owned();
+    assert_eq!(created["hosted_zone_id"], "Z2FDTNDATAQYW2");
+    assert!(
+        created["domain_name"]
+            .as_str()
+            .unwrap()
+            .ends_with(".cloudfront.net"),
+        "{created}"
+    );
+    assert_eq!(
+        created["spec"],
+        json!({"origin": "origin.example.org", "aliases": ["shop.example.org"],
+            "certificate_arn": cert, "comment": "shop"})
+    );
+    let held = moto.boto(&["distributions"]);
+    assert_eq!(held.as_array().unwrap().len(), 1, "{held}");
+    assert_eq!(held[0]["callerReference"], "run-1:0:3");
+    assert_eq!(held[0]["priceClass"], "PriceClass_100");
+    assert_eq!(
+        held[0]["cachePolicyId"],
+        "658327ea-f89d-4fab-a63d-7e88639e58f6"
+    );
+    assert_eq!(held[0]["certificate"], cert);
+
+    // The same token: the same distribution, from the ledger, or on a node whose ledger lost
+    // it, from the distribution CloudFront holds under that CallerReference.
+    let again = cdn
+        .call("cdn.create-distribution", &request, "run-1:0:3")
+        .await
+        .unwrap();
+    assert_eq!(again, created);
+    let elsewhere = adapter(Capability::Cdn, settings, &dir.path().join("b")).await;
+    let replayed = elsewhere
+        .call("cdn.create-distribution", &request, "run-1:0:3")
+        .await
+        .unwrap();
+    assert_eq!(replayed["id"], id.as_str());
+    assert_eq!(moto.boto(&["distributions"]).as_array().unwrap().len(), 1);
+
+    // Without aliases, the other node meets CloudFront's refusal of a second CallerReference
+    // and answers the distribution made under it.
+    let bare = json!({"spec": {"origin": "static.example.org", "aliases": [],
+        "certificate_arn": null, "comment": "no aliases"}});
+    let plain = cdn
+        .call("cdn.create-distribution", &bare, "run-9:0:1")
+        .await
+        .unwrap();
+    let plain_again = elsewhere
+        .call("cdn.create-distribution", &bare, "run-9:0:1")
+        .await
+        .unwrap();
+    assert_eq!(plain_again["id"], plain["id"]);
+    assert_eq!(moto.boto(&["distributions"]).as_array().unwrap().len(), 2);
+    let plain_id = plain["id"].as_str().unwrap();
+    for _ in 0..20 {
+        if cdn
+            .call(
+                "cdn.delete-distribution",
+                &json!({"id": plain_id}),
+                "run-9:1:1",
+            )
+            .await
+            .is_ok()
+        {
+            break;
+        }
+    }
+    assert_eq!(moto.boto(&["distributions"]).as_array().unwrap().len(), 1);
+
+    // Its alias is its own: another distribution cannot take it.
+    let taken = cdn
+        .call("cdn.create-distribution", &request, "run-2:0:1")
+        .await
+        .unwrap_err();
+    assert_eq!(taken.code, "alias-in-use", "{taken:?}");
+    assert!(!taken.is_transient());
+    assert_eq!(moto.boto(&["distributions"]).as_array().unwrap().len(), 1);
+
+    // Deployed as CloudFront reports it; found by its alias.
+    let mut status = Value::Null;
+    for _ in 0..20 {
+        let got = cdn
+            .call("cdn.get-distribution", &json!({"id": id}), "")
+            .await
+            .unwrap();
+        status = got["status"].clone();
+        if status == "Deployed" {
+            break;
+        }
+    }
+    assert_eq!(status, "Deployed");
+    let found = cdn
+        .call(
+            "cdn.find-distribution-by-alias",
+            &json!({"alias": "SHOP.example.org."}),
+            "",
+        )
+        .await
+        .unwrap();
+    assert_eq!(found["id"], id.as_str());
+    let none = cdn
+        .call(
+            "cdn.find-distribution-by-alias",
+            &json!({"alias": "other.example.org"}),
+            "",
+        )
+        .await
+        .unwrap();
+    assert_eq!(none, Value::Null);
+
+    // An update changes the spec and keeps what else the configuration holds; its answer says
+    // what was before, again on a repeat.
+    let update = json!({"id": id, "spec": {"origin": "origin-v2.example.org",
+        "aliases": ["shop.example.org", "www.shop.example.org"], "certificate_arn": cert,
+        "comment": "shop v2"}});
+    let changed = cdn
+        .call("cdn.update-distribution", &update, "run-1:1:1")
+        .await
+        .unwrap();
+    assert_eq!(changed["before"]["spec"]["origin"], "origin.example.org");
+    assert_eq!(changed["after"]["spec"]["origin"], "origin-v2.example.org");
+    let held = moto.boto(&["distributions"]);
+    assert_eq!(held[0]["origin"], "origin-v2.example.org");
+    assert_eq!(
+        held[0]["aliases"],
+        json!(["shop.example.org", "www.shop.example.org"])
+    );
+    assert_eq!(held[0]["comment"], "shop v2");
+    assert_eq!(held[0]["priceClass"], "PriceClass_100", "kept");
+    assert_eq!(
+        held[0]["cachePolicyId"], "658327ea-f89d-4fab-a63d-7e88639e58f6",
+        "kept"
+    );
+    assert_eq!(held[0]["callerReference"], "run-1:0:3", "kept");
+    let repeated = cdn
+        .call("cdn.update-distribution", &update, "run-1:1:1")
+        .await
+        .unwrap();
+    assert_eq!(repeated, changed);
+
+    // Deleting: disabled first, deleted once that is deployed; the answer is the distribution
+    // as it was, again on a repeat.
+    let first = cdn
+        .call("cdn.delete-distribution", &json!({"id": id}), "run-1:2:1")
+        .await
+        .unwrap_err();
+    assert_eq!(first.code, "distribution-disabling", "{first:?}");
+    assert!(first.is_transient());
+    assert_eq!(moto.boto(&["distributions"])[0]["enabled"], false);
+    let mut deleted = Err(first);
+    for _ in 0..20 {
+        deleted = cdn
+            .call("cdn.delete-distribution", &json!({"id": id}), "run-1:2:1")
+            .await;
+        if deleted.is_ok() {
+            break;
+        }
+    }
+    let deleted = deleted.unwrap();
+    assert_eq!(deleted["spec"]["comment"], "shop v2");
+    assert_eq!(moto.boto(&["distributions"]), json!([]));
+    let repeat = cdn
+        .call("cdn.delete-distribution", &json!({"id": id}), "run-1:2:1")
+        .await
+        .unwrap();
+    assert_eq!(repeat, deleted);
+    let gone = cdn
+        .call("cdn.get-distribution", &json!({"id": id}), "")
+        .await
+        .unwrap_err();
+    assert_eq!(gone.code, "not-found", "{gone:?}");
+}

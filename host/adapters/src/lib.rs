@@ -18,12 +18,14 @@
 //! - `route53.rs` — DNS on AWS Route 53 (the SDK calls are `capstan-aws`'s).
 //! - `acm.rs` — certificates on AWS Certificate Manager, DNS-validated.
 //! - `route53domains.rs` — the registrar on Amazon Route 53 Domains.
+//! - `cloudfront.rs` — the CDN on Amazon CloudFront.
 //!
 //! It must not know the engine or the simulated cloud: both meet adapters only through the trait.
 
 pub mod acm;
 pub mod acme;
 mod aws;
+pub mod cloudfront;
 mod ledger;
 pub mod model;
 pub mod rfc2136;
@@ -37,6 +39,7 @@ use std::sync::Arc;
 
 pub use acm::AcmSettings;
 pub use acme::AcmeSettings;
+pub use cloudfront::CloudFrontSettings;
 pub use rfc2136::Rfc2136Settings;
 pub use route53::Route53Settings;
 pub use route53domains::Route53DomainsSettings;
@@ -57,6 +60,8 @@ pub enum ProviderSettings {
     Acm(AcmSettings),
     /// The registrar on Amazon Route 53 Domains.
     Route53Domains(Route53DomainsSettings),
+    /// The CDN on Amazon CloudFront.
+    CloudFront(CloudFrontSettings),
 }
 
 impl ProviderSettings {
@@ -68,6 +73,7 @@ impl ProviderSettings {
             ProviderSettings::Route53(_) => "route53",
             ProviderSettings::Acm(_) => "acm",
             ProviderSettings::Route53Domains(_) => "route53domains",
+            ProviderSettings::CloudFront(_) => "cloudfront",
         }
     }
 
@@ -82,6 +88,7 @@ impl ProviderSettings {
                 capability == Capability::Certificates
             }
             ProviderSettings::Route53Domains(_) => capability == Capability::Registrar,
+            ProviderSettings::CloudFront(_) => capability == Capability::Cdn,
         }
     }
 }
@@ -127,7 +134,7 @@ pub async fn build(
             capability,
             "kind",
             format!(
-                "`{}` cannot serve {}: rfc2136 and route53 serve dns, acme and acm serve certificates, route53domains serves registrar, simulated serves any",
+                "`{}` cannot serve {}: rfc2136 and route53 serve dns, acme and acm serve certificates, route53domains serves registrar, cloudfront serves cdn, simulated serves any",
                 settings.kind(),
                 capability.as_str()
             ),
@@ -142,5 +149,8 @@ pub async fn build(
         ProviderSettings::Route53Domains(s) => Some(Arc::new(
             route53domains::Route53Domains::new(s, node).await?,
         )),
+        ProviderSettings::CloudFront(s) => {
+            Some(Arc::new(cloudfront::CloudFront::new(s, node).await?))
+        }
     })
 }

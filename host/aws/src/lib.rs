@@ -14,8 +14,11 @@
 //! - `acm.rs` — [`acm::Acm`]: DNS-validated certificates.
 //! - `route53domains.rs` — [`route53domains::Route53Domains`]: domains held, availability,
 //!   registrations and their operations, name servers.
+//! - `cloudfront.rs` — [`cloudfront::CloudFront`]: distributions under `CallerReference` and
+//!   `If-Match`.
 
 pub mod acm;
+pub mod cloudfront;
 pub mod route53;
 pub mod route53domains;
 
