@@ -13,13 +13,24 @@
     aws_state.py ENDPOINT distributions               -> [{"id", "aliases", "origin", "enabled",
                                                          "comment", "priceClass", "cachePolicyId",
                                                          "callerReference", "certificate"}]
+    aws_state.py ENDPOINT function NAME CODE          -> {"sha": ...}  (creates the function, its IAM
+                                                         role first, or updates its code; invocations
+                                                         answer without Docker)
+    aws_state.py ENDPOINT publish NAME                -> {"version": ..., "sha": ...}
+    aws_state.py ENDPOINT alias NAME ALIAS VERSION [CANARY_VERSION WEIGHT] -> {"version": ...}
+    aws_state.py ENDPOINT lambda NAME                 -> {"versions": [{"version", "sha"}],
+                                                         "aliases": {ALIAS: {"version", "weights"}}}
+    aws_state.py ENDPOINT invoke-answers JSON...      -> {}  (what the next invocations return)
 
 Credentials and region come from the environment (moto accepts any).
 """
 
+import io
 import json
 import sys
+import urllib.request
 import uuid
+import zipfile
 
 import boto3
 
@@ -131,6 +142,64 @@ def main() -> None:
                 "certificate": config.get("ViewerCertificate", {}).get("ACMCertificateArn"),
             })
         out.sort(key=lambda d: d["id"])
+    elif command == "function":
+        name, code = args
+        # Before the function exists: moto's Lambda without Docker, whose invocations answer
+        # what `invoke-answers` queued.
+        config = urllib.request.Request(f"{endpoint}/moto-api/config", method="POST",
+                                        data=json.dumps({"lambda": {"use_docker": False}}).encode())
+        urllib.request.urlopen(config).read()
+        lam = boto3.client("lambda", endpoint_url=endpoint, region_name="us-east-1")
+        package = io.BytesIO()
+        with zipfile.ZipFile(package, "w") as z:
+            z.writestr("handler.py", code)
+        try:
+            sha = lam.update_function_code(FunctionName=name, ZipFile=package.getvalue())["CodeSha256"]
+        except lam.exceptions.ResourceNotFoundException:
+            iam = boto3.client("iam", endpoint_url=endpoint, region_name="us-east-1")
+            role = iam.create_role(RoleName=f"{name}-role", AssumeRolePolicyDocument=json.dumps({
+                "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole",
+                "Principal": {"Service": "lambda.amazonaws.com"}}]}))["Role"]["Arn"]
+            sha = lam.create_function(FunctionName=name, Runtime="python3.12", Role=role,
+                                      Handler="handler.main", Code={"ZipFile": package.getvalue()},
+                                      Publish=False)["CodeSha256"]
+        out = {"sha": sha}
+    elif command == "publish":
+        (name,) = args
+        lam = boto3.client("lambda", endpoint_url=endpoint, region_name="us-east-1")
+        v = lam.publish_version(FunctionName=name)
+        out = {"version": v["Version"], "sha": v["CodeSha256"]}
+    elif command == "alias":
+        name, alias, version, *canary = args
+        lam = boto3.client("lambda", endpoint_url=endpoint, region_name="us-east-1")
+        routing = {"AdditionalVersionWeights": {canary[0]: float(canary[1])}} if canary else {}
+        try:
+            a = lam.update_alias(FunctionName=name, Name=alias, FunctionVersion=version,
+                                 RoutingConfig=routing)
+        except lam.exceptions.ResourceNotFoundException:
+            a = lam.create_alias(FunctionName=name, Name=alias, FunctionVersion=version,
+                                 RoutingConfig=routing)
+        out = {"version": a["FunctionVersion"]}
+    elif command == "lambda":
+        (name,) = args
+        lam = boto3.client("lambda", endpoint_url=endpoint, region_name="us-east-1")
+        versions = [
+            {"version": v["Version"], "sha": v["CodeSha256"]}
+            for v in lam.list_versions_by_function(FunctionName=name)["Versions"]
+            if v["Version"] != "$LATEST"
+        ]
+        aliases = {
+            a["Name"]: {"version": a["FunctionVersion"],
+                        "weights": a.get("RoutingConfig", {}).get("AdditionalVersionWeights", {})}
+            for a in lam.list_aliases(FunctionName=name)["Aliases"]
+        }
+        out = {"versions": versions, "aliases": aliases}
+    elif command == "invoke-answers":
+        answers = urllib.request.Request(
+            f"{endpoint}/moto-api/static/lambda-simple/response", method="POST",
+            data=json.dumps({"results": list(args), "region": "us-east-1"}).encode())
+        urllib.request.urlopen(answers).read()
+        out = {}
     else:
         raise SystemExit(f"unknown command {command}")
     json.dump(out, sys.stdout)

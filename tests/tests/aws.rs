@@ -965,3 +965,127 @@ async fn the_cloudfront_adapter_answers_every_cdn_operation() {
         .unwrap_err();
     assert_eq!(gone.code, "not-found", "{gone:?}");
 }
+
+#[tokio::test]
+async fn the_lambda_adapter_answers_every_functions_operation() {
+    let moto = Moto::start();
+    let dir = tempfile::tempdir().unwrap();
+    let settings = json!({
+        "kind": "lambda", "endpoint_url": moto.endpoint(),
+        "access_key_id": "testing", "secret_access_key_file": secret_file(dir.path()),
+    });
+    let functions = adapter(
+        Capability::Functions,
+        settings.clone(),
+        &dir.path().join("a"),
+    )
+    .await;
+    assert_eq!(functions.kind(), "lambda");
+    functions.reachable().await.expect("moto answers");
+    let state = |moto: &Moto| moto.boto(&["lambda", "checkout"]);
+
+    // Version 1 live behind `live`, with a canary share for nothing yet; new code on $LATEST.
+    moto.boto(&["function", "checkout", "def main(e, c): return {'v': 1}"]);
+    assert_eq!(moto.boto(&["publish", "checkout"])["version"], "1");
+    moto.boto(&["alias", "checkout", "live", "1"]);
+    let sha = moto.boto(&["function", "checkout", "def main(e, c): return {'v': 2}"])["sha"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // Published once: a repeat (a crash before the engine's commit) answers the same version.
+    let publish = json!({"function_name": "checkout", "code_sha256": sha});
+    let published = functions
+        .call("functions.publish-version", &publish, "run-1:0:2")
+        .await
+        .unwrap();
+    assert_eq!(
+        published,
+        json!({"function_name": "checkout", "version": "2", "code_sha256": sha})
+    );
+    let again = functions
+        .call("functions.publish-version", &publish, "run-1:0:2")
+        .await
+        .unwrap();
+    assert_eq!(again, published);
+    assert_eq!(state(&moto)["versions"].as_array().unwrap().len(), 2);
+
+    // The alias moves to version 2 with its canary share ended; the answer says what was before,
+    // again on a repeat and on a node whose ledger lost it.
+    moto.boto(&["alias", "checkout", "live", "1", "2", "0.1"]);
+    let shift = json!({"function_name": "checkout", "alias": "live", "version": "2"});
+    let shifted = functions
+        .call("functions.update-alias", &shift, "run-1:1:1")
+        .await
+        .unwrap();
+    assert_eq!(
+        shifted,
+        json!({"before": {"function_name": "checkout", "name": "live", "version": "1"},
+            "after": {"function_name": "checkout", "name": "live", "version": "2"}})
+    );
+    assert_eq!(
+        state(&moto)["aliases"]["live"],
+        json!({"version": "2", "weights": {}})
+    );
+    let repeated = functions
+        .call("functions.update-alias", &shift, "run-1:1:1")
+        .await
+        .unwrap();
+    assert_eq!(repeated, shifted);
+    let got = functions
+        .call(
+            "functions.get-alias",
+            &json!({"function_name": "checkout", "alias": "live"}),
+            "",
+        )
+        .await
+        .unwrap();
+    assert_eq!(got["version"], "2");
+    let missing = functions
+        .call(
+            "functions.update-alias",
+            &json!({"function_name": "checkout", "alias": "live", "version": "9"}),
+            "run-1:1:2",
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(missing.code, "not-found", "{missing:?}");
+
+    // The probe: healthy unless the function says otherwise.
+    let probe = json!({"function_name": "checkout", "alias": "live"});
+    moto.boto(&[
+        "invoke-answers",
+        r#"{"healthy": true}"#,
+        r#"{"healthy": false}"#,
+    ]);
+    let first = functions.call("functions.probe", &probe, "").await.unwrap();
+    let second = functions.call("functions.probe", &probe, "").await.unwrap();
+    assert_eq!((first, second), (json!(true), json!(false)));
+
+    // A version an alias routes to is not deleted; one that nothing routes to is, and the
+    // repeat answers it as it was.
+    let in_use = functions
+        .call(
+            "functions.delete-version",
+            &json!({"function_name": "checkout", "version": "2"}),
+            "run-2:0:1",
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(in_use.code, "resource-in-use", "{in_use:?}");
+    assert!(!in_use.is_transient());
+    let delete = json!({"function_name": "checkout", "version": "1"});
+    let deleted = functions
+        .call("functions.delete-version", &delete, "run-2:0:2")
+        .await
+        .unwrap();
+    assert_eq!(deleted["version"], "1");
+    let repeat = functions
+        .call("functions.delete-version", &delete, "run-2:0:2")
+        .await
+        .unwrap();
+    assert_eq!(repeat, deleted);
+    let versions: Vec<Value> = state(&moto)["versions"].as_array().unwrap().clone();
+    assert_eq!(versions.len(), 1, "{versions:?}");
+    assert_eq!(versions[0]["version"], "2");
+}

@@ -19,6 +19,7 @@
 //! - `acm.rs` — certificates on AWS Certificate Manager, DNS-validated.
 //! - `route53domains.rs` — the registrar on Amazon Route 53 Domains.
 //! - `cloudfront.rs` — the CDN on Amazon CloudFront.
+//! - `lambda.rs` — functions on AWS Lambda.
 //!
 //! It must not know the engine or the simulated cloud: both meet adapters only through the trait.
 
@@ -26,6 +27,7 @@ pub mod acm;
 pub mod acme;
 mod aws;
 pub mod cloudfront;
+pub mod lambda;
 mod ledger;
 pub mod model;
 pub mod rfc2136;
@@ -40,6 +42,7 @@ use std::sync::Arc;
 pub use acm::AcmSettings;
 pub use acme::AcmeSettings;
 pub use cloudfront::CloudFrontSettings;
+pub use lambda::LambdaSettings;
 pub use rfc2136::Rfc2136Settings;
 pub use route53::Route53Settings;
 pub use route53domains::Route53DomainsSettings;
@@ -62,6 +65,8 @@ pub enum ProviderSettings {
     Route53Domains(Route53DomainsSettings),
     /// The CDN on Amazon CloudFront.
     CloudFront(CloudFrontSettings),
+    /// Functions on AWS Lambda.
+    Lambda(LambdaSettings),
 }
 
 impl ProviderSettings {
@@ -74,6 +79,7 @@ impl ProviderSettings {
             ProviderSettings::Acm(_) => "acm",
             ProviderSettings::Route53Domains(_) => "route53domains",
             ProviderSettings::CloudFront(_) => "cloudfront",
+            ProviderSettings::Lambda(_) => "lambda",
         }
     }
 
@@ -89,6 +95,7 @@ impl ProviderSettings {
             }
             ProviderSettings::Route53Domains(_) => capability == Capability::Registrar,
             ProviderSettings::CloudFront(_) => capability == Capability::Cdn,
+            ProviderSettings::Lambda(_) => capability == Capability::Functions,
         }
     }
 }
@@ -134,7 +141,7 @@ pub async fn build(
             capability,
             "kind",
             format!(
-                "`{}` cannot serve {}: rfc2136 and route53 serve dns, acme and acm serve certificates, route53domains serves registrar, cloudfront serves cdn, simulated serves any",
+                "`{}` cannot serve {}: rfc2136 and route53 serve dns, acme and acm serve certificates, route53domains serves registrar, cloudfront serves cdn, lambda serves functions, simulated serves any",
                 settings.kind(),
                 capability.as_str()
             ),
@@ -152,5 +159,6 @@ pub async fn build(
         ProviderSettings::CloudFront(s) => {
             Some(Arc::new(cloudfront::CloudFront::new(s, node).await?))
         }
+        ProviderSettings::Lambda(s) => Some(Arc::new(lambda::Lambda::new(s, node).await?)),
     })
 }

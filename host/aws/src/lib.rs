@@ -16,9 +16,11 @@
 //!   registrations and their operations, name servers.
 //! - `cloudfront.rs` — [`cloudfront::CloudFront`]: distributions under `CallerReference` and
 //!   `If-Match`.
+//! - `lambda.rs` — [`lambda::Lambda`]: versions, aliases under their revision id, invocation.
 
 pub mod acm;
 pub mod cloudfront;
+pub mod lambda;
 pub mod route53;
 pub mod route53domains;
 

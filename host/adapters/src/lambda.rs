@@ -1,0 +1,305 @@
+//! Functions on AWS Lambda (`[providers.functions] kind = "lambda"`), through the AWS SDK for
+//! Rust (`capstan-aws`).
+//!
+//! - **Publishing.** `publish-version` answers the newest published version when its code hash
+//!   is the one asked for (a repeat after a crash, or nothing changed), else `PublishVersion`
+//!   with `CodeSha256`, which Lambda refuses if `$LATEST` holds other code: a version is never
+//!   published twice for one request, and never with code the caller did not name.
+//! - **Aliases.** `update-alias` reads the alias and changes it under the revision id it read
+//!   (a concurrent change is the transient `precondition-failed`, and the retry reads again). It
+//!   points the alias at the one version: a weighted routing (a canary share for another version)
+//!   ends, which is what promoting a version means; the WIT's alias record has no weights, so the
+//!   answer and a rollback restore the primary version only. The ledger keeps the alias as it was,
+//!   so a repeat answers the same `before`.
+//! - **Deleting a version** refuses one an alias routes to (`resource-in-use`, permanent), as
+//!   the simulated cloud does; the answer is the version as it was (kept in the ledger).
+//! - **Probe.** The alias is invoked synchronously with `probe_payload`. Healthy: Lambda answered
+//!   2xx without a function error and, if the function returned a JSON object with a boolean
+//!   `healthy`, that is `true`.
+
+use crate::ledger::{Entry, Ledger};
+use crate::model::arg;
+use crate::{Node, SettingsError};
+use async_trait::async_trait;
+use capstan_aws::lambda::{self, Alias, Invocation, Version};
+use capstan_core::{Capability, CapabilityError, Clock, Providers};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+type Answer = Result<Value, CapabilityError>;
+
+/// `[providers.functions] kind = "lambda"`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LambdaSettings {
+    /// The functions' region (default: the AWS chain's region, else `us-east-1`).
+    #[serde(default)]
+    pub region: Option<String>,
+    /// Another endpoint than AWS's (a VPC endpoint; moto in the tests).
+    #[serde(default)]
+    pub endpoint_url: Option<String>,
+    /// Deadline of one call to Lambda (a probe included).
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: u64,
+    /// An access key of this adapter's own, instead of the standard AWS credential chain; its
+    /// secret comes from `secret_access_key_file` or `secret_access_key_env`.
+    #[serde(default)]
+    pub access_key_id: Option<String>,
+    #[serde(default)]
+    pub secret_access_key_file: Option<std::path::PathBuf>,
+    #[serde(default)]
+    pub secret_access_key_env: Option<String>,
+    /// The JSON event a probe sends (default `{"capstanProbe": true}`).
+    #[serde(default = "default_probe_payload")]
+    pub probe_payload: String,
+}
+
+fn default_timeout_ms() -> u64 {
+    30_000
+}
+
+fn default_probe_payload() -> String {
+    r#"{"capstanProbe": true}"#.to_owned()
+}
+
+fn version_view(v: &Version) -> Value {
+    json!({"function_name": v.function_name, "version": v.version, "code_sha256": v.code_sha256})
+}
+
+fn alias_view(a: &Alias) -> Value {
+    json!({"function_name": a.function_name, "name": a.name, "version": a.version})
+}
+
+/// Whether a probe's invocation says healthy.
+fn healthy(invocation: &Invocation) -> bool {
+    if !(200..300).contains(&invocation.status) || invocation.function_error.is_some() {
+        return false;
+    }
+    match serde_json::from_slice::<Value>(&invocation.payload) {
+        Ok(Value::Object(answer)) => answer
+            .get("healthy")
+            .and_then(Value::as_bool)
+            .unwrap_or(true),
+        _ => true,
+    }
+}
+
+pub struct Lambda {
+    client: lambda::Lambda,
+    probe_payload: Vec<u8>,
+    ledger: Ledger,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for Lambda {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lambda").finish_non_exhaustive()
+    }
+}
+
+impl Lambda {
+    pub async fn new(s: &LambdaSettings, node: &Node) -> Result<Self, SettingsError> {
+        if let Err(e) = serde_json::from_str::<Value>(&s.probe_payload) {
+            return Err(SettingsError::new(
+                Capability::Functions,
+                "probe_payload",
+                format!("is not JSON: {e}"),
+            ));
+        }
+        let aws = crate::aws::Access {
+            capability: Capability::Functions,
+            region: s.region.as_ref(),
+            default_region: "us-east-1",
+            endpoint_url: s.endpoint_url.as_ref(),
+            timeout_ms: s.timeout_ms,
+            access_key_id: s.access_key_id.as_ref(),
+            secret_access_key_file: s.secret_access_key_file.as_ref(),
+            secret_access_key_env: s.secret_access_key_env.as_deref(),
+        }
+        .connect()
+        .await?;
+        Ok(Self {
+            client: lambda::Lambda::new(&aws),
+            probe_payload: s.probe_payload.as_bytes().to_vec(),
+            ledger: Ledger::new(node.store.writer().clone(), "lambda"),
+            clock: node.clock.clone(),
+        })
+    }
+
+    fn now(&self) -> i64 {
+        i64::try_from(self.clock.now_millis()).unwrap_or(i64::MAX)
+    }
+
+    async fn publish(&self, request: &Value) -> Answer {
+        let name: String = arg(request, "function_name")?;
+        let sha: String = arg(request, "code_sha256")?;
+        if let Some(newest) = self.client.versions(&name).await?.pop()
+            && newest.code_sha256 == sha
+        {
+            return Ok(version_view(&newest));
+        }
+        Ok(version_view(&self.client.publish(&name, &sha).await?))
+    }
+
+    async fn delete_version(&self, request: &Value, token: &str) -> Answer {
+        const OP: &str = "functions.delete-version";
+        let name: String = arg(request, "function_name")?;
+        let version: String = arg(request, "version")?;
+        let earlier = if token.is_empty() {
+            None
+        } else {
+            self.ledger.get(token, OP, request).await?
+        };
+        let was = match earlier {
+            Some(Entry::Done(answer)) => return Ok(answer),
+            Some(Entry::Intent(was)) => was,
+            None => {
+                let was = version_view(&self.client.version(&name, &version).await?);
+                if let Some(alias) = self
+                    .client
+                    .aliases(&name)
+                    .await?
+                    .into_iter()
+                    .find(|a| a.version == version || a.weighted.contains(&version))
+                {
+                    return Err(CapabilityError::permanent(
+                        "resource-in-use",
+                        format!(
+                            "version {version} of {name} is a target of alias {}",
+                            alias.name
+                        ),
+                    ));
+                }
+                if !token.is_empty() {
+                    self.ledger
+                        .intend(token, OP, request, &was, self.now())
+                        .await?;
+                }
+                was
+            }
+        };
+        match self.client.delete_version(&name, &version).await {
+            Ok(()) => {}
+            // Deleted before a crash.
+            Err(e) if e.code == "not-found" => {}
+            Err(e) => return Err(e),
+        }
+        if !token.is_empty() {
+            self.ledger.done(token, OP, &was, self.now()).await?;
+        }
+        Ok(was)
+    }
+
+    async fn update_alias(&self, request: &Value, token: &str) -> Answer {
+        const OP: &str = "functions.update-alias";
+        let name: String = arg(request, "function_name")?;
+        let alias: String = arg(request, "alias")?;
+        let version: String = arg(request, "version")?;
+        let earlier = if token.is_empty() {
+            None
+        } else {
+            self.ledger.get(token, OP, request).await?
+        };
+        let current = match earlier {
+            Some(Entry::Done(answer)) => return Ok(answer),
+            Some(Entry::Intent(before)) => (before, self.client.alias(&name, &alias).await?),
+            None => {
+                let current = self.client.alias(&name, &alias).await?;
+                // The version must exist: Lambda says so too, but after the ledger's intent.
+                self.client.version(&name, &version).await?;
+                let before = alias_view(&current);
+                if !token.is_empty() {
+                    self.ledger
+                        .intend(token, OP, request, &before, self.now())
+                        .await?;
+                }
+                (before, current)
+            }
+        };
+        let (before, current) = current;
+        let after = if current.version == version && current.weighted.is_empty() {
+            current
+        } else {
+            self.client.point(&current, &version).await?
+        };
+        let answer = json!({"before": before, "after": alias_view(&after)});
+        if !token.is_empty() {
+            self.ledger.done(token, OP, &answer, self.now()).await?;
+        }
+        Ok(answer)
+    }
+
+    async fn probe(&self, request: &Value) -> Answer {
+        let name: String = arg(request, "function_name")?;
+        let alias: String = arg(request, "alias")?;
+        let invocation = self
+            .client
+            .invoke(&name, &alias, &self.probe_payload)
+            .await?;
+        if !healthy(&invocation) {
+            tracing::info!(
+                function = %name,
+                alias = %alias,
+                status = invocation.status,
+                function_error = invocation.function_error.as_deref().unwrap_or(""),
+                "probe answered unhealthy"
+            );
+        }
+        Ok(json!(healthy(&invocation)))
+    }
+}
+
+#[async_trait]
+impl Providers for Lambda {
+    async fn call(&self, op: &str, request: &Value, token: &str) -> Answer {
+        match op {
+            "functions.publish-version" => self.publish(request).await,
+            "functions.delete-version" => self.delete_version(request, token).await,
+            "functions.get-alias" => Ok(alias_view(
+                &self
+                    .client
+                    .alias(
+                        &arg::<String>(request, "function_name")?,
+                        &arg::<String>(request, "alias")?,
+                    )
+                    .await?,
+            )),
+            "functions.update-alias" => self.update_alias(request, token).await,
+            "functions.probe" => self.probe(request).await,
+            other => Err(CapabilityError::permanent(
+                "unsupported",
+                format!("the lambda provider has no operation {other}"),
+            )),
+        }
+    }
+
+    fn kind(&self) -> &'static str {
+        "lambda"
+    }
+
+    async fn reachable(&self) -> Result<(), String> {
+        self.client.ping().await.map_err(|e| e.message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_probe_is_healthy_only_on_a_clean_answer_that_does_not_say_otherwise() {
+        let answer = |status: i32, error: Option<&str>, payload: &str| Invocation {
+            status,
+            function_error: error.map(str::to_owned),
+            payload: payload.as_bytes().to_vec(),
+        };
+        assert!(healthy(&answer(200, None, r#"{"healthy": true}"#)));
+        assert!(healthy(&answer(200, None, "\"pong\"")));
+        assert!(healthy(&answer(200, None, "")));
+        assert!(healthy(&answer(200, None, r#"{"status": "ok"}"#)));
+        assert!(!healthy(&answer(200, None, r#"{"healthy": false}"#)));
+        assert!(!healthy(&answer(200, Some("Unhandled"), "{}")));
+        assert!(!healthy(&answer(500, None, "{}")));
+    }
+}
