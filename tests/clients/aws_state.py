@@ -13,7 +13,7 @@
     aws_state.py ENDPOINT distributions               -> [{"id", "aliases", "origin", "enabled",
                                                          "comment", "priceClass", "cachePolicyId",
                                                          "callerReference", "certificate"}]
-    aws_state.py ENDPOINT function NAME CODE          -> {"sha": ...}  (creates the function, its IAM
+    aws_state.py ENDPOINT function NAME CODE          -> {"sha", "hex"}  (creates the function, its IAM
                                                          role first, or updates its code; invocations
                                                          answer without Docker)
     aws_state.py ENDPOINT publish NAME                -> {"version": ..., "sha": ...}
@@ -25,6 +25,7 @@
 Credentials and region come from the environment (moto accepts any).
 """
 
+import base64
 import io
 import json
 import sys
@@ -163,7 +164,7 @@ def main() -> None:
             sha = lam.create_function(FunctionName=name, Runtime="python3.12", Role=role,
                                       Handler="handler.main", Code={"ZipFile": package.getvalue()},
                                       Publish=False)["CodeSha256"]
-        out = {"sha": sha}
+        out = {"sha": sha, "hex": base64.b64decode(sha).hex()}
     elif command == "publish":
         (name,) = args
         lam = boto3.client("lambda", endpoint_url=endpoint, region_name="us-east-1")

@@ -13,6 +13,11 @@
 //! Route 53 Domains: the adapter checks and registers, once per token (from its ledger, or from
 //! the domain the account holds), answers a domain registered by hand as held, and passes the
 //! registry's refusals on as permanent.
+//!
+//! CloudFront: the adapter answers every `cdn` operation, repeats a creation under its
+//! CallerReference on another node, keeps what an update does not change, and deletes by
+//! disabling first. Lambda: the adapter answers every `functions` operation; update-function-version
+//! through `capstan serve` fails on an unhealthy probe and its rollback restores the function.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use capstan_core::{Capability, Providers};
@@ -91,7 +96,8 @@ impl Node {
         self.until(&id, &["succeeded", "failed", "paused"]).await
     }
 
-    /// Rolls the execution back and waits until it is rolled back (or the rollback failed).
+    /// Rolls the execution back and waits until it is rolled back (or, for one that had not
+    /// failed, until the rollback failed).
     async fn roll_back(&self, done: &Value) -> Value {
         let id = done["executionId"].as_str().unwrap();
         let r = self
@@ -102,7 +108,11 @@ impl Node {
             .await
             .unwrap();
         assert!(r.status().is_success(), "{}", r.text().await.unwrap());
-        self.until(id, &["rolled_back", "failed"]).await
+        if done["status"] == "failed" {
+            self.until(id, &["rolled_back"]).await
+        } else {
+            self.until(id, &["rolled_back", "failed"]).await
+        }
     }
 
     async fn until(&self, id: &str, statuses: &[&str]) -> Value {
@@ -988,7 +998,7 @@ async fn the_lambda_adapter_answers_every_functions_operation() {
     moto.boto(&["function", "checkout", "def main(e, c): return {'v': 1}"]);
     assert_eq!(moto.boto(&["publish", "checkout"])["version"], "1");
     moto.boto(&["alias", "checkout", "live", "1"]);
-    let sha = moto.boto(&["function", "checkout", "def main(e, c): return {'v': 2}"])["sha"]
+    let sha = moto.boto(&["function", "checkout", "def main(e, c): return {'v': 2}"])["hex"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -1088,4 +1098,80 @@ async fn the_lambda_adapter_answers_every_functions_operation() {
     let versions: Vec<Value> = state(&moto)["versions"].as_array().unwrap().clone();
     assert_eq!(versions.len(), 1, "{versions:?}");
     assert_eq!(versions[0]["version"], "2");
+}
+
+/// update-function-version through `capstan serve` on Lambda (moto): an unhealthy probe fails
+/// the execution, whose rollback points the alias back and deletes the version it published —
+/// the function as it was; then a healthy one moves the alias for good.
+#[tokio::test]
+async fn update_function_version_on_lambda_rolls_back_after_a_failing_probe() {
+    let moto = Moto::start();
+    let dir = tempfile::tempdir().unwrap();
+    moto.boto(&["function", "checkout", "def main(e, c): return {'v': 1}"]);
+    moto.boto(&["publish", "checkout"]);
+    moto.boto(&["alias", "checkout", "live", "1"]);
+    let sha = moto.boto(&["function", "checkout", "def main(e, c): return {'v': 2}"])["hex"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let before = moto.boto(&["lambda", "checkout"]);
+
+    let node = Node::start(
+        &["workflows/update-function-version.wasm"],
+        &["workflows:update-function-version", "admin:read"],
+        &format!(
+            "workers = 2\n[grants]\nupdate-function-version = [\"functions\"]\n{}",
+            aws_table(&moto, dir.path(), "functions", "lambda", "")
+        ),
+    );
+    let input = json!({"functionName": "checkout", "codeSha256": sha, "alias": "live"});
+
+    moto.boto(&["invoke-answers", r#"{"healthy": false}"#]);
+    let failed = node
+        .run("update-function-version", "ufv-1", input.clone())
+        .await;
+    assert_eq!(failed["status"], "failed", "{failed:#}");
+    let during = moto.boto(&["lambda", "checkout"]);
+    assert_eq!(during["aliases"]["live"]["version"], "2", "{during}");
+    let rolled = node.roll_back(&failed).await;
+    assert_eq!(rolled["status"], "rolled_back", "{rolled:#}");
+    assert_eq!(moto.boto(&["lambda", "checkout"]), before);
+
+    // The rolled-back code again: moto answers the version whose code it is not (its
+    // publish compares with the deleted version); the adapter refuses rather than shift the
+    // alias to the wrong code.
+    let again = node
+        .run("update-function-version", "ufv-2", input.clone())
+        .await;
+    assert_eq!(again["status"], "failed", "{again:#}");
+    assert!(again.to_string().contains("code-mismatch"), "{again:#}");
+    assert_eq!(moto.boto(&["lambda", "checkout"]), before);
+
+    // A fixed build, healthy: the alias moves to it for good.
+    let fixed = moto.boto(&["function", "checkout", "def main(e, c): return {'v': 3}"])["hex"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    moto.boto(&["invoke-answers", r#"{"healthy": true}"#]);
+    let done = node
+        .run(
+            "update-function-version",
+            "ufv-3",
+            json!({"functionName": "checkout", "codeSha256": fixed, "alias": "live"}),
+        )
+        .await;
+    assert_eq!(done["status"], "succeeded", "{done:#}");
+    let shifted = done["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["stageName"] == "shift-alias")
+        .unwrap()["outputJson"]["after"]
+        .clone();
+    let after = moto.boto(&["lambda", "checkout"]);
+    assert_eq!(
+        after["aliases"]["live"]["version"], shifted,
+        "{after} {done:#}"
+    );
+    assert_eq!(after["versions"].as_array().unwrap().len(), 2, "{after}");
 }

@@ -3,8 +3,10 @@
 //!
 //! - **Publishing.** `publish-version` answers the newest published version when its code hash
 //!   is the one asked for (a repeat after a crash, or nothing changed), else `PublishVersion`
-//!   with `CodeSha256`, which Lambda refuses if `$LATEST` holds other code: a version is never
-//!   published twice for one request, and never with code the caller did not name.
+//!   with `CodeSha256`, which Lambda refuses if `$LATEST` holds other code; a version answered
+//!   with other code than asked (Lambda answers its last version when it sees nothing new) is the
+//!   permanent `code-mismatch`. A version is never published twice for one request, and never
+//!   answered with code the caller did not name.
 //! - **Aliases.** `update-alias` reads the alias and changes it under the revision id it read
 //!   (a concurrent change is the transient `precondition-failed`, and the retry reads again). It
 //!   points the alias at the one version: a weighted routing (a canary share for another version)
@@ -13,6 +15,9 @@
 //!   so a repeat answers the same `before`.
 //! - **Deleting a version** refuses one an alias routes to (`resource-in-use`, permanent), as
 //!   the simulated cloud does; the answer is the version as it was (kept in the ledger).
+//! - **Code hashes.** The WIT speaks of a package's SHA-256 in hex (what `sha256sum` prints and
+//!   the orchestration API takes); Lambda's `CodeSha256` is the same digest in base64. The
+//!   adapter translates both ways.
 //! - **Probe.** The alias is invoked synchronously with `probe_payload`. Healthy: Lambda answered
 //!   2xx without a function error and, if the function returned a JSON object with a boolean
 //!   `healthy`, that is `true`.
@@ -63,8 +68,26 @@ fn default_probe_payload() -> String {
     r#"{"capstanProbe": true}"#.to_owned()
 }
 
+/// A hex SHA-256 as Lambda writes it (base64); anything else as given.
+fn to_lambda(sha: &str) -> String {
+    use base64::Engine as _;
+    match hex::decode(sha) {
+        Ok(bytes) if bytes.len() == 32 => base64::engine::general_purpose::STANDARD.encode(bytes),
+        _ => sha.to_owned(),
+    }
+}
+
+/// Lambda's base64 SHA-256 in hex, as the WIT speaks of it; anything else as given.
+fn from_lambda(sha: &str) -> String {
+    use base64::Engine as _;
+    match base64::engine::general_purpose::STANDARD.decode(sha) {
+        Ok(bytes) if bytes.len() == 32 => hex::encode(bytes),
+        _ => sha.to_owned(),
+    }
+}
+
 fn version_view(v: &Version) -> Value {
-    json!({"function_name": v.function_name, "version": v.version, "code_sha256": v.code_sha256})
+    json!({"function_name": v.function_name, "version": v.version, "code_sha256": from_lambda(&v.code_sha256)})
 }
 
 fn alias_view(a: &Alias) -> Value {
@@ -133,13 +156,25 @@ impl Lambda {
 
     async fn publish(&self, request: &Value) -> Answer {
         let name: String = arg(request, "function_name")?;
-        let sha: String = arg(request, "code_sha256")?;
+        let sha = to_lambda(&arg::<String>(request, "code_sha256")?);
         if let Some(newest) = self.client.versions(&name).await?.pop()
             && newest.code_sha256 == sha
         {
             return Ok(version_view(&newest));
         }
-        Ok(version_view(&self.client.publish(&name, &sha).await?))
+        let published = self.client.publish(&name, &sha).await?;
+        // Lambda answers its last version when it sees nothing new to publish: that version's
+        // code must still be the code asked for.
+        if published.code_sha256 != sha {
+            return Err(CapabilityError::permanent(
+                "code-mismatch",
+                format!(
+                    "Lambda answered version {} of {name}, whose code is not the one asked for: update the function's code first",
+                    published.version
+                ),
+            ));
+        }
+        Ok(version_view(&published))
     }
 
     async fn delete_version(&self, request: &Value, token: &str) -> Answer {
@@ -286,6 +321,16 @@ impl Providers for Lambda {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn code_hashes_are_hex_in_the_wit_and_base64_at_lambda() {
+        let hex = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+        let b64 = "n4bQgYhMfWWaL+qgxVrQFaO/TxsrC4Is0V1sFbDwCgg=";
+        assert_eq!(to_lambda(hex), b64);
+        assert_eq!(to_lambda(&hex.to_ascii_uppercase()), b64);
+        assert_eq!(from_lambda(b64), hex);
+        assert_eq!(to_lambda("not-a-digest"), "not-a-digest");
+    }
 
     #[test]
     fn a_probe_is_healthy_only_on_a_clean_answer_that_does_not_say_otherwise() {
