@@ -169,5 +169,7 @@ fmt:
 # Benchmarks (release build; spawned `capstan serve` nodes): table + target/bench/results.json.
 # `just bench --quick` is the one-minute smoke run CI executes; `just bench --only engine` one section.
 bench *ARGS: build-guests postgres
-    cargo build --release -p capstan -p capstan-bench
+    # Without the AWS adapters (`--no-default-features`): the bench runs on the simulated cloud,
+    # and the AWS SDK would be most of this release build.
+    cargo build --release -p capstan -p capstan-bench --no-default-features
     ./target/release/capstan-bench --workflows target/workflows {{ARGS}}

@@ -2,6 +2,7 @@
 
     aws_state.py ENDPOINT create-zone NAME            -> {"id": ..., "name": ...}
     aws_state.py ENDPOINT upsert ZONE NAME TYPE VALUE -> {"status": ...}
+    aws_state.py ENDPOINT upsert-alias ZONE NAME TARGET TARGET_ZONE -> {"status": ...}  (an A alias)
     aws_state.py ENDPOINT records ZONE                -> [{"name", "type", "ttl", "values", "alias"}]
     aws_state.py ENDPOINT zones                       -> [{"id", "name", "callerReference"}]
     aws_state.py ENDPOINT certificates                -> [{"arn", "domain", "names", "status", "tags", "inUseBy"}]
@@ -49,6 +50,16 @@ def main() -> None:
             HostedZoneId=zone,
             ChangeBatch={"Changes": [{"Action": "UPSERT", "ResourceRecordSet": {
                 "Name": name, "Type": rtype, "TTL": 60, "ResourceRecords": [{"Value": value}]}}]},
+        )
+        out = {"status": change["ChangeInfo"]["Status"]}
+    elif command == "upsert-alias":
+        zone, name, target, target_zone = args
+        change = r53.change_resource_record_sets(
+            HostedZoneId=zone,
+            ChangeBatch={"Changes": [{"Action": "UPSERT", "ResourceRecordSet": {
+                "Name": name, "Type": "A", "AliasTarget": {
+                    "HostedZoneId": target_zone, "DNSName": target,
+                    "EvaluateTargetHealth": False}}}]},
         )
         out = {"status": change["ChangeInfo"]["Status"]}
     elif command == "records":

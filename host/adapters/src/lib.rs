@@ -21,17 +21,26 @@
 //! - `cloudfront.rs` — the CDN on Amazon CloudFront.
 //! - `lambda.rs` — functions on AWS Lambda.
 //!
+//! The AWS adapters (and the AWS SDK) are the `aws` feature, on by default; a build without it
+//! (the benchmark's server) does not know their `kind`s.
+//!
 //! It must not know the engine or the simulated cloud: both meet adapters only through the trait.
 
+#[cfg(feature = "aws")]
 pub mod acm;
 pub mod acme;
+#[cfg(feature = "aws")]
 mod aws;
+#[cfg(feature = "aws")]
 pub mod cloudfront;
+#[cfg(feature = "aws")]
 pub mod lambda;
 mod ledger;
 pub mod model;
 pub mod rfc2136;
+#[cfg(feature = "aws")]
 pub mod route53;
+#[cfg(feature = "aws")]
 pub mod route53domains;
 mod secret;
 
@@ -39,12 +48,17 @@ use capstan_core::{Capability, Clock, Providers, secrets::Keyring};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
+#[cfg(feature = "aws")]
 pub use acm::AcmSettings;
 pub use acme::AcmeSettings;
+#[cfg(feature = "aws")]
 pub use cloudfront::CloudFrontSettings;
+#[cfg(feature = "aws")]
 pub use lambda::LambdaSettings;
 pub use rfc2136::Rfc2136Settings;
+#[cfg(feature = "aws")]
 pub use route53::Route53Settings;
+#[cfg(feature = "aws")]
 pub use route53domains::Route53DomainsSettings;
 
 /// `[providers.<capability>]`: which implementation serves a capability, and its settings.
@@ -58,14 +72,19 @@ pub enum ProviderSettings {
     /// Certificates by ACME v2 with DNS-01 challenges.
     Acme(AcmeSettings),
     /// DNS on AWS Route 53.
+    #[cfg(feature = "aws")]
     Route53(Route53Settings),
     /// Certificates on AWS Certificate Manager.
+    #[cfg(feature = "aws")]
     Acm(AcmSettings),
     /// The registrar on Amazon Route 53 Domains.
+    #[cfg(feature = "aws")]
     Route53Domains(Route53DomainsSettings),
     /// The CDN on Amazon CloudFront.
+    #[cfg(feature = "aws")]
     CloudFront(CloudFrontSettings),
     /// Functions on AWS Lambda.
+    #[cfg(feature = "aws")]
     Lambda(LambdaSettings),
 }
 
@@ -75,10 +94,15 @@ impl ProviderSettings {
             ProviderSettings::Simulated => "simulated",
             ProviderSettings::Rfc2136(_) => "rfc2136",
             ProviderSettings::Acme(_) => "acme",
+            #[cfg(feature = "aws")]
             ProviderSettings::Route53(_) => "route53",
+            #[cfg(feature = "aws")]
             ProviderSettings::Acm(_) => "acm",
+            #[cfg(feature = "aws")]
             ProviderSettings::Route53Domains(_) => "route53domains",
+            #[cfg(feature = "aws")]
             ProviderSettings::CloudFront(_) => "cloudfront",
+            #[cfg(feature = "aws")]
             ProviderSettings::Lambda(_) => "lambda",
         }
     }
@@ -87,14 +111,17 @@ impl ProviderSettings {
     fn serves(&self, capability: Capability) -> bool {
         match self {
             ProviderSettings::Simulated => true,
-            ProviderSettings::Rfc2136(_) | ProviderSettings::Route53(_) => {
-                capability == Capability::Dns
-            }
-            ProviderSettings::Acme(_) | ProviderSettings::Acm(_) => {
-                capability == Capability::Certificates
-            }
+            ProviderSettings::Rfc2136(_) => capability == Capability::Dns,
+            ProviderSettings::Acme(_) => capability == Capability::Certificates,
+            #[cfg(feature = "aws")]
+            ProviderSettings::Route53(_) => capability == Capability::Dns,
+            #[cfg(feature = "aws")]
+            ProviderSettings::Acm(_) => capability == Capability::Certificates,
+            #[cfg(feature = "aws")]
             ProviderSettings::Route53Domains(_) => capability == Capability::Registrar,
+            #[cfg(feature = "aws")]
             ProviderSettings::CloudFront(_) => capability == Capability::Cdn,
+            #[cfg(feature = "aws")]
             ProviderSettings::Lambda(_) => capability == Capability::Functions,
         }
     }
@@ -151,14 +178,19 @@ pub async fn build(
         ProviderSettings::Simulated => None,
         ProviderSettings::Rfc2136(s) => Some(Arc::new(rfc2136::Rfc2136::new(s, node)?)),
         ProviderSettings::Acme(s) => Some(Arc::new(acme::Acme::new(s, node).await?)),
+        #[cfg(feature = "aws")]
         ProviderSettings::Route53(s) => Some(Arc::new(route53::Route53::new(s, node).await?)),
+        #[cfg(feature = "aws")]
         ProviderSettings::Acm(s) => Some(Arc::new(acm::Acm::new(s, node).await?)),
+        #[cfg(feature = "aws")]
         ProviderSettings::Route53Domains(s) => Some(Arc::new(
             route53domains::Route53Domains::new(s, node).await?,
         )),
+        #[cfg(feature = "aws")]
         ProviderSettings::CloudFront(s) => {
             Some(Arc::new(cloudfront::CloudFront::new(s, node).await?))
         }
+        #[cfg(feature = "aws")]
         ProviderSettings::Lambda(s) => Some(Arc::new(lambda::Lambda::new(s, node).await?)),
     })
 }
