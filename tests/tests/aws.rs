@@ -3,7 +3,8 @@
 //! Python (`tests/clients/aws_state.py`), never through Capstan's own view.
 //!
 //! Route 53: a workflow's record changes through `capstan serve` reach the hosted zone and its
-//! rollback leaves the zone as it was; the adapter itself answers every `dns` operation with
+//! rollback leaves the zone as it was; add-subdomain plans alias records from the apex's own
+//! (a CloudFront target), waits for approval, applies them and rolls them back; the adapter itself answers every `dns` operation with
 //! alias records, a replayed token and a zone created twice under one token.
 //!
 //! ACM: add-certificate through `capstan serve` with its validation records on Route 53, issued
@@ -1174,4 +1175,104 @@ async fn update_function_version_on_lambda_rolls_back_after_a_failing_probe() {
         "{after} {done:#}"
     );
     assert_eq!(after["versions"].as_array().unwrap().len(), 2, "{after}");
+}
+
+/// add-subdomain through `capstan serve` on Route 53 (moto): the plan derives the alias target
+/// from the apex's own alias record (a CloudFront distribution), waits for approval, writes one
+/// alias record per subdomain, and its rollback leaves the zone as it was.
+#[tokio::test]
+async fn add_subdomain_plans_approves_and_applies_alias_records_on_route53() {
+    let moto = Moto::start();
+    let zone = moto.boto(&["create-zone", ZONE])["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let cdn = "d111111abcdef8.cloudfront.net";
+    moto.boto(&["upsert-alias", &zone, ZONE, cdn, "Z2FDTNDATAQYW2"]);
+    let before = moto.boto(&["records", &zone]);
+
+    let dir = tempfile::tempdir().unwrap();
+    let node = Node::start(
+        &["workflows/add-subdomain.wasm"],
+        &["workflows:add-subdomain", "admin:read"],
+        &format!(
+            "workers = 2\n[grants]\nadd-subdomain = [\"dns\", \"convergence\"]\n{}",
+            route53_table(&moto, dir.path())
+        ),
+    );
+    let r = node
+        .c
+        .post(format!("{}/v1/workflows/add-subdomain", node.server.base))
+        .bearer_auth(&node.key)
+        .header("Idempotency-Key", "sub-1")
+        .json(&json!({"rootDomain": ZONE, "subdomains": ["www", "api"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    let id = r.json::<Value>().await.unwrap()["executionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    node.until(&id, &["waiting"]).await;
+    let mut plan = Value::Null;
+    for _ in 0..200 {
+        let r = node
+            .c
+            .get(format!("{}/v1/executions/{id}/plan", node.server.base))
+            .bearer_auth(&node.key)
+            .send()
+            .await
+            .unwrap();
+        if r.status() == StatusCode::OK {
+            plan = r.json().await.unwrap();
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    assert!(
+        plan.to_string().contains(cdn),
+        "the plan aims at the apex's target: {plan:#}"
+    );
+    assert_eq!(
+        moto.boto(&["records", &zone]),
+        before,
+        "nothing written before approval"
+    );
+
+    let r = node
+        .c
+        .post(format!(
+            "{}/v1/executions/{id}/plan/approve",
+            node.server.base
+        ))
+        .bearer_auth(&node.key)
+        .json(&json!({"planHash": plan["planHash"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    let done = node.until(&id, &["succeeded", "failed", "paused"]).await;
+    assert_eq!(
+        done["status"],
+        "succeeded",
+        "{done:#}\nmoto log:\n{}",
+        moto.log()
+    );
+
+    let after = moto.boto(&["records", &zone]);
+    for host in ["www", "api"] {
+        let name = format!("{host}.{ZONE}");
+        let record = after
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == name.as_str() && r["type"] == "A")
+            .unwrap_or_else(|| panic!("no A record for {name}: {after}"));
+        assert_eq!(record["alias"], cdn, "{record}");
+    }
+
+    let rolled = node.roll_back(&done).await;
+    assert_eq!(rolled["status"], "rolled_back", "{rolled:#}");
+    assert_eq!(moto.boto(&["records", &zone]), before);
 }
