@@ -1276,3 +1276,117 @@ async fn add_subdomain_plans_approves_and_applies_alias_records_on_route53() {
     assert_eq!(rolled["status"], "rolled_back", "{rolled:#}");
     assert_eq!(moto.boto(&["records", &zone]), before);
 }
+
+/// `capstan serve` SIGKILLed again and again while add-certificate runs on ACM with its
+/// validation on Route 53 (moto): every execution succeeds after replay, with exactly one
+/// certificate per domain in ACM and never two validation records for a name.
+#[tokio::test]
+async fn sigkill_during_add_certificate_leaves_one_certificate_per_domain_in_acm() {
+    const EXECUTIONS: usize = 6;
+    let moto = Moto::start();
+    let zone = moto.boto(&["create-zone", ZONE])["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    let home = home_with(
+        &["workflows/add-certificate.wasm"],
+        &format!(
+            "workers = 4\nlease_ms = 1500\n[provider_retry.certificates]\ninitial_ms = 100\nmax_ms = 500\nmax_attempts = 20\n{}{}",
+            route53_table(&moto, dir.path()),
+            aws_table(&moto, dir.path(), "certificates", "acm", "")
+        ),
+    );
+    let key = key_for(home.path(), "ops", &["workflows:add-certificate"]);
+    let c = Client::new();
+    let mut server = Server::start(home.path());
+    let mut ids = Vec::new();
+    for i in 0..EXECUTIONS {
+        let r = c
+            .post(format!("{}/v1/workflows/add-certificate", server.base))
+            .bearer_auth(&key)
+            .header("Idempotency-Key", format!("kill-{i}"))
+            .json(&json!({"domain": format!("cert-{i}.{ZONE}")}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::ACCEPTED);
+        ids.push(
+            r.json::<Value>().await.unwrap()["executionId"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    // Kills 150–600 ms apart (reproducible), while requests, validations and issuance are in
+    // flight (moto issues a second after the request).
+    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+    for _ in 0..4 {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        tokio::time::sleep(std::time::Duration::from_millis(150 + seed % 450)).await;
+        let pid = server.child.id().to_string();
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &pid])
+            .status();
+        let _ = server.child.wait();
+        drop(server);
+        server = Server::start(home.path());
+    }
+    // An execution whose `prepare` answer was lost with a kill reads again and may find the
+    // certificate its own earlier request made, already issued (moto issues on a timer, not on
+    // DNS): it adopts it and writes no validation record. Either way, one certificate.
+    let mut adopted = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        let e = until_status(
+            &c,
+            &server.base,
+            &key,
+            id,
+            &["succeeded", "failed", "paused", "canceled"],
+        )
+        .await;
+        assert_eq!(e["status"], "succeeded", "{e:#}\nmoto log:\n{}", moto.log());
+        let prepare = e["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["stageName"] == "prepare")
+            .unwrap()
+            .clone();
+        if !prepare["outputJson"]["existing"].is_null() {
+            adopted.push(i);
+        }
+    }
+    eprintln!("executions that adopted their own earlier certificate: {adopted:?}");
+    let certificates = moto.boto(&["certificates"]);
+    assert_eq!(
+        certificates.as_array().unwrap().len(),
+        EXECUTIONS,
+        "{certificates:#}"
+    );
+    let records = moto.boto(&["records", &zone]);
+    for i in 0..EXECUTIONS {
+        let domain = format!("cert-{i}.{ZONE}");
+        let count = certificates
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["domain"] == domain.as_str())
+            .count();
+        assert_eq!(count, 1, "{domain}: {certificates:#}");
+        let cnames = records
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["type"] == "CNAME" && r["name"].as_str().unwrap().ends_with(&domain))
+            .count();
+        // Created: its record, once. Adopted: at most the record an earlier incarnation wrote.
+        if adopted.contains(&i) {
+            assert!(cnames <= 1, "{domain}: {records:#}");
+        } else {
+            assert_eq!(cnames, 1, "{domain}: {records:#}");
+        }
+    }
+}
