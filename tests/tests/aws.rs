@@ -8,7 +8,7 @@
 //! alias records, a replayed token and a zone created twice under one token.
 //!
 //! ACM: add-certificate through `capstan serve` with its validation records on Route 53, issued
-//! and rolled back; the adapter itself answers every `certificates` operation, replays a token
+//! and rolled back, and again with the node SIGKILLed under it (one certificate per domain); the adapter itself answers every `certificates` operation, replays a token
 //! from its ledger or from ACM's idempotency token, and refuses to delete a certificate in use.
 //!
 //! Route 53 Domains: the adapter checks and registers, once per token (from its ledger, or from
