@@ -515,7 +515,32 @@ pub async fn until_status(
     }
     panic!("execution {id} never reached {statuses:?}; last: {last:#}");
 }
+pub mod contract;
 pub mod realservers;
+
+/// The real provider `settings` describe for `capability` (a `[providers.<capability>]` table as
+/// JSON), its ledger in a fresh database under `dir`.
+pub async fn adapter(
+    capability: capstan_core::Capability,
+    settings: serde_json::Value,
+    dir: &Path,
+) -> std::sync::Arc<dyn capstan_core::Providers> {
+    let settings: capstan_adapters::ProviderSettings =
+        serde_json::from_value(settings).expect("provider settings");
+    std::fs::create_dir_all(dir).expect("the ledger's directory");
+    let store = capstan_store::Store::open(&capstan_testdb::fresh_database_url(dir).await)
+        .await
+        .expect("the ledger's database");
+    let node = capstan_adapters::Node {
+        store,
+        clock: std::sync::Arc::new(capstan_core::SystemClock),
+        keyring: capstan_core::secrets::Keyring::development(),
+    };
+    capstan_adapters::build(capability, &settings, &node)
+        .await
+        .expect("the adapter starts")
+        .expect("a real provider")
+}
 
 /// A validator for one of the document's schemas in `tests/schemas/`.
 pub fn schema(name: &str) -> jsonschema::Validator {

@@ -19,15 +19,18 @@
 //! CallerReference on another node, keeps what an update does not change, and deletes by
 //! disabling first. Lambda: the adapter answers every `functions` operation; update-function-version
 //! through `capstan serve` fails on an unhealthy probe and its rollback restores the function.
+//!
+//! onboard-domain with every capability real: these four services in moto, the maps keys and
+//! the ticket on the contract servers of `capstan_e2e::contract`; its rollback restores them all.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use capstan_core::{Capability, Providers};
+use capstan_core::Capability;
+use capstan_e2e::contract::{GoogleApiKeys, Jira};
 use capstan_e2e::realservers::Moto;
-use capstan_e2e::{Server, home_with, key_for, until_status};
+use capstan_e2e::{Server, adapter, assert_valid, home_with, key_for, schema, until_status};
 use reqwest::{Client, StatusCode};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 const ZONE: &str = "capstan-aws.test";
 
@@ -119,24 +122,6 @@ impl Node {
     async fn until(&self, id: &str, statuses: &[&str]) -> Value {
         until_status(&self.c, &self.server.base, &self.key, id, statuses).await
     }
-}
-
-/// The adapter `settings` describe for `capability`, its ledger in a fresh database under `dir`.
-async fn adapter(capability: Capability, settings: Value, dir: &Path) -> Arc<dyn Providers> {
-    let settings: capstan_adapters::ProviderSettings = serde_json::from_value(settings).unwrap();
-    std::fs::create_dir_all(dir).unwrap();
-    let store = capstan_store::Store::open(&capstan_testdb::fresh_database_url(dir).await)
-        .await
-        .unwrap();
-    let node = capstan_adapters::Node {
-        store,
-        clock: Arc::new(capstan_core::SystemClock),
-        keyring: capstan_core::secrets::Keyring::development(),
-    };
-    capstan_adapters::build(capability, &settings, &node)
-        .await
-        .unwrap()
-        .expect("a real provider")
 }
 
 #[tokio::test]
@@ -1389,4 +1374,145 @@ async fn sigkill_during_add_certificate_leaves_one_certificate_per_domain_in_acm
             assert_eq!(cnames, 1, "{domain}: {records:#}");
         }
     }
+}
+
+/// onboard-domain with every capability on a real adapter: the hosted zone, the registrar, the
+/// certificate and the distributions in moto (Route 53, Route 53 Domains, ACM, CloudFront), the
+/// maps keys and the ticket on the contract servers of Google's API Keys API and Jira. The
+/// outcome validates against the document's schema; the rollback leaves every service as it
+/// was, compared listing by listing (the ticket's comment stays: comments are not undone).
+#[tokio::test]
+async fn onboard_domain_on_real_adapters_and_its_rollback_restores_every_service() {
+    // Route 53 Domains registers only real top-level domains (moto too): not `.test`.
+    const DOMAIN: &str = "capstan-onboard.com";
+    let moto = Moto::start();
+    // The account holds the domain already (moto has no availability check to register from),
+    // and, as with AWS, the registration made its hosted zone.
+    moto.boto(&["register-domain", DOMAIN, "2"]);
+    let zones = moto.boto(&["zones"]);
+    assert_eq!(zones.as_array().unwrap().len(), 1, "{zones:#}");
+    let zone = zones[0]["id"].as_str().unwrap().to_owned();
+    let google = GoogleApiKeys::start("capstan-test");
+    google.add_key("web", "Web", &["*.existing.example/*"]);
+    google.add_server_key("backend", "Backend");
+    let jira = Jira::start("ops@example.com", "jira-token");
+    jira.add_issue("OPS-7", &format!("Onboard {DOMAIN}"), "To Do");
+    let listings = |moto: &Moto| {
+        json!({
+            "records": moto.boto(&["records", &zone]),
+            "certificates": moto.boto(&["certificates"]),
+            "distributions": moto.boto(&["distributions"]),
+            "domains": moto.boto(&["domains"]),
+        })
+    };
+    let before = listings(&moto);
+    let keys_before = google.referrers("web");
+
+    let dir = tempfile::tempdir().unwrap();
+    let sa = dir.path().join("maps-sa.json");
+    std::fs::write(&sa, google.service_account_json()).unwrap();
+    let jira_token = dir.path().join("jira-token");
+    std::fs::write(&jira_token, "jira-token\n").unwrap();
+    let config = format!(
+        "{}{}{}{}{}\n[providers.maps]\nkind = \"apikeys\"\nproject = \"capstan-test\"\nendpoint_url = \"{}\"\nservice_account_key_file = \"{}\"\n\n[providers.ticketing]\nkind = \"jira\"\nbase_url = \"{}\"\nemail = \"ops@example.com\"\napi_token_file = \"{}\"\n",
+        aws_table(
+            &moto,
+            dir.path(),
+            "dns",
+            "route53",
+            &format!("zones = [\"{DOMAIN}\"]\n")
+        ),
+        aws_table(&moto, dir.path(), "certificates", "acm", ""),
+        aws_table(&moto, dir.path(), "cdn", "cloudfront", ""),
+        aws_table(
+            &moto,
+            dir.path(),
+            "registrar",
+            "route53domains",
+            "[providers.registrar.contact]\nfirst_name = \"Ada\"\nlast_name = \"Lovelace\"\ncontact_type = \"COMPANY\"\norganization_name = \"Capstan Test Ltd\"\naddress_line_1 = \"1 Analytical Way\"\ncity = \"London\"\ncountry_code = \"GB\"\nzip_code = \"N1 1AA\"\nphone_number = \"+44.2071234567\"\nemail = \"hostmaster@example.org\"\n"
+        ),
+        "[provider_retry.certificates]\ninitial_ms = 200\nmax_ms = 1000\nmax_attempts = 30\n",
+        google.endpoint(),
+        sa.display(),
+        jira.base_url(),
+        jira_token.display(),
+    );
+    let node = Node::start(
+        &["workflows/onboard-domain.wasm"],
+        &["workflows:onboard-domain"],
+        &config,
+    );
+    let done = node
+        .run(
+            "onboard-domain",
+            "onboard-real",
+            json!({"domain": DOMAIN, "ticketId": "OPS-7"}),
+        )
+        .await;
+    assert_eq!(
+        done["status"],
+        "succeeded",
+        "{done:#}\nmoto log:\n{}",
+        moto.log()
+    );
+    let o = &done["outcome"];
+    assert_valid(&schema("domain-onboarding-outcome.schema.json"), o);
+    assert_eq!(o["status"], "onboarded", "{o:#}");
+    assert_eq!(o["domain"]["state"], "already-registered", "{o:#}");
+    assert_eq!(o["certificate"]["state"], "created", "{o:#}");
+    assert_eq!(o["distributions"]["proxy"]["state"], "created", "{o:#}");
+    assert_eq!(o["ticketing"]["state"], "updated", "{o:#}");
+
+    // What each service holds now, read from the service.
+    let certificates = moto.boto(&["certificates"]);
+    let arn = o["certificate"]["arn"].as_str().unwrap();
+    assert!(
+        certificates
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["arn"] == arn && c["status"] == "ISSUED"),
+        "{certificates:#}"
+    );
+    let distributions = moto.boto(&["distributions"]);
+    let proxy = distributions
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["id"] == o["distributions"]["proxy"]["id"])
+        .unwrap_or_else(|| panic!("{distributions:#}"));
+    assert_eq!(proxy["certificate"], arn);
+    let records = moto.boto(&["records", &zone]);
+    for name in [DOMAIN.to_owned(), format!("www.{DOMAIN}")] {
+        assert!(
+            records.as_array().unwrap().iter().any(|r| {
+                r["type"] == "A"
+                    && r["name"].as_str().unwrap().trim_end_matches('.') == name
+                    && !r["alias"].is_null()
+            }),
+            "an alias record for {name}: {records:#}"
+        );
+    }
+    let referrer = format!("*.{DOMAIN}/*");
+    assert!(
+        google.referrers("web").contains(&referrer),
+        "{:?}",
+        google.referrers("web")
+    );
+    assert_eq!(jira.status("OPS-7"), "Resolved");
+    let comments = jira.comments("OPS-7");
+    assert_eq!(comments.len(), 1);
+    assert!(
+        comments[0]["body"].to_string().contains("Onboarding of"),
+        "{:#}",
+        comments[0]
+    );
+
+    // The rollback leaves moto, the key and the ticket's status as they were.
+    let rolled = node.roll_back(&done).await;
+    assert_eq!(rolled["status"], "rolled_back", "{rolled:#}");
+    assert_eq!(listings(&moto), before);
+    assert_eq!(google.referrers("web"), keys_before);
+    assert_eq!(jira.status("OPS-7"), "To Do");
+    assert_eq!(jira.comments("OPS-7").len(), 1, "a comment is not undone");
 }

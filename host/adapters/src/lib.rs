@@ -20,6 +20,9 @@
 //! - `route53domains.rs` — the registrar on Amazon Route 53 Domains.
 //! - `cloudfront.rs` — the CDN on Amazon CloudFront.
 //! - `lambda.rs` — functions on AWS Lambda.
+//! - `http.rs` — what the adapters of plain HTTPS APIs share (client, errors, path segments).
+//! - `apikeys.rs` — maps referrer keys on the Google Cloud API Keys API.
+//! - `jira.rs` — ticketing on Jira Cloud.
 //!
 //! The AWS adapters (and the AWS SDK) are the `aws` feature, on by default; a build without it
 //! (the benchmark's server) does not know their `kind`s.
@@ -29,10 +32,13 @@
 #[cfg(feature = "aws")]
 pub mod acm;
 pub mod acme;
+pub mod apikeys;
 #[cfg(feature = "aws")]
 mod aws;
 #[cfg(feature = "aws")]
 pub mod cloudfront;
+mod http;
+pub mod jira;
 #[cfg(feature = "aws")]
 pub mod lambda;
 mod ledger;
@@ -51,8 +57,10 @@ use std::sync::Arc;
 #[cfg(feature = "aws")]
 pub use acm::AcmSettings;
 pub use acme::AcmeSettings;
+pub use apikeys::ApiKeysSettings;
 #[cfg(feature = "aws")]
 pub use cloudfront::CloudFrontSettings;
+pub use jira::JiraSettings;
 #[cfg(feature = "aws")]
 pub use lambda::LambdaSettings;
 pub use rfc2136::Rfc2136Settings;
@@ -71,6 +79,10 @@ pub enum ProviderSettings {
     Rfc2136(Rfc2136Settings),
     /// Certificates by ACME v2 with DNS-01 challenges.
     Acme(AcmeSettings),
+    /// Maps referrer keys on the Google Cloud API Keys API.
+    ApiKeys(ApiKeysSettings),
+    /// Ticketing on Jira Cloud.
+    Jira(JiraSettings),
     /// DNS on AWS Route 53.
     #[cfg(feature = "aws")]
     Route53(Route53Settings),
@@ -94,6 +106,8 @@ impl ProviderSettings {
             ProviderSettings::Simulated => "simulated",
             ProviderSettings::Rfc2136(_) => "rfc2136",
             ProviderSettings::Acme(_) => "acme",
+            ProviderSettings::ApiKeys(_) => "apikeys",
+            ProviderSettings::Jira(_) => "jira",
             #[cfg(feature = "aws")]
             ProviderSettings::Route53(_) => "route53",
             #[cfg(feature = "aws")]
@@ -113,6 +127,8 @@ impl ProviderSettings {
             ProviderSettings::Simulated => true,
             ProviderSettings::Rfc2136(_) => capability == Capability::Dns,
             ProviderSettings::Acme(_) => capability == Capability::Certificates,
+            ProviderSettings::ApiKeys(_) => capability == Capability::Maps,
+            ProviderSettings::Jira(_) => capability == Capability::Ticketing,
             #[cfg(feature = "aws")]
             ProviderSettings::Route53(_) => capability == Capability::Dns,
             #[cfg(feature = "aws")]
@@ -168,7 +184,7 @@ pub async fn build(
             capability,
             "kind",
             format!(
-                "`{}` cannot serve {}: rfc2136 and route53 serve dns, acme and acm serve certificates, route53domains serves registrar, cloudfront serves cdn, lambda serves functions, simulated serves any",
+                "`{}` cannot serve {}: rfc2136 and route53 serve dns, acme and acm serve certificates, route53domains serves registrar, cloudfront serves cdn, lambda serves functions, apikeys serves maps, jira serves ticketing, simulated serves any",
                 settings.kind(),
                 capability.as_str()
             ),
@@ -178,6 +194,8 @@ pub async fn build(
         ProviderSettings::Simulated => None,
         ProviderSettings::Rfc2136(s) => Some(Arc::new(rfc2136::Rfc2136::new(s, node)?)),
         ProviderSettings::Acme(s) => Some(Arc::new(acme::Acme::new(s, node).await?)),
+        ProviderSettings::ApiKeys(s) => Some(Arc::new(apikeys::ApiKeys::new(s, node)?)),
+        ProviderSettings::Jira(s) => Some(Arc::new(jira::Jira::new(s, node)?)),
         #[cfg(feature = "aws")]
         ProviderSettings::Route53(s) => Some(Arc::new(route53::Route53::new(s, node).await?)),
         #[cfg(feature = "aws")]

@@ -89,6 +89,11 @@ pub struct CapabilityError {
     pub kind: ErrorKind,
     pub code: String,
     pub message: String,
+    /// How long the provider asked to be left alone before a retry (an HTTP `Retry-After`).
+    /// The engine's retry waits at least this long, up to its policy's `max_ms`. Not part of
+    /// the WIT record: it matters only to the retry that is under way, never to a guest.
+    #[serde(skip)]
+    pub retry_after_ms: Option<u64>,
 }
 
 impl CapabilityError {
@@ -97,6 +102,7 @@ impl CapabilityError {
             kind: ErrorKind::Permanent,
             code: code.into(),
             message: message.into(),
+            retry_after_ms: None,
         }
     }
 
@@ -105,7 +111,14 @@ impl CapabilityError {
             kind: ErrorKind::Transient,
             code: code.into(),
             message: message.into(),
+            retry_after_ms: None,
         }
+    }
+
+    /// The same error, with the wait the provider asked for before a retry.
+    pub fn retry_after(mut self, ms: Option<u64>) -> Self {
+        self.retry_after_ms = ms;
+        self
     }
 
     pub fn is_transient(&self) -> bool {

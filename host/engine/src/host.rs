@@ -18,9 +18,9 @@ use crate::effects::is_effect;
 use crate::events::event;
 use crate::{EngineState, Suspension};
 use async_trait::async_trait;
+use capstan_core::CapabilityError;
 use capstan_core::execution::StageStatus;
 use capstan_core::store::*;
-use capstan_core::{CapabilityError, ErrorKind};
 use capstan_runtime::{HostCalls, Interrupt};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -473,11 +473,12 @@ impl JournalHost {
                 match self.inner.converged(&condition).await {
                     Ok(true) => ok(Value::Null),
                     Err(e) => err(&e),
-                    Ok(false) if now >= wait.deadline_ms.unwrap_or(0) => err(&CapabilityError {
-                        kind: ErrorKind::Transient,
-                        code: "timeout".to_owned(),
-                        message: format!("{condition} did not hold within the timeout"),
-                    }),
+                    Ok(false) if now >= wait.deadline_ms.unwrap_or(0) => {
+                        err(&CapabilityError::transient(
+                            "timeout",
+                            format!("{condition} did not hold within the timeout"),
+                        ))
+                    }
                     Ok(false) => {
                         let wake = now.saturating_add(
                             self.inner.config.convergence.delay_ms(wait.attempts as u32),

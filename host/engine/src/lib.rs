@@ -72,6 +72,16 @@ impl Backoff {
         };
         base + jitter
     }
+
+    /// The delay before attempt `n + 1` when the provider asked for `retry_after_ms`: the
+    /// backoff's, or longer to honour the provider, but never beyond `max_ms` (a provider must
+    /// not hold an activation longer than the operator allows).
+    pub fn delay_after(&self, n: u32, retry_after_ms: Option<u64>) -> i64 {
+        let asked = retry_after_ms
+            .map(|ms| i64::try_from(ms).unwrap_or(i64::MAX).min(self.max_ms))
+            .unwrap_or(0);
+        self.delay_ms(n).max(asked)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -352,7 +362,7 @@ impl EngineState {
             };
             match answer {
                 Err(e) if e.is_transient() && attempt + 1 < policy.max_attempts => {
-                    let delay = policy.delay_ms(attempt);
+                    let delay = policy.delay_after(attempt, e.retry_after_ms);
                     tracing::debug!(op, attempt, delay, error = %e, "retrying a transient provider error");
                     if delay > 0 {
                         tokio::time::sleep(Duration::from_millis(delay as u64)).await;
@@ -480,5 +490,27 @@ impl Engine {
         };
         let stages = self.inner.store.stages(id).await?;
         Ok(Some((execution, stages)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Backoff;
+
+    #[test]
+    fn a_provider_s_retry_after_lengthens_the_wait_up_to_the_policy_s_maximum() {
+        let policy = Backoff {
+            initial_ms: 100,
+            max_ms: 5_000,
+            max_attempts: 5,
+        };
+        // The backoff's own delay with its jitter: 100..=120 ms before the second attempt.
+        let plain = policy.delay_after(0, None);
+        assert!((100..=120).contains(&plain), "{plain}");
+        assert_eq!(policy.delay_after(0, Some(2_000)), 2_000);
+        // A provider asking for less than the backoff does not shorten it.
+        assert!(policy.delay_after(3, Some(10)) >= 800);
+        // Nor may it hold the activation beyond the operator's maximum.
+        assert_eq!(policy.delay_after(0, Some(3_600_000)), 5_000);
     }
 }

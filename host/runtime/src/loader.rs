@@ -204,6 +204,7 @@ pub(crate) fn guest_error(error: bindings::types::Error) -> CapabilityError {
         },
         code: error.code,
         message: error.message,
+        retry_after_ms: None,
     }
 }
 
