@@ -1376,6 +1376,40 @@ async fn sigkill_during_add_certificate_leaves_one_certificate_per_domain_in_acm
     }
 }
 
+/// `[providers.*]` for all seven capabilities but `functions`: Route 53 (limited to `zones`),
+/// ACM, CloudFront and Route 53 Domains on `moto`, maps keys on `google`, tickets on `jira`,
+/// their secrets in files under `dir`.
+fn every_capability_real(
+    moto: &Moto,
+    google: &GoogleApiKeys,
+    jira: &Jira,
+    dir: &Path,
+    zones: &[&str],
+) -> String {
+    let sa = dir.join("maps-sa.json");
+    std::fs::write(&sa, google.service_account_json()).unwrap();
+    let jira_token = dir.join("jira-token");
+    std::fs::write(&jira_token, "jira-token\n").unwrap();
+    format!(
+        "{}{}{}{}{}\n[providers.maps]\nkind = \"apikeys\"\nproject = \"capstan-test\"\nendpoint_url = \"{}\"\nservice_account_key_file = \"{}\"\n\n[providers.ticketing]\nkind = \"jira\"\nbase_url = \"{}\"\nemail = \"ops@example.com\"\napi_token_file = \"{}\"\n",
+        aws_table(moto, dir, "dns", "route53", &format!("zones = {zones:?}\n")),
+        aws_table(moto, dir, "certificates", "acm", ""),
+        aws_table(moto, dir, "cdn", "cloudfront", ""),
+        aws_table(
+            moto,
+            dir,
+            "registrar",
+            "route53domains",
+            "[providers.registrar.contact]\nfirst_name = \"Ada\"\nlast_name = \"Lovelace\"\ncontact_type = \"COMPANY\"\norganization_name = \"Capstan Test Ltd\"\naddress_line_1 = \"1 Analytical Way\"\ncity = \"London\"\ncountry_code = \"GB\"\nzip_code = \"N1 1AA\"\nphone_number = \"+44.2071234567\"\nemail = \"hostmaster@example.org\"\n"
+        ),
+        "[provider_retry.certificates]\ninitial_ms = 200\nmax_ms = 1000\nmax_attempts = 30\n",
+        google.endpoint(),
+        sa.display(),
+        jira.base_url(),
+        jira_token.display(),
+    )
+}
+
 /// onboard-domain with every capability on a real adapter: the hosted zone, the registrar, the
 /// certificate and the distributions in moto (Route 53, Route 53 Domains, ACM, CloudFront), the
 /// maps keys and the ticket on the contract servers of Google's API Keys API and Jira. The
@@ -1409,34 +1443,7 @@ async fn onboard_domain_on_real_adapters_and_its_rollback_restores_every_service
     let keys_before = google.referrers("web");
 
     let dir = tempfile::tempdir().unwrap();
-    let sa = dir.path().join("maps-sa.json");
-    std::fs::write(&sa, google.service_account_json()).unwrap();
-    let jira_token = dir.path().join("jira-token");
-    std::fs::write(&jira_token, "jira-token\n").unwrap();
-    let config = format!(
-        "{}{}{}{}{}\n[providers.maps]\nkind = \"apikeys\"\nproject = \"capstan-test\"\nendpoint_url = \"{}\"\nservice_account_key_file = \"{}\"\n\n[providers.ticketing]\nkind = \"jira\"\nbase_url = \"{}\"\nemail = \"ops@example.com\"\napi_token_file = \"{}\"\n",
-        aws_table(
-            &moto,
-            dir.path(),
-            "dns",
-            "route53",
-            &format!("zones = [\"{DOMAIN}\"]\n")
-        ),
-        aws_table(&moto, dir.path(), "certificates", "acm", ""),
-        aws_table(&moto, dir.path(), "cdn", "cloudfront", ""),
-        aws_table(
-            &moto,
-            dir.path(),
-            "registrar",
-            "route53domains",
-            "[providers.registrar.contact]\nfirst_name = \"Ada\"\nlast_name = \"Lovelace\"\ncontact_type = \"COMPANY\"\norganization_name = \"Capstan Test Ltd\"\naddress_line_1 = \"1 Analytical Way\"\ncity = \"London\"\ncountry_code = \"GB\"\nzip_code = \"N1 1AA\"\nphone_number = \"+44.2071234567\"\nemail = \"hostmaster@example.org\"\n"
-        ),
-        "[provider_retry.certificates]\ninitial_ms = 200\nmax_ms = 1000\nmax_attempts = 30\n",
-        google.endpoint(),
-        sa.display(),
-        jira.base_url(),
-        jira_token.display(),
-    );
+    let config = every_capability_real(&moto, &google, &jira, dir.path(), &[DOMAIN]);
     let node = Node::start(
         &["workflows/onboard-domain.wasm"],
         &["workflows:onboard-domain"],
@@ -1515,4 +1522,122 @@ async fn onboard_domain_on_real_adapters_and_its_rollback_restores_every_service
     assert_eq!(google.referrers("web"), keys_before);
     assert_eq!(jira.status("OPS-7"), "To Do");
     assert_eq!(jira.comments("OPS-7").len(), 1, "a comment is not undone");
+}
+
+/// SIGKILL of `capstan serve` while onboardings on real adapters are in flight: every one
+/// succeeds after replay, and no service holds anything twice — one certificate per domain, one
+/// distribution per alias, each referrer once on the key, one comment per ticket (found by its
+/// token's property when the kill lost the answer).
+#[tokio::test]
+async fn sigkill_during_onboard_domain_on_real_adapters_duplicates_nothing() {
+    const DOMAINS: [&str; 3] = [
+        "capstan-kill-0.com",
+        "capstan-kill-1.com",
+        "capstan-kill-2.com",
+    ];
+    let moto = Moto::start();
+    let google = GoogleApiKeys::start("capstan-test");
+    google.add_key("web", "Web", &[]);
+    let jira = Jira::start("ops@example.com", "jira-token");
+    for (i, domain) in DOMAINS.iter().enumerate() {
+        moto.boto(&["register-domain", domain, "2"]);
+        jira.add_issue(&format!("OPS-{i}"), &format!("Onboard {domain}"), "To Do");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = home_with(
+        &["workflows/onboard-domain.wasm"],
+        &format!(
+            "workers = 4\nlease_ms = 1500\n{}",
+            every_capability_real(&moto, &google, &jira, dir.path(), &DOMAINS)
+        ),
+    );
+    let key = key_for(home.path(), "ops", &["workflows:onboard-domain"]);
+    let c = Client::new();
+    let mut server = Server::start(home.path());
+    let mut ids = Vec::new();
+    for (i, domain) in DOMAINS.iter().enumerate() {
+        let r = c
+            .post(format!("{}/v1/workflows/onboard-domain", server.base))
+            .bearer_auth(&key)
+            .header("Idempotency-Key", format!("kill-{i}"))
+            .json(&json!({"domain": domain, "ticketId": format!("OPS-{i}")}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::ACCEPTED);
+        ids.push(
+            r.json::<Value>().await.unwrap()["executionId"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    // Kills 200–900 ms apart (reproducible): requests, issuance, distributions, referrers and
+    // tickets are in flight.
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    for _ in 0..5 {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        tokio::time::sleep(std::time::Duration::from_millis(200 + seed % 700)).await;
+        let pid = server.child.id().to_string();
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &pid])
+            .status();
+        let _ = server.child.wait();
+        drop(server);
+        server = Server::start(home.path());
+    }
+    for id in &ids {
+        let e = until_status(
+            &c,
+            &server.base,
+            &key,
+            id,
+            &["succeeded", "failed", "paused", "canceled"],
+        )
+        .await;
+        assert_eq!(e["status"], "succeeded", "{e:#}\nmoto log:\n{}", moto.log());
+        assert_eq!(e["outcome"]["status"], "onboarded", "{e:#}");
+    }
+    let certificates = moto.boto(&["certificates"]);
+    let distributions = moto.boto(&["distributions"]);
+    for (i, domain) in DOMAINS.iter().enumerate() {
+        let certs = certificates
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["domain"] == *domain)
+            .count();
+        assert_eq!(certs, 1, "{domain}: {certificates:#}");
+        for alias in [domain.to_string(), format!("www.{domain}")] {
+            let holders = distributions
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|d| {
+                    d["aliases"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|a| *a == alias.as_str())
+                })
+                .count();
+            assert_eq!(holders, 1, "{alias}: {distributions:#}");
+        }
+        let ticket = format!("OPS-{i}");
+        assert_eq!(jira.comments(&ticket).len(), 1, "{ticket}");
+        assert_eq!(jira.status(&ticket), "Resolved");
+    }
+    let lookups = jira
+        .requests()
+        .iter()
+        .filter(|r| r.contains("expand=properties"))
+        .count();
+    eprintln!("comment posts repeated after a kill, looked up by their token: {lookups}");
+    let mut referrers = google.referrers("web");
+    referrers.sort();
+    let mut wanted: Vec<String> = DOMAINS.iter().map(|d| format!("*.{d}/*")).collect();
+    wanted.sort();
+    assert_eq!(referrers, wanted);
 }

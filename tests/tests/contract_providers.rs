@@ -201,6 +201,42 @@ async fn an_apikeys_change_still_running_is_finished_by_its_repeat_not_sent_twic
     assert_eq!(google.patches().len(), 1);
 }
 
+/// Another writer changes the key between the adapter's read and its PATCH: Google refuses the
+/// stale etag, the adapter says so as a transient error, and the retry keeps the other
+/// writer's referrer beside its own.
+#[tokio::test]
+async fn a_key_changed_meanwhile_is_read_again_and_nothing_is_overwritten() {
+    let google = GoogleApiKeys::start(PROJECT);
+    google.add_key("web", "Web", &["*.a.example/*"]);
+    let dir = tempfile::tempdir().unwrap();
+    let maps = adapter(
+        Capability::Maps,
+        apikeys_settings(&google, dir.path(), json!({})),
+        dir.path(),
+    )
+    .await;
+    google.change_before_next_patch("web", &["*.a.example/*", "*.someone-else.example/*"]);
+    let add = json!({"key_id": "web", "referrer": "*.mine.example/*"});
+    let stale = maps
+        .call("maps.add-referrer", &add, "t1")
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (stale.code.as_str(), stale.is_transient()),
+        ("precondition-failed", true)
+    );
+    let added = maps.call("maps.add-referrer", &add, "t1").await.unwrap();
+    assert_eq!(added["changed"], true);
+    assert_eq!(
+        google.referrers("web"),
+        [
+            "*.a.example/*",
+            "*.someone-else.example/*",
+            "*.mine.example/*"
+        ]
+    );
+}
+
 #[tokio::test]
 async fn a_bad_service_account_key_stops_the_adapter_naming_the_setting() {
     let dir = tempfile::tempdir().unwrap();

@@ -10,7 +10,10 @@
 //!   whole restriction and the `etag` read: a concurrent change is refused by Google (`ABORTED`)
 //!   and is the transient `precondition-failed`, so the engine's retry reads again. The change
 //!   is a long-running operation, polled until done (within `operation_timeout_ms`; after that
-//!   the transient `operation-pending`, and the retry polls the same operation).
+//!   the transient `operation-pending`, and the retry polls the same operation). Each change
+//!   sends the whole list, so the key is read back once the operation is done: a change another
+//!   writer replaced meanwhile is the transient `precondition-failed`, and the retry sends it
+//!   again. Changes from one node go one at a time.
 //! - **Idempotency.** The API has no request ids, so the token ledger records, before the
 //!   PATCH, whether the referrer was already there (and then the operation's name): a repeat
 //!   after a crash answers `changed` as the first call would have, and a rollback removes only
@@ -155,6 +158,9 @@ pub struct ApiKeys {
     operation_timeout: Duration,
     ledger: Ledger,
     clock: Arc<dyn Clock>,
+    /// One change at a time from this node: each sends a key's whole referrer list, so two at
+    /// once would race for the etag (other nodes are kept apart by the etag and the read-back).
+    changing: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for ApiKeys {
@@ -206,6 +212,7 @@ impl ApiKeys {
             operation_timeout: Duration::from_millis(s.operation_timeout_ms),
             ledger: Ledger::new(node.store.writer().clone(), "apikeys"),
             clock: node.clock.clone(),
+            changing: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -471,7 +478,18 @@ impl ApiKeys {
                 .await?;
         }
         self.finish(operation).await?;
-        let done = answer(&wanted);
+        // A change another writer made while this one's operation ran may have replaced it
+        // (each sends the whole list): read it back. Lost, the retry sends it again.
+        let (_, now) = self.key(&id).await?;
+        if now.contains(&referrer) != adding {
+            return Err(CapabilityError::transient(
+                "precondition-failed",
+                format!(
+                    "{SERVICE}: a concurrent change to key {id} replaced this one; sending it again"
+                ),
+            ));
+        }
+        let done = answer(&now);
         if !token.is_empty() {
             self.ledger.done(token, op, &done, self.now()).await?;
         }
@@ -504,8 +522,15 @@ impl Providers for ApiKeys {
     async fn call(&self, op: &str, request: &Value, token: &str) -> Answer {
         match op {
             "maps.list-keys" => self.list().await,
-            "maps.add-referrer" => self.change("maps.add-referrer", request, token).await,
-            "maps.remove-referrer" => self.change("maps.remove-referrer", request, token).await,
+            "maps.add-referrer" | "maps.remove-referrer" => {
+                let op = if op == "maps.add-referrer" {
+                    "maps.add-referrer"
+                } else {
+                    "maps.remove-referrer"
+                };
+                let _one_at_a_time = self.changing.lock().await;
+                self.change(op, request, token).await
+            }
             other => Err(CapabilityError::permanent(
                 "unsupported",
                 format!("the apikeys provider has no operation {other}"),
