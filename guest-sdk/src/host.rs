@@ -216,7 +216,7 @@ pub mod functions {
     use super::{arg, harness};
     use crate::Error;
     pub use crate::bindings::workflow::capstan::infra::functions::{
-        Alias, AliasChange, FunctionVersion,
+        Alias, AliasChange, FunctionVersion, VersionWeight,
     };
 
     capability! {
@@ -226,6 +226,7 @@ pub mod functions {
             fn delete_version(function_name: &str, version: &str) -> Result<FunctionVersion, Error> = "delete-version";
             fn get_alias(function_name: &str, alias: &str) -> Result<Alias, Error> = "get-alias";
             fn update_alias(function_name: &str, alias: &str, version: &str) -> Result<AliasChange, Error> = "update-alias";
+            fn route_alias(function_name: &str, alias: &str, version: &str, routing: &[VersionWeight]) -> Result<AliasChange, Error> = "route-alias";
             fn probe(function_name: &str, alias: &str) -> Result<bool, Error> = "probe";
         }
     }

@@ -1007,7 +1007,7 @@ async fn the_lambda_adapter_answers_every_functions_operation() {
     assert_eq!(state(&moto)["versions"].as_array().unwrap().len(), 2);
 
     // The alias moves to version 2 with its canary share ended; the answer says what was before,
-    // again on a repeat and on a node whose ledger lost it.
+    // the canary's weight included, again on a repeat and on a node whose ledger lost it.
     moto.boto(&["alias", "checkout", "live", "1", "2", "0.1"]);
     let shift = json!({"function_name": "checkout", "alias": "live", "version": "2"});
     let shifted = functions
@@ -1016,8 +1016,9 @@ async fn the_lambda_adapter_answers_every_functions_operation() {
         .unwrap();
     assert_eq!(
         shifted,
-        json!({"before": {"function_name": "checkout", "name": "live", "version": "1"},
-            "after": {"function_name": "checkout", "name": "live", "version": "2"}})
+        json!({"before": {"function_name": "checkout", "name": "live", "version": "1",
+                "routing": [{"version": "2", "weight": 0.1}]},
+            "after": {"function_name": "checkout", "name": "live", "version": "2", "routing": []}})
     );
     assert_eq!(
         state(&moto)["aliases"]["live"],
@@ -1037,6 +1038,44 @@ async fn the_lambda_adapter_answers_every_functions_operation() {
         .await
         .unwrap();
     assert_eq!(got["version"], "2");
+    // route-alias: the canary back exactly as it was (what a rollback of the shift sends), then
+    // refusals of what Lambda cannot route.
+    let back = json!({"function_name": "checkout", "alias": "live", "version": "1",
+        "routing": [{"version": "2", "weight": 0.1}]});
+    let routed = functions
+        .call("functions.route-alias", &back, "run-1:9:1")
+        .await
+        .unwrap();
+    assert_eq!(routed["after"], shifted["before"]);
+    assert_eq!(
+        state(&moto)["aliases"]["live"],
+        json!({"version": "1", "weights": {"2": 0.1}})
+    );
+    for (routing, why) in [
+        (json!([{"version": "2", "weight": 1.5}]), "a weight above 1"),
+        (
+            json!([{"version": "1", "weight": 0.1}]),
+            "the alias's own version",
+        ),
+        (
+            json!([{"version": "2", "weight": 0.1}, {"version": "3", "weight": 0.1}]),
+            "two other versions",
+        ),
+    ] {
+        let e = functions
+            .call(
+                "functions.route-alias",
+                &json!({"function_name": "checkout", "alias": "live", "version": "1", "routing": routing}),
+                "run-1:9:2",
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(e.code, "invalid-request", "{why}: {e:?}");
+    }
+    functions
+        .call("functions.update-alias", &shift, "run-1:9:3")
+        .await
+        .unwrap();
     let missing = functions
         .call(
             "functions.update-alias",
@@ -1093,14 +1132,21 @@ async fn the_lambda_adapter_answers_every_functions_operation() {
 async fn update_function_version_on_lambda_rolls_back_after_a_failing_probe() {
     let moto = Moto::start();
     let dir = tempfile::tempdir().unwrap();
+    // Version 1 live, version 2 a canary taking a tenth of the traffic.
     moto.boto(&["function", "checkout", "def main(e, c): return {'v': 1}"]);
     moto.boto(&["publish", "checkout"]);
-    moto.boto(&["alias", "checkout", "live", "1"]);
-    let sha = moto.boto(&["function", "checkout", "def main(e, c): return {'v': 2}"])["hex"]
+    moto.boto(&["function", "checkout", "def main(e, c): return {'v': 2}"]);
+    moto.boto(&["publish", "checkout"]);
+    moto.boto(&["alias", "checkout", "live", "1", "2", "0.1"]);
+    let sha = moto.boto(&["function", "checkout", "def main(e, c): return {'v': 3}"])["hex"]
         .as_str()
         .unwrap()
         .to_owned();
     let before = moto.boto(&["lambda", "checkout"]);
+    assert_eq!(
+        before["aliases"]["live"],
+        json!({"version": "1", "weights": {"2": 0.1}})
+    );
 
     let node = Node::start(
         &["workflows/update-function-version.wasm"],
@@ -1118,7 +1164,12 @@ async fn update_function_version_on_lambda_rolls_back_after_a_failing_probe() {
         .await;
     assert_eq!(failed["status"], "failed", "{failed:#}");
     let during = moto.boto(&["lambda", "checkout"]);
-    assert_eq!(during["aliases"]["live"]["version"], "2", "{during}");
+    assert_eq!(
+        during["aliases"]["live"],
+        json!({"version": "3", "weights": {}}),
+        "{during}"
+    );
+    // The rollback deletes version 3 and routes the alias back exactly: the canary's weight too.
     let rolled = node.roll_back(&failed).await;
     assert_eq!(rolled["status"], "rolled_back", "{rolled:#}");
     assert_eq!(moto.boto(&["lambda", "checkout"]), before);
@@ -1134,7 +1185,7 @@ async fn update_function_version_on_lambda_rolls_back_after_a_failing_probe() {
     assert_eq!(moto.boto(&["lambda", "checkout"]), before);
 
     // A fixed build, healthy: the alias moves to it for good.
-    let fixed = moto.boto(&["function", "checkout", "def main(e, c): return {'v': 3}"])["hex"]
+    let fixed = moto.boto(&["function", "checkout", "def main(e, c): return {'v': 4}"])["hex"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -1159,7 +1210,8 @@ async fn update_function_version_on_lambda_rolls_back_after_a_failing_probe() {
         after["aliases"]["live"]["version"], shifted,
         "{after} {done:#}"
     );
-    assert_eq!(after["versions"].as_array().unwrap().len(), 2, "{after}");
+    assert_eq!(after["aliases"]["live"]["weights"], json!({}), "{after}");
+    assert_eq!(after["versions"].as_array().unwrap().len(), 3, "{after}");
 }
 
 /// add-subdomain through `capstan serve` on Route 53 (moto): the plan derives the alias target

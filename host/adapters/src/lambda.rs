@@ -7,12 +7,12 @@
 //!   with other code than asked (Lambda answers its last version when it sees nothing new) is the
 //!   permanent `code-mismatch`. A version is never published twice for one request, and never
 //!   answered with code the caller did not name.
-//! - **Aliases.** `update-alias` reads the alias and changes it under the revision id it read
-//!   (a concurrent change is the transient `precondition-failed`, and the retry reads again). It
-//!   points the alias at the one version: a weighted routing (a canary share for another version)
-//!   ends, which is what promoting a version means; the WIT's alias record has no weights, so the
-//!   answer and a rollback restore the primary version only. The ledger keeps the alias as it was,
-//!   so a repeat answers the same `before`.
+//! - **Aliases.** `update-alias` and `route-alias` read the alias and change it under the
+//!   revision id they read (a concurrent change is the transient `precondition-failed`, and the
+//!   retry reads again). `update-alias` points it at the one version (a canary's weighted
+//!   routing ends: promoting a version); `route-alias` sets Lambda's additional version weights
+//!   too (at most one other version, Lambda's limit). The answer's `before` has the routing, so
+//!   a rollback restores the alias exactly; the ledger keeps it, so a repeat answers the same.
 //! - **Deleting a version** refuses one an alias routes to (`resource-in-use`, permanent), as
 //!   the simulated cloud does; the answer is the version as it was (kept in the ledger).
 //! - **Code hashes.** The WIT speaks of a package's SHA-256 in hex (what `sha256sum` prints and
@@ -91,7 +91,48 @@ fn version_view(v: &Version) -> Value {
 }
 
 fn alias_view(a: &Alias) -> Value {
-    json!({"function_name": a.function_name, "name": a.name, "version": a.version})
+    let routing: Vec<Value> = a
+        .weighted
+        .iter()
+        .map(|(version, weight)| json!({"version": version, "weight": weight}))
+        .collect();
+    json!({"function_name": a.function_name, "name": a.name, "version": a.version, "routing": routing})
+}
+
+/// A `routing` argument as Lambda's additional version weights: at most one other version
+/// (Lambda's limit), its weight from 0 to 1.
+fn routing_of(request: &Value, version: &str) -> Result<Vec<(String, f64)>, CapabilityError> {
+    #[derive(Deserialize)]
+    struct Weight {
+        version: String,
+        weight: f64,
+    }
+    let routing: Vec<Weight> = match request.get("routing") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(_) => arg(request, "routing")?,
+    };
+    if routing.len() > 1 {
+        return Err(CapabilityError::permanent(
+            "invalid-request",
+            "Lambda routes an alias to at most one other version",
+        ));
+    }
+    routing
+        .into_iter()
+        .map(|w| {
+            if !(0.0..=1.0).contains(&w.weight) || w.version == version {
+                Err(CapabilityError::permanent(
+                    "invalid-request",
+                    format!(
+                        "routing {} at {} is not a weight from 0 to 1 for another version than {version}",
+                        w.version, w.weight
+                    ),
+                ))
+            } else {
+                Ok((w.version, w.weight))
+            }
+        })
+        .collect()
 }
 
 /// Whether a probe's invocation says healthy.
@@ -186,34 +227,31 @@ impl Lambda {
         } else {
             self.ledger.get(token, OP, request).await?
         };
-        let was = match earlier {
-            Some(Entry::Done(answer)) => return Ok(answer),
-            Some(Entry::Intent(was)) => was,
-            None => {
-                let was = version_view(&self.client.version(&name, &version).await?);
-                if let Some(alias) = self
-                    .client
-                    .aliases(&name)
-                    .await?
-                    .into_iter()
-                    .find(|a| a.version == version || a.weighted.contains(&version))
-                {
-                    return Err(CapabilityError::permanent(
-                        "resource-in-use",
-                        format!(
-                            "version {version} of {name} is a target of alias {}",
-                            alias.name
-                        ),
-                    ));
+        let was =
+            match earlier {
+                Some(Entry::Done(answer)) => return Ok(answer),
+                Some(Entry::Intent(was)) => was,
+                None => {
+                    let was = version_view(&self.client.version(&name, &version).await?);
+                    if let Some(alias) = self.client.aliases(&name).await?.into_iter().find(|a| {
+                        a.version == version || a.weighted.iter().any(|(v, _)| *v == version)
+                    }) {
+                        return Err(CapabilityError::permanent(
+                            "resource-in-use",
+                            format!(
+                                "version {version} of {name} is a target of alias {}",
+                                alias.name
+                            ),
+                        ));
+                    }
+                    if !token.is_empty() {
+                        self.ledger
+                            .intend(token, OP, request, &was, self.now())
+                            .await?;
+                    }
+                    was
                 }
-                if !token.is_empty() {
-                    self.ledger
-                        .intend(token, OP, request, &was, self.now())
-                        .await?;
-                }
-                was
-            }
-        };
+            };
         match self.client.delete_version(&name, &version).await {
             Ok(()) => {}
             // Deleted before a crash.
@@ -226,41 +264,45 @@ impl Lambda {
         Ok(was)
     }
 
-    async fn update_alias(&self, request: &Value, token: &str) -> Answer {
-        const OP: &str = "functions.update-alias";
+    /// `update-alias` (`routing` absent: all traffic to `version`) and `route-alias`.
+    async fn update_alias(&self, op: &'static str, request: &Value, token: &str) -> Answer {
         let name: String = arg(request, "function_name")?;
         let alias: String = arg(request, "alias")?;
         let version: String = arg(request, "version")?;
+        let routing = routing_of(request, &version)?;
         let earlier = if token.is_empty() {
             None
         } else {
-            self.ledger.get(token, OP, request).await?
+            self.ledger.get(token, op, request).await?
         };
         let current = match earlier {
             Some(Entry::Done(answer)) => return Ok(answer),
             Some(Entry::Intent(before)) => (before, self.client.alias(&name, &alias).await?),
             None => {
                 let current = self.client.alias(&name, &alias).await?;
-                // The version must exist: Lambda says so too, but after the ledger's intent.
+                // The versions must exist: Lambda says so too, but after the ledger's intent.
                 self.client.version(&name, &version).await?;
+                for (other, _) in &routing {
+                    self.client.version(&name, other).await?;
+                }
                 let before = alias_view(&current);
                 if !token.is_empty() {
                     self.ledger
-                        .intend(token, OP, request, &before, self.now())
+                        .intend(token, op, request, &before, self.now())
                         .await?;
                 }
                 (before, current)
             }
         };
         let (before, current) = current;
-        let after = if current.version == version && current.weighted.is_empty() {
+        let after = if current.version == version && current.weighted == routing {
             current
         } else {
-            self.client.point(&current, &version).await?
+            self.client.point(&current, &version, &routing).await?
         };
         let answer = json!({"before": before, "after": alias_view(&after)});
         if !token.is_empty() {
-            self.ledger.done(token, OP, &answer, self.now()).await?;
+            self.ledger.done(token, op, &answer, self.now()).await?;
         }
         Ok(answer)
     }
@@ -300,7 +342,14 @@ impl Providers for Lambda {
                     )
                     .await?,
             )),
-            "functions.update-alias" => self.update_alias(request, token).await,
+            "functions.update-alias" => {
+                self.update_alias("functions.update-alias", request, token)
+                    .await
+            }
+            "functions.route-alias" => {
+                self.update_alias("functions.route-alias", request, token)
+                    .await
+            }
             "functions.probe" => self.probe(request).await,
             other => Err(CapabilityError::permanent(
                 "unsupported",

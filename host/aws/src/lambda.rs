@@ -15,13 +15,14 @@ pub struct Version {
 }
 
 /// An alias and the revision it was read at.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Alias {
     pub function_name: String,
     pub name: String,
     pub version: String,
-    /// Versions that get a share of the alias's traffic besides `version`.
-    pub weighted: Vec<String>,
+    /// Versions that get a share of the alias's traffic besides `version`, with their share
+    /// (0 to 1), by version.
+    pub weighted: Vec<(String, f64)>,
     pub revision_id: Option<String>,
 }
 
@@ -178,11 +179,11 @@ impl Lambda {
         routing: Option<&AliasRoutingConfiguration>,
         revision_id: Option<&str>,
     ) -> Alias {
-        let mut weighted: Vec<String> = routing
+        let mut weighted: Vec<(String, f64)> = routing
             .and_then(|r| r.additional_version_weights())
-            .map(|w| w.keys().cloned().collect())
+            .map(|w| w.iter().map(|(v, share)| (v.clone(), *share)).collect())
             .unwrap_or_default();
-        weighted.sort();
+        weighted.sort_by(|a, b| a.0.cmp(&b.0));
         Alias {
             function_name: function_name.to_owned(),
             name: name.unwrap_or_default().to_owned(),
@@ -240,16 +241,24 @@ impl Lambda {
         Ok(aliases)
     }
 
-    /// Points `alias` (as read at `revision_id`) at `version` alone: any weighted routing to
-    /// other versions ends.
-    pub async fn point(&self, alias: &Alias, version: &str) -> Result<Alias, CapabilityError> {
+    /// Points `alias` (as read at `revision_id`) at `version`, sending each `weighted` version
+    /// its share of the traffic (none: all of it goes to `version`).
+    pub async fn point(
+        &self,
+        alias: &Alias,
+        version: &str,
+        weighted: &[(String, f64)],
+    ) -> Result<Alias, CapabilityError> {
+        let routing = AliasRoutingConfiguration::builder()
+            .set_additional_version_weights(Some(weighted.iter().cloned().collect()))
+            .build();
         let out = self
             .client
             .update_alias()
             .function_name(&alias.function_name)
             .name(&alias.name)
             .function_version(version)
-            .routing_config(AliasRoutingConfiguration::builder().build())
+            .routing_config(routing)
             .set_revision_id(alias.revision_id.clone())
             .send()
             .await

@@ -7,7 +7,7 @@
 use serde_json::{Value, json};
 
 /// Operations that change the world (everything else a provider answers is a read).
-pub const EFFECTS: [&str; 16] = [
+pub const EFFECTS: [&str; 17] = [
     "dns.create-zone",
     "dns.delete-zone",
     "dns.change-records",
@@ -22,6 +22,7 @@ pub const EFFECTS: [&str; 16] = [
     "functions.publish-version",
     "functions.delete-version",
     "functions.update-alias",
+    "functions.route-alias",
     "ticketing.add-comment",
     "ticketing.transition-ticket",
 ];
@@ -120,11 +121,17 @@ pub fn compensation(op: &str, request: &Value, ok: &Value) -> Compensation {
             op: "functions.delete-version",
             request: json!({"function_name": s(ok, "function_name"), "version": s(ok, "version")}),
         },
-        "functions.update-alias" => {
+        // The alias as it was, its weighted routing included.
+        "functions.update-alias" | "functions.route-alias" => {
             let before = s(ok, "before");
             Compensation::Call {
-                op: "functions.update-alias",
-                request: json!({"function_name": s(&before, "function_name"), "alias": s(&before, "name"), "version": s(&before, "version")}),
+                op: "functions.route-alias",
+                request: json!({
+                    "function_name": s(&before, "function_name"),
+                    "alias": s(&before, "name"),
+                    "version": s(&before, "version"),
+                    "routing": before.get("routing").cloned().unwrap_or_else(|| json!([])),
+                }),
             }
         }
         "ticketing.transition-ticket" => Compensation::Call {
@@ -177,6 +184,24 @@ mod tests {
             request["changes"],
             json!([{"Delete": cname}, {"Upsert": a}])
         );
+    }
+
+    #[test]
+    fn an_alias_change_is_undone_by_routing_the_alias_as_it_was() {
+        let before = json!({"function_name": "f", "name": "live", "version": "1",
+            "routing": [{"version": "2", "weight": 0.1}]});
+        let ok = json!({"before": before, "after": {"function_name": "f", "name": "live", "version": "3", "routing": []}});
+        for op in ["functions.update-alias", "functions.route-alias"] {
+            let Compensation::Call { op, request } = compensation(op, &json!({}), &ok) else {
+                panic!()
+            };
+            assert_eq!(op, "functions.route-alias");
+            assert_eq!(
+                request,
+                json!({"function_name": "f", "alias": "live", "version": "1",
+                    "routing": [{"version": "2", "weight": 0.1}]})
+            );
+        }
     }
 
     #[test]

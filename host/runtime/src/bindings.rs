@@ -116,6 +116,7 @@ impl functions::Host for GuestState {
         fn delete_version(function_name: String, version: String) -> Result<functions::FunctionVersion, Error> = "delete-version";
         fn get_alias(function_name: String, alias: String) -> Result<functions::Alias, Error> = "get-alias";
         fn update_alias(function_name: String, alias: String, version: String) -> Result<functions::AliasChange, Error> = "update-alias";
+        fn route_alias(function_name: String, alias: String, version: String, routing: Vec<functions::VersionWeight>) -> Result<functions::AliasChange, Error> = "route-alias";
         fn probe(function_name: String, alias: String) -> Result<bool, Error> = "probe";
     }
 }

@@ -5,13 +5,14 @@
 //! 1. `publish` — reads the alias (it must exist: `alias-not-found` before anything changes) and
 //!    publishes the code as a version (`functions.publish-version`; the same code as the latest
 //!    version gives that version back).
-//! 2. `shift-alias` — points the alias at the new version (`functions.update-alias`, whose receipt
-//!    keeps the version it replaced). Skipped as a call when the alias already points there.
+//! 2. `shift-alias` — points the alias at the new version alone (`functions.update-alias`, whose
+//!    receipt keeps the alias it replaced, a canary's weighted routing included). Skipped as a
+//!    call when the alias already points there with no routing.
 //! 3. `verify` — probes the alias (`functions.probe`). Healthy: done. Unhealthy (`false`, or a
 //!    permanent probe error): the stage fails permanently with `unhealthy-version` and **the alias
 //!    is left on the new version**; the workflow does not undo anything itself. Recovery is the
-//!    operator's choice, from durable receipts: `POST rollback` (the host shifts the alias back to
-//!    the version it replaced and deletes the published version) or `POST resume` (probes again).
+//!    operator's choice, from durable receipts: `POST rollback` (the host routes the alias back as
+//!    it was, weights included, and deletes the published version) or `POST resume` (probes again).
 //!    A transient probe error (retries exhausted) pauses the execution instead.
 //!
 //! # Cancel
@@ -69,6 +70,8 @@ struct Published {
     code_sha256: String,
     /// Where the alias pointed before the run.
     alias_version: String,
+    /// Whether other versions took a weighted share of the alias's traffic (a canary).
+    alias_weighted: bool,
 }
 
 /// Output of `shift-alias`.
@@ -118,6 +121,7 @@ impl Workflow for UpdateFunctionVersion {
                 version: version.version,
                 code_sha256: version.code_sha256,
                 alias_version: current.version,
+                alias_weighted: !current.routing.is_empty(),
             })
         })?;
 
@@ -130,7 +134,7 @@ impl Workflow for UpdateFunctionVersion {
             ),
         )?;
         let shifted = ctx.stage("shift-alias", |ctx| {
-            if published.alias_version == published.version {
+            if published.alias_version == published.version && !published.alias_weighted {
                 return Ok(Shifted {
                     before: published.alias_version.clone(),
                     after: published.version.clone(),
@@ -141,7 +145,7 @@ impl Workflow for UpdateFunctionVersion {
                 .functions()
                 .update_alias(&name, &alias, &published.version)?;
             Ok(Shifted {
-                changed: change.before.version != change.after.version,
+                changed: change.before != change.after,
                 before: change.before.version,
                 after: change.after.version,
             })

@@ -44,7 +44,7 @@ impl Service {
                 if req["alias"] != "live" {
                     return Err(Error::permanent("not-found", "no such alias"));
                 }
-                Ok(json!({"function_name": req["function_name"], "name": "live", "version": *alias.borrow()}))
+                Ok(json!({"function_name": req["function_name"], "name": "live", "version": *alias.borrow(), "routing": []}))
             })
             .fake("functions.publish-version", move |req| {
                 let sha = req["code_sha256"].as_str().unwrap().to_owned();
@@ -57,8 +57,8 @@ impl Service {
             .fake("functions.update-alias", move |req| {
                 let before = alias2.replace(req["version"].as_str().unwrap().to_owned());
                 Ok(json!({
-                    "before": {"function_name": req["function_name"], "name": req["alias"], "version": before},
-                    "after": {"function_name": req["function_name"], "name": req["alias"], "version": req["version"]},
+                    "before": {"function_name": req["function_name"], "name": req["alias"], "version": before, "routing": []},
+                    "after": {"function_name": req["function_name"], "name": req["alias"], "version": req["version"], "routing": []},
                 }))
             })
             .fake("functions.probe", move |_| probe.clone().map(Value::Bool))

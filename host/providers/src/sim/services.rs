@@ -448,13 +448,18 @@ impl SimulatedCloud {
             "functions.delete-version" => {
                 let mut f = found.ok_or_else(missing)?;
                 let version = s(request, "version");
-                if f["aliases"]
-                    .as_object()
-                    .is_some_and(|a| a.values().any(|v| v == version))
-                {
+                if let Some(alias) = f["aliases"].as_object().and_then(|all| {
+                    all.iter().find(|(_, a)| {
+                        let (primary, routing) = alias_state(a);
+                        primary == version || routing.iter().any(|w| w["version"] == version)
+                    })
+                }) {
                     return Err(CapabilityError::permanent(
                         "resource-in-use",
-                        format!("version {version} of {name} is the target of an alias"),
+                        format!(
+                            "version {version} of {name} is a target of alias {}",
+                            alias.0
+                        ),
                     ));
                 }
                 let mut versions = f["versions"].as_array().cloned().unwrap_or_default();
@@ -470,30 +475,41 @@ impl SimulatedCloud {
                 let f = found.ok_or_else(missing)?;
                 let alias = s(request, "alias");
                 match f["aliases"].get(alias) {
-                    Some(version) => {
-                        Ok(json!({"function_name": name, "name": alias, "version": version}))
-                    }
+                    Some(state) => Ok(alias_view(&name, alias, state)),
                     None => Err(not_found(format!("alias {alias} of {name}"))),
                 }
             }
-            "functions.update-alias" => {
+            "functions.update-alias" | "functions.route-alias" => {
                 let mut f = found.ok_or_else(missing)?;
                 let alias = s(request, "alias");
                 let version = s(request, "version");
+                let routing = request
+                    .get("routing")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
                 let Some(before) = f["aliases"].get(alias).cloned() else {
                     return Err(not_found(format!("alias {alias} of {name}")));
                 };
-                if !f["versions"]
-                    .as_array()
-                    .is_some_and(|v| v.iter().any(|v| v["version"] == version))
+                let versions = f["versions"].as_array().cloned().unwrap_or_default();
+                for wanted in
+                    std::iter::once(version).chain(routing.iter().map(|w| s(w, "version")))
                 {
-                    return Err(not_found(format!("version {version} of {name}")));
+                    if !versions.iter().any(|v| v["version"] == wanted) {
+                        return Err(not_found(format!("version {wanted} of {name}")));
+                    }
                 }
-                f["aliases"][alias] = json!(version);
+                check_routing(version, &routing)?;
+                let state = if routing.is_empty() {
+                    json!(version)
+                } else {
+                    json!({"version": version, "routing": routing})
+                };
+                f["aliases"][alias] = state.clone();
                 put(tx, "function", &name, &f).await.map_err(unavailable)?;
                 Ok(json!({
-                    "before": {"function_name": name, "name": alias, "version": before},
-                    "after": {"function_name": name, "name": alias, "version": version},
+                    "before": alias_view(&name, alias, &before),
+                    "after": alias_view(&name, alias, &state),
                 }))
             }
             "functions.probe" => {
@@ -533,6 +549,47 @@ impl SimulatedCloud {
             _ => Err(unsupported(op)),
         }
     }
+}
+
+/// An alias as the simulated cloud keeps it: its version alone, or `{"version", "routing"}`
+/// while other versions take a weighted share. Answers the version and the routing.
+fn alias_state(state: &Value) -> (&str, Vec<Value>) {
+    match state {
+        Value::String(version) => (version, Vec::new()),
+        other => (
+            other["version"].as_str().unwrap_or_default(),
+            other["routing"].as_array().cloned().unwrap_or_default(),
+        ),
+    }
+}
+
+fn alias_view(function: &str, alias: &str, state: &Value) -> Value {
+    let (version, routing) = alias_state(state);
+    json!({"function_name": function, "name": alias, "version": version, "routing": routing})
+}
+
+/// Weights from 0 to 1 adding up to at most 1, none for the alias's own version.
+fn check_routing(version: &str, routing: &[Value]) -> Result<(), CapabilityError> {
+    let mut total = 0.0;
+    for w in routing {
+        let weight = w["weight"].as_f64().unwrap_or(-1.0);
+        if !(0.0..=1.0).contains(&weight) || w["version"] == version {
+            return Err(CapabilityError::permanent(
+                "invalid-request",
+                format!(
+                    "routing {w} is not a weight from 0 to 1 for another version than {version}"
+                ),
+            ));
+        }
+        total += weight;
+    }
+    if total > 1.0 {
+        return Err(CapabilityError::permanent(
+            "invalid-request",
+            format!("routing weights add up to {total}, more than all of the traffic"),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

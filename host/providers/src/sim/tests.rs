@@ -598,6 +598,60 @@ async fn maps_keys_fill_up_registrar_functions_and_tickets_behave() {
     )
     .await;
     assert_eq!(busy.code, "resource-in-use");
+    // A canary: version 1 takes a share of the traffic while version 2 is the alias's own; a
+    // version that takes a share is in use too, and weights beyond the traffic are refused.
+    let canary = ok(
+        &cloud,
+        "functions.route-alias",
+        json!({"function_name": "edge-router", "alias": "live", "version": "2",
+            "routing": [{"version": "1", "weight": 0.25}]}),
+        "f5",
+    )
+    .await;
+    assert_eq!(canary["before"]["routing"], json!([]));
+    assert_eq!(
+        canary["after"]["routing"],
+        json!([{"version": "1", "weight": 0.25}])
+    );
+    let got = ok(
+        &cloud,
+        "functions.get-alias",
+        json!({"function_name": "edge-router", "alias": "live"}),
+        "",
+    )
+    .await;
+    assert_eq!(got, canary["after"]);
+    let routed_to = err(
+        &cloud,
+        "functions.delete-version",
+        json!({"function_name": "edge-router", "version": "1"}),
+        "f6",
+    )
+    .await;
+    assert_eq!(routed_to.code, "resource-in-use");
+    for routing in [
+        json!([{"version": "1", "weight": 1.5}]),
+        json!([{"version": "2", "weight": 0.1}]),
+    ] {
+        let refused = err(
+            &cloud,
+            "functions.route-alias",
+            json!({"function_name": "edge-router", "alias": "live", "version": "2", "routing": routing}),
+            "f7",
+        )
+        .await;
+        assert_eq!(refused.code, "invalid-request", "{routing}");
+    }
+    // Promoting ends the canary; the answer keeps it in `before`, for a rollback.
+    let promoted = ok(
+        &cloud,
+        "functions.update-alias",
+        json!({"function_name": "edge-router", "alias": "live", "version": "2"}),
+        "f8",
+    )
+    .await;
+    assert_eq!(promoted["before"], canary["after"]);
+    assert_eq!(promoted["after"]["routing"], json!([]));
     assert_eq!(
         ok(
             &cloud,
