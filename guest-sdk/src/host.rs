@@ -140,13 +140,17 @@ pub mod registrar {
     #[cfg(not(target_arch = "wasm32"))]
     use super::{arg, harness};
     use crate::Error;
-    pub use crate::bindings::workflow::capstan::infra::registrar::{DomainStatus, Registration};
+    pub use crate::bindings::workflow::capstan::infra::registrar::{
+        DomainDetail, DomainStatus, NameServersChange, Registration,
+    };
 
     capability! {
         /// The `capstan:infra/registrar` capability.
         Registrar = registrar, "registrar" {
             fn check_domain(name: &str) -> Result<DomainStatus, Error> = "check-domain";
             fn register_domain(name: &str, years: u32) -> Result<Registration, Error> = "register-domain";
+            fn get_domain(name: &str) -> Result<Option<DomainDetail>, Error> = "get-domain";
+            fn set_name_servers(name: &str, name_servers: &[String]) -> Result<NameServersChange, Error> = "set-name-servers";
         }
     }
 }

@@ -10,6 +10,7 @@
                                                          with the certificate: ACM says it is in use)
     aws_state.py ENDPOINT register-domain NAME YEARS  -> {"operationId": ...}
     aws_state.py ENDPOINT domains                     -> [{"name", "expiry"}]
+    aws_state.py ENDPOINT name-servers NAME           -> ["ns-1.example.net", ...]  (the domain's delegation)
     aws_state.py ENDPOINT operations                  -> [{"id", "type", "status", "domain"}]
     aws_state.py ENDPOINT distributions               -> [{"id", "aliases", "origin", "enabled",
                                                          "comment", "priceClass", "cachePolicyId",
@@ -128,6 +129,10 @@ def main() -> None:
              for d in domains.list_domains()["Domains"]),
             key=lambda d: d["name"],
         )
+    elif command == "name-servers":
+        (name,) = args
+        domains = boto3.client("route53domains", endpoint_url=endpoint, region_name="us-east-1")
+        out = [n["Name"] for n in domains.get_domain_detail(DomainName=name).get("Nameservers", [])]
     elif command == "operations":
         domains = boto3.client("route53domains", endpoint_url=endpoint, region_name="us-east-1")
         out = [

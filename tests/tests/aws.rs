@@ -608,6 +608,101 @@ fn route53domains_settings(moto: &Moto, dir: &Path) -> Value {
     })
 }
 
+/// Delegation through the Route 53 Domains adapter: the domain read, its name servers changed
+/// once per token, the receipt keeping those replaced. moto registers without name servers
+/// (AWS delegates to the new hosted zone) and refuses a second name server change of a domain
+/// for good (AWS only while one is under way), so delegating back — a rollback — is tested on
+/// the simulated cloud and by the compensation rule's own test.
+#[tokio::test]
+async fn the_route53domains_adapter_delegates_a_domain_once_per_token() {
+    const DOMAIN: &str = "capstan-delegated.com";
+    let moto = Moto::start();
+    let dir = tempfile::tempdir().unwrap();
+    let registrar = adapter(
+        Capability::Registrar,
+        route53domains_settings(&moto, dir.path()),
+        dir.path(),
+    )
+    .await;
+    moto.boto(&["register-domain", DOMAIN, "2"]);
+    let held = registrar
+        .call("registrar.get-domain", &json!({"name": DOMAIN}), "")
+        .await
+        .unwrap();
+    assert_eq!(held["name"], DOMAIN);
+    assert!(held["expires_at"].as_u64().unwrap() > 0, "{held}");
+    assert_eq!(held["name_servers"], moto.boto(&["name-servers", DOMAIN]));
+    assert_eq!(
+        registrar
+            .call("registrar.get-domain", &json!({"name": "not-ours.com"}), "")
+            .await
+            .unwrap(),
+        Value::Null
+    );
+
+    let delegate =
+        json!({"name": DOMAIN, "name_servers": ["NS1.Example-DNS.net.", "ns2.example-dns.net"]});
+    let changed = registrar
+        .call("registrar.set-name-servers", &delegate, "run-1:0:1")
+        .await
+        .unwrap();
+    assert_eq!(
+        changed,
+        json!({"name": DOMAIN, "before": held["name_servers"], "after": ["ns1.example-dns.net", "ns2.example-dns.net"]})
+    );
+    assert_eq!(
+        moto.boto(&["name-servers", DOMAIN]),
+        json!(["ns1.example-dns.net", "ns2.example-dns.net"])
+    );
+    let operations = |moto: &Moto| {
+        moto.boto(&["operations"])
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|o| o["type"] == "UPDATE_NAMESERVER")
+            .count()
+    };
+    assert_eq!(operations(&moto), 1);
+    // A repeat answers the same receipt and sends nothing.
+    assert_eq!(
+        registrar
+            .call("registrar.set-name-servers", &delegate, "run-1:0:1")
+            .await
+            .unwrap(),
+        changed
+    );
+    assert_eq!(operations(&moto), 1);
+    // Delegated so already: nothing is sent, the receipt says nothing changed.
+    let same = registrar
+        .call("registrar.set-name-servers", &delegate, "run-2:0:1")
+        .await
+        .unwrap();
+    assert_eq!(same["before"], same["after"]);
+    assert_eq!(operations(&moto), 1);
+    // Refusals before anything is sent: a domain of another account, a single server.
+    let foreign = registrar
+        .call(
+            "registrar.set-name-servers",
+            &json!({"name": "not-ours.com", "name_servers": ["ns1.a.net", "ns2.a.net"]}),
+            "run-1:0:2",
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (foreign.code.as_str(), foreign.is_transient()),
+        ("not-found", false)
+    );
+    let single = registrar
+        .call(
+            "registrar.set-name-servers",
+            &json!({"name": DOMAIN, "name_servers": ["ns1.a.net"]}),
+            "run-1:0:3",
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(single.code, "invalid-request");
+}
+
 #[tokio::test]
 async fn the_route53domains_adapter_checks_and_registers_once_per_token() {
     let moto = Moto::start();

@@ -15,15 +15,19 @@
 //!   and `resume` picks it up). A failed operation is the permanent `registration-failed` with
 //!   the registry's message, and the intent is forgotten so a later execution may try again.
 //!   The contact of the settings is registrant, administrative and technical contact.
-//! - **Nothing is undone.** A registration is not reversed by a rollback: no registrar refunds
-//!   a registration, and deleting a domain gives the name away.
+//! - **Delegation.** `get-domain` reads `GetDomainDetail`; `set-name-servers` sends
+//!   `UpdateDomainNameservers` once per token (the ledger keeps the servers it replaces and the
+//!   operation) and answers the transient `delegation-in-progress` until the operation has
+//!   succeeded. A rollback delegates back to the servers replaced.
+//! - **A registration is not undone.** No registrar refunds a registration, and deleting a
+//!   domain gives the name away.
 //! - **Region.** Route 53 Domains answers in `us-east-1` only: the default.
 
 use crate::ledger::{Entry, Ledger, storage};
 use crate::model::arg;
 use crate::{Node, SettingsError};
 use async_trait::async_trait;
-use capstan_aws::route53domains::{self, Contact, Operation, Terms};
+use capstan_aws::route53domains::{self, Contact, Domain, Operation, Terms};
 use capstan_core::{Capability, CapabilityError, Clock, Providers};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -225,6 +229,58 @@ fn domain_name(request: &Value) -> Result<String, CapabilityError> {
     }
 }
 
+/// A list of name servers a domain can be delegated to: two to six host names, each once, lower
+/// case without the final dot; else `invalid-request`.
+fn name_servers(request: &Value) -> Result<Vec<String>, CapabilityError> {
+    let asked: Vec<String> = arg(request, "name_servers")?;
+    let mut servers: Vec<String> = Vec::new();
+    for raw in &asked {
+        let name = domain_name(&json!({"name": raw})).map_err(|_| {
+            CapabilityError::permanent(
+                "invalid-request",
+                format!("name server {raw:?} is not a host name"),
+            )
+        })?;
+        if !servers.contains(&name) {
+            servers.push(name);
+        }
+    }
+    if !(2..=6).contains(&servers.len()) {
+        return Err(CapabilityError::permanent(
+            "invalid-request",
+            format!(
+                "a domain is delegated to two to six name servers, not {}",
+                servers.len()
+            ),
+        ));
+    }
+    Ok(servers)
+}
+
+/// Whether two lists name the same servers, in any order.
+fn same_servers(a: &[String], b: &[String]) -> bool {
+    let (mut a, mut b) = (a.to_vec(), b.to_vec());
+    a.sort();
+    b.sort();
+    a == b
+}
+
+fn detail_view(domain: &Domain) -> Value {
+    json!({
+        "name": domain.name,
+        "expires_at": domain.expires_at_ms.unwrap_or(0),
+        "name_servers": domain.nameservers,
+    })
+}
+
+/// What the ledger holds of a delegation before its answer: the servers it replaces, and the
+/// operation once Route 53 Domains named it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Delegating {
+    before: Vec<String>,
+    operation_id: Option<String>,
+}
+
 /// What the ledger holds of a registration before its answer: the operation once Route 53
 /// Domains named it.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -371,6 +427,105 @@ impl Route53Domains {
         self.settle(&name, &token, request, operation).await
     }
 
+    async fn get_domain(&self, request: &Value) -> Answer {
+        let name = domain_name(request)?;
+        Ok(self
+            .client
+            .detail(&name)
+            .await?
+            .map_or(Value::Null, |d| detail_view(&d)))
+    }
+
+    /// `UpdateDomainNameservers`, once per token: the ledger keeps the servers replaced (the
+    /// receipt's `before`) and the operation, which is waited for as `delegation-in-progress`.
+    async fn set_name_servers(&self, request: &Value, token: &str) -> Answer {
+        const OP: &str = "registrar.set-name-servers";
+        let name = domain_name(request)?;
+        let wanted = name_servers(request)?;
+        let earlier = if token.is_empty() {
+            None
+        } else {
+            self.ledger.get(token, OP, request).await?
+        };
+        let delegating = match earlier {
+            Some(Entry::Done(answer)) => return Ok(answer),
+            Some(Entry::Intent(body)) => {
+                serde_json::from_value::<Delegating>(body).map_err(storage)?
+            }
+            None => {
+                let Some(domain) = self.client.detail(&name).await? else {
+                    return Err(CapabilityError::permanent(
+                        "not-found",
+                        format!("this account does not hold {name}"),
+                    ));
+                };
+                let before = domain.nameservers;
+                if same_servers(&before, &wanted) {
+                    let answer = json!({"name": name, "before": before, "after": before});
+                    if !token.is_empty() {
+                        self.ledger.done(token, OP, &answer, self.now()).await?;
+                    }
+                    return Ok(answer);
+                }
+                let delegating = Delegating {
+                    before,
+                    operation_id: None,
+                };
+                if !token.is_empty() {
+                    self.ledger
+                        .intend(token, OP, request, &json!(delegating), self.now())
+                        .await?;
+                }
+                delegating
+            }
+        };
+        let id = match delegating.operation_id.clone() {
+            Some(id) => id,
+            // Sending the same servers twice (a crash before the id was kept) changes nothing
+            // more: the second operation sets what the first did.
+            None => {
+                let id = self.client.set_nameservers(&name, &wanted).await?;
+                if !token.is_empty() {
+                    let sent = Delegating {
+                        operation_id: Some(id.clone()),
+                        ..delegating.clone()
+                    };
+                    self.ledger
+                        .intend(token, OP, request, &json!(sent), self.now())
+                        .await?;
+                }
+                id
+            }
+        };
+        let operation = self.client.operation(&id).await?;
+        if operation.failed() {
+            if !token.is_empty() {
+                self.ledger.forget(token).await?;
+            }
+            return Err(CapabilityError::permanent(
+                "delegation-failed",
+                format!(
+                    "the name server change of {name} failed: {}",
+                    operation.message.as_deref().unwrap_or("no reason given")
+                ),
+            ));
+        }
+        if !operation.succeeded() {
+            return Err(CapabilityError::transient(
+                "delegation-in-progress",
+                format!(
+                    "the name server change of {name} is {} at the registry (operation {id})",
+                    operation.status.to_ascii_lowercase()
+                ),
+            ));
+        }
+        let answer = json!({"name": name, "before": delegating.before, "after": wanted});
+        if !token.is_empty() {
+            self.ledger.done(token, OP, &answer, self.now()).await?;
+        }
+        Ok(answer)
+    }
+
     /// The answer of a registration whose operation is `operation`, once it has succeeded.
     async fn settle(
         &self,
@@ -427,6 +582,8 @@ impl Providers for Route53Domains {
         match op {
             "registrar.check-domain" => self.check(request).await,
             "registrar.register-domain" => self.register(request, token).await,
+            "registrar.get-domain" => self.get_domain(request).await,
+            "registrar.set-name-servers" => self.set_name_servers(request, token).await,
             other => Err(CapabilityError::permanent(
                 "unsupported",
                 format!("the route53domains provider has no operation {other}"),
@@ -490,6 +647,34 @@ mod tests {
             let e = c.check().unwrap_err();
             assert_eq!(e.key, key, "{e}");
         }
+    }
+
+    #[test]
+    fn a_delegation_names_two_to_six_servers_each_once() {
+        let servers = |list: Value| name_servers(&json!({"name_servers": list}));
+        assert_eq!(
+            servers(json!([
+                "NS-1.awsdns-01.org.",
+                "ns-2.awsdns-02.com",
+                "ns-1.awsdns-01.org"
+            ]))
+            .unwrap(),
+            ["ns-1.awsdns-01.org", "ns-2.awsdns-02.com"]
+        );
+        assert_eq!(
+            servers(json!(["ns1.example.net"])).unwrap_err().code,
+            "invalid-request"
+        );
+        assert_eq!(
+            servers(json!(["ns1.example.net", "not a host"]))
+                .unwrap_err()
+                .code,
+            "invalid-request"
+        );
+        assert!(same_servers(
+            &["b.example".to_owned(), "a.example".to_owned()],
+            &["a.example".to_owned(), "b.example".to_owned()]
+        ));
     }
 
     #[test]

@@ -286,7 +286,15 @@ impl Route53Domains {
                     .map_err(build_error)?,
             );
         }
-        let out = request.send().await.map_err(|e| classify(&e, known))?;
+        let out = request.send().await.map_err(|e| {
+            let e = classify(&e, known);
+            // Here an operation under way is a name server change, not a registration.
+            if e.code == "registration-in-progress" {
+                CapabilityError::transient("delegation-in-progress", e.message)
+            } else {
+                e
+            }
+        })?;
         out.operation_id().map(str::to_owned).ok_or_else(|| {
             CapabilityError::transient("unavailable", "Route 53 Domains answered no operation id")
         })

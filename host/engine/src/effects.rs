@@ -7,11 +7,12 @@
 use serde_json::{Value, json};
 
 /// Operations that change the world (everything else a provider answers is a read).
-pub const EFFECTS: [&str; 17] = [
+pub const EFFECTS: [&str; 18] = [
     "dns.create-zone",
     "dns.delete-zone",
     "dns.change-records",
     "registrar.register-domain",
+    "registrar.set-name-servers",
     "certificates.request-certificate",
     "certificates.delete-certificate",
     "cdn.create-distribution",
@@ -138,6 +139,10 @@ pub fn compensation(op: &str, request: &Value, ok: &Value) -> Compensation {
             op: "ticketing.transition-ticket",
             request: json!({"id": s(ok, "ticket_id"), "status": s(ok, "from")}),
         },
+        "registrar.set-name-servers" => Compensation::Call {
+            op: "registrar.set-name-servers",
+            request: json!({"name": s(ok, "name"), "name_servers": s(ok, "before")}),
+        },
         "registrar.register-domain" => {
             Compensation::Irreversible("a registered domain is kept until it expires")
         }
@@ -202,6 +207,18 @@ mod tests {
                     "routing": [{"version": "2", "weight": 0.1}]})
             );
         }
+    }
+
+    #[test]
+    fn a_delegation_is_undone_by_delegating_back() {
+        let ok = json!({"name": "example.com", "before": ["ns1.old.net", "ns2.old.net"], "after": ["ns-1.awsdns-01.org", "ns-2.awsdns-02.com"]});
+        assert_eq!(
+            compensation("registrar.set-name-servers", &json!({}), &ok),
+            Compensation::Call {
+                op: "registrar.set-name-servers",
+                request: json!({"name": "example.com", "name_servers": ["ns1.old.net", "ns2.old.net"]}),
+            }
+        );
     }
 
     #[test]

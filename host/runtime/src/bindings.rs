@@ -80,6 +80,8 @@ impl registrar::Host for GuestState {
     forward! { "registrar";
         fn check_domain(name: String) -> Result<registrar::DomainStatus, Error> = "check-domain";
         fn register_domain(name: String, years: u32) -> Result<registrar::Registration, Error> = "register-domain";
+        fn get_domain(name: String) -> Result<Option<registrar::DomainDetail>, Error> = "get-domain";
+        fn set_name_servers(name: String, name_servers: Vec<String>) -> Result<registrar::NameServersChange, Error> = "set-name-servers";
     }
 }
 

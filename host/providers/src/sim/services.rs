@@ -113,6 +113,42 @@ impl SimulatedCloud {
                     )
                 }
             },
+            "registrar.get-domain" => Ok(match known {
+                Some(d) if d["owned"] == true => json!({
+                    "name": name,
+                    "expires_at": d["expires_at"],
+                    "name_servers": delegation(&d),
+                }),
+                _ => Value::Null,
+            }),
+            "registrar.set-name-servers" => {
+                let Some(mut d) = known.filter(|d| d["owned"] == true) else {
+                    return Err(not_found(format!("a domain {name} of this account")));
+                };
+                let mut wanted: Vec<String> = Vec::new();
+                for server in strings_of(request, "name_servers") {
+                    let server = server.trim().trim_end_matches('.').to_ascii_lowercase();
+                    if !server.contains('.') || server.contains(char::is_whitespace) {
+                        return Err(CapabilityError::permanent(
+                            "invalid-request",
+                            format!("name server {server:?} is not a host name"),
+                        ));
+                    }
+                    if !wanted.contains(&server) {
+                        wanted.push(server);
+                    }
+                }
+                if !(2..=6).contains(&wanted.len()) {
+                    return Err(CapabilityError::permanent(
+                        "invalid-request",
+                        "a domain is delegated to two to six name servers",
+                    ));
+                }
+                let before = delegation(&d);
+                d["name_servers"] = json!(wanted);
+                put(tx, "domain", &name, &d).await.map_err(unavailable)?;
+                Ok(json!({"name": name, "before": before, "after": wanted}))
+            }
             _ => Err(unsupported(op)),
         }
     }
@@ -548,6 +584,19 @@ impl SimulatedCloud {
             }
             _ => Err(unsupported(op)),
         }
+    }
+}
+
+/// The name servers a simulated domain is delegated to (the simulated DNS's own until changed).
+fn delegation(domain: &Value) -> Vec<String> {
+    let set = strings_of(domain, "name_servers");
+    if set.is_empty() {
+        vec![
+            "ns1.sim.capstan.dev".to_owned(),
+            "ns2.sim.capstan.dev".to_owned(),
+        ]
+    } else {
+        set
     }
 }
 

@@ -557,6 +557,59 @@ async fn maps_keys_fill_up_registrar_functions_and_tickets_behave() {
         true
     );
 
+    // Delegation of a domain this account holds: read, changed, changed back.
+    let held = ok(
+        &cloud,
+        "registrar.get-domain",
+        json!({"name": "new.test"}),
+        "",
+    )
+    .await;
+    assert_eq!(
+        held["name_servers"],
+        json!(["ns1.sim.capstan.dev", "ns2.sim.capstan.dev"])
+    );
+    let delegated = ok(
+        &cloud,
+        "registrar.set-name-servers",
+        json!({"name": "new.test", "name_servers": ["NS-1.awsdns-01.org.", "ns-2.awsdns-02.com"]}),
+        "g2",
+    )
+    .await;
+    assert_eq!(delegated["before"], held["name_servers"]);
+    assert_eq!(
+        delegated["after"],
+        json!(["ns-1.awsdns-01.org", "ns-2.awsdns-02.com"])
+    );
+    assert_eq!(
+        ok(
+            &cloud,
+            "registrar.get-domain",
+            json!({"name": "new.test"}),
+            ""
+        )
+        .await["name_servers"],
+        delegated["after"]
+    );
+    assert_eq!(
+        ok(
+            &cloud,
+            "registrar.get-domain",
+            json!({"name": "nobody.test"}),
+            ""
+        )
+        .await,
+        Value::Null
+    );
+    let one = err(
+        &cloud,
+        "registrar.set-name-servers",
+        json!({"name": "new.test", "name_servers": ["ns1.example.net"]}),
+        "g3",
+    )
+    .await;
+    assert_eq!(one.code, "invalid-request");
+
     let v2 = ok(
         &cloud,
         "functions.publish-version",
