@@ -31,6 +31,13 @@ setup:
         python3 -m venv target/venv-moto
         target/venv-moto/bin/pip install --quiet --disable-pip-version-check 'moto[server]==5.2.5'
     fi
+    # The console's browser test (tests/tests/console.rs): Debian's Chromium and its driver,
+    # driven by Selenium (which then downloads nothing).
+    if ! command -v chromedriver >/dev/null 2>&1 || ! { command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; }; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+    fi
+    python3 -c 'import selenium' 2>/dev/null \
+        || python3 -m pip install --quiet --disable-pip-version-check 'selenium==4.51.0'
     # pyenv only puts a new console script (`st`) on PATH after a rehash.
     if command -v pyenv >/dev/null 2>&1; then pyenv rehash; fi
 
@@ -86,6 +93,7 @@ run: build
     key=$($bin api-keys mint --principal dev --expires-in-days 7)
     echo "just run: API key for principal 'dev' (valid 7 days): $key" >&2
     echo "just run: try  curl -s -H \"Authorization: Bearer $key\" localhost:8080/v1/executions" >&2
+    echo "just run: console at http://localhost:8080/console/ (sign in with the key above)" >&2
     # Partner API: one booking partner per environment, created once and kept in data/ (dev only).
     keys=data/dev-partner-keys
     if [ ! -s "$keys" ]; then

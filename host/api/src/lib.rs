@@ -21,11 +21,13 @@
 //! - `webhooks` — subscriptions, the relay and dispatcher, and the vetting of callback addresses.
 //! - `events_catalog` — the public event catalog and the admin event-version routes.
 //! - `admin` — the admin proxy to an operator's upstream.
+//! - `console` — the operator console at `/console/`, built into the binary.
 //! - `partner` — the partner catalog and booking API, its OpenAPI document and its webhooks.
 
 pub mod admin;
 pub mod audit;
 pub mod auth;
+pub mod console;
 pub mod error;
 pub mod events_catalog;
 pub mod input;

@@ -324,6 +324,7 @@ pub fn router(app: App) -> Router {
         .merge(admin)
         .merge(streams)
         .merge(subscriptions)
+        .merge(capstan_api::console::router())
         .merge(partner)
         .fallback(|uri: axum::http::Uri| async move {
             if uri.path().starts_with("/api/") {
