@@ -1,12 +1,13 @@
 """The operator console in a real browser: Debian's Chromium driven by Selenium through
 chromedriver (nothing downloaded), against a `capstan serve` the Rust test started.
 
-    console_selenium.py BASE OPS_KEY HELLO_ONLY_KEY SCREENSHOT_DIR
+    console_selenium.py BASE OPS_KEY HELLO_ONLY_KEY SCREENSHOT_DIR HOOK_URL
 
 Scenario: sign in; an onboard-domain triggered through the API appears in the list and its
 stages reach `succeeded` without a page load; an add-subdomain plan is approved from the page;
-a waiting execution is canceled from the page; a key without the workflow's permission sees the
-403 explained. Screenshots at 1280x800 and at phone width land in SCREENSHOT_DIR. Exits non-zero
+a waiting execution is canceled from the page; the node's workflows, the event catalog and the
+audit log are shown; a failed webhook delivery (HOOK_URL answers nothing) is sent again from the
+page; a key without the workflow's permission sees the 403 explained. Screenshots at 1280x800 and at phone width land in SCREENSHOT_DIR. Exits non-zero
 (with the reason) on the first expectation that fails.
 """
 
@@ -23,7 +24,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
 
-BASE, OPS_KEY, LIMITED_KEY, SHOTS = sys.argv[1:5]
+BASE, OPS_KEY, LIMITED_KEY, SHOTS, HOOK = sys.argv[1:6]
 TIMEOUT = 60
 
 
@@ -143,6 +144,38 @@ def main():
         if driver.find_elements(By.CSS_SELECTOR, 'button[data-action="cancel"]'):
             raise SystemExit("cancel is still offered on a canceled execution")
         shot(driver, "canceled")
+
+        # The node's workflows and providers, the event catalog, the audit log.
+        driver.get(f"{BASE}/console/#/workflows")
+        until(driver, ec.presence_of_element_located((By.CSS_SELECTOR, 'tr[data-workflow="onboard-domain"]')),
+              "the loaded workflows")
+        row = driver.find_element(By.CSS_SELECTOR, 'tr[data-workflow="onboard-domain"]').text
+        if "readiness → registration" not in row or "maps (simulated)" not in row:
+            raise SystemExit(f"the workflow row lacks its stages or capabilities:\n{row}")
+        shot(driver, "workflows")
+        driver.get(f"{BASE}/console/#/events")
+        until(driver, lambda d: "ExecutionSucceeded.v1" in d.find_element(By.TAG_NAME, "main").text, "the event catalog")
+        driver.get(f"{BASE}/console/#/audit")
+        until(driver, lambda d: "approve" in d.find_element(By.TAG_NAME, "main").text.lower()
+              or "workflows:add-subdomain" in d.find_element(By.TAG_NAME, "main").text, "the audit log")
+
+        # A subscription whose receiver does not answer: its delivery fails and is sent again
+        # from the page.
+        sub = api("POST", "/v1/subscriptions", OPS_KEY, {
+            "events": ["ExecutionSucceeded.v1"], "url": HOOK,
+            "secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"})["subscription"]["id"]
+        api("POST", "/v1/workflows/hello", OPS_KEY, {"name": "Grace"})
+        driver.get(f"{BASE}/console/#/subscriptions")
+        until(driver, lambda d: HOOK in d.find_element(By.TAG_NAME, "main").text, "the subscription listed")
+        driver.get(f"{BASE}/console/#/subscriptions/{sub}")
+        until(driver, ec.presence_of_element_located((By.CSS_SELECTOR, "#deliveries tbody tr")), "a delivery")
+        before = len(api("GET", f"/v1/subscriptions/{sub}/deliveries", OPS_KEY)["deliveries"])
+        driver.find_element(By.CSS_SELECTOR, "#deliveries tbody tr button").click()
+        until(driver, ec.alert_is_present(), "the confirmation")
+        driver.switch_to.alert.accept()
+        until(driver, lambda d: len(api("GET", f"/v1/subscriptions/{sub}/deliveries", OPS_KEY)["deliveries"]) > before,
+              "the redelivery")
+        shot(driver, "deliveries")
 
         # A key without the workflow's permission: the 403 explained.
         driver.find_element(By.ID, "sign-out").click()

@@ -75,7 +75,7 @@ async fn an_operator_watches_approves_and_cancels_in_a_real_browser() {
     std::fs::write(
         home.path().join("capstan.toml"),
         format!(
-            "workers = 4\n[simulator]\ncertificate_issue_ms = 2500\ncdn_deploy_ms = 2500\nseed_file = {:?}\n",
+            "workers = 4\n[simulator]\ncertificate_issue_ms = 2500\ncdn_deploy_ms = 2500\nseed_file = {:?}\n[webhooks]\nallow_loopback = true\nallow_http = true\nretry_schedule_ms = [100, 100]\ntimeout_ms = 1000\n",
             seed.display().to_string()
         ),
     )
@@ -87,15 +87,23 @@ async fn an_operator_watches_approves_and_cancels_in_a_real_browser() {
             "workflows:onboard-domain",
             "workflows:add-subdomain",
             "workflows:hello",
+            "audit:read",
+            "subscriptions:manage",
         ],
     );
     let limited = key_for(home.path(), "viewer", &["workflows:hello"]);
     let server = Server::start(home.path());
     let shots = repo().join("target/console-screenshots");
+    // A receiver that never answers: nothing listens on a port just freed.
+    let hook = format!(
+        "http://127.0.0.1:{}/hook",
+        capstan_e2e::realservers::free_port()
+    );
     let out = std::process::Command::new("python3")
         .arg(repo().join("tests/clients/console_selenium.py"))
         .args([&server.base, &ops, &limited])
         .arg(&shots)
+        .arg(&hook)
         .output()
         .expect("python3 runs the Selenium scenario");
     assert!(

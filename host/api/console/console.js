@@ -56,6 +56,11 @@ async function api(method, path, body) {
   return json;
 }
 
+// `replaceChildren` without the absent parts (it would write `null` as text).
+function show(node, ...children) {
+  node.replaceChildren(...children.flat().filter((c) => c !== null && c !== undefined && c !== false));
+}
+
 function errorBox(e) {
   const box = el("div", { class: "error", role: "alert" }, el("div", { text: e.message }));
   if (e instanceof ApiError && e.explain()) box.append(el("div", { class: "hint", text: e.explain() }));
@@ -150,7 +155,7 @@ function signIn(message) {
       out.replaceChildren(errorBox(e));
     }
   });
-  main().replaceChildren(
+  show(main(),
     el("h1", { text: "Sign in" }),
     el("p", { class: "hint", text: "The key stays in this tab's session storage and is sent only to this server's API." }),
     message ? el("div", { class: "error", text: message }) : null,
@@ -267,7 +272,7 @@ async function planView(x, box) {
       }
     });
     const current = (c) => (c ? [c.type_ || c.type || "", (c.values || []).join(" "), c.aliasTarget ? `alias ${c.aliasTarget.dnsName}` : ""].join(" ").trim() : "—");
-    box.replaceChildren(el("div", { class: "card", id: "plan" },
+    show(box, el("div", { class: "card", id: "plan" },
       el("h2", { text: `Plan for ${plan.rootDomain}` }),
       el("p", { class: "hint" }, "Hash ", el("code", { text: plan.planHash })),
       el("div", { class: "table-wrap" }, el("table", {},
@@ -326,7 +331,7 @@ async function executionView(id) {
       return b;
     }));
     if (x.workflow === "add-subdomain") await planView(x, plan);
-    outcome.replaceChildren(x.outcome ? outcomeCard(x.outcome) : "");
+    show(outcome, x.outcome ? outcomeCard(x.outcome) : null);
     stages.replaceChildren(el("h2", { text: "Stages" }), el("div", { class: "table-wrap" }, el("table", { id: "stages" },
       el("thead", {}, el("tr", {}, ["Stage", "Status", "Started", "Duration", "Output / error"].map((h) => el("th", { text: h })))),
       el("tbody", {}, x.stages.map((s) => el("tr", { "data-stage": s.stageName },
@@ -349,6 +354,130 @@ async function executionView(id) {
   await load();
 }
 
+// --- the node, subscriptions, events, audit ------------------------------------------------
+
+function table(id, headers, rows) {
+  return el("div", { class: "table-wrap" }, el("table", { id },
+    el("thead", {}, el("tr", {}, headers.map((h) => el("th", { text: h })))),
+    el("tbody", {}, rows)));
+}
+
+// The loaded workflows and the providers behind their capabilities, from `/readyz`.
+async function workflowsView() {
+  live.listeners.clear();
+  const body = el("div");
+  main().replaceChildren(el("h1", { text: "Workflows and providers" }), body);
+  try {
+    const r = await fetch("/readyz");
+    const ready = await r.json();
+    show(body,
+      el("p", { class: "hint" }, `Node ${ready.status}, database ${ready.database}.`),
+      table("workflows", ["Workflow", "Version", "Digest", "Stages", "Capabilities"], ready.workflows.map((w) => el("tr", { "data-workflow": w.name },
+        el("td", {}, el("a", { href: `#/?workflow=${encodeURIComponent(w.name)}`, text: w.name })),
+        el("td", { text: w.version }),
+        el("td", { class: "mono", title: w.digest, text: `${w.digest.slice(0, 19)}…` }),
+        el("td", { text: w.stages.join(" → ") }),
+        el("td", { text: w.capabilities.map((c) => `${c.name} (${c.implementation})`).join(", ") })))),
+      el("h2", { text: "Real providers" }),
+      ready.providers.length
+        ? table("providers", ["Capability", "Kind", "Status"], ready.providers.map((p) => el("tr", {},
+          el("td", { text: p.capability }), el("td", { text: p.kind }), el("td", { text: p.status }))))
+        : el("p", { class: "hint", text: "None configured: every capability is served by the simulated cloud." }),
+      ready.failedWorkflows.length
+        ? el("div", {}, el("h2", { text: "Files that failed to load" }),
+          table("failed", ["File", "Error"], ready.failedWorkflows.map((f) => el("tr", {},
+            el("td", { class: "mono", text: f.file }), el("td", { text: f.error })))))
+        : null);
+  } catch (e) {
+    body.replaceChildren(errorBox(e));
+  }
+}
+
+async function catalogView() {
+  live.listeners.clear();
+  const body = el("div");
+  main().replaceChildren(el("h1", { text: "Event catalog" }), body);
+  try {
+    const { events } = await (await fetch("/v1/events/catalog")).json();
+    body.replaceChildren(table("catalog", ["Event", "State", "Description"], events.map((e) => el("tr", {},
+      el("td", { class: "mono", text: `${e.eventType}.v${e.eventVersion}` }),
+      el("td", { text: e.state || "" }),
+      el("td", { text: e.description || "" })))));
+  } catch (e) {
+    body.replaceChildren(errorBox(e));
+  }
+}
+
+async function auditView() {
+  live.listeners.clear();
+  const body = el("div");
+  main().replaceChildren(el("h1", { text: "Audit log" }), body);
+  try {
+    const { auditLogs } = await api("GET", "/v1/audit-logs?limit=100");
+    body.replaceChildren(table("audit", ["At", "Principal", "Action", "Result", "Route", "Resource"], auditLogs.map((a) => el("tr", {},
+      el("td", { text: when(a.at) }), el("td", { text: a.principalId }), el("td", { text: a.action }),
+      el("td", {}, el("span", { class: `status ${a.result === "allowed" ? "succeeded" : "failed"}`, text: a.result })),
+      el("td", { class: "mono", text: `${a.method} ${a.route}` }), el("td", { class: "mono", text: a.resource })))));
+  } catch (e) {
+    if (e.status === 401) return signIn(e.message);
+    body.replaceChildren(errorBox(e));
+  }
+}
+
+async function subscriptionsView() {
+  live.listeners.clear();
+  const body = el("div");
+  main().replaceChildren(el("h1", { text: "Webhook subscriptions" }), body);
+  try {
+    const { subscriptions } = await api("GET", "/v1/subscriptions");
+    if (!subscriptions.length) {
+      body.replaceChildren(el("p", { class: "hint", text: "No subscriptions (POST /v1/subscriptions makes one; see docs/events.md)." }));
+      return;
+    }
+    body.replaceChildren(table("subscriptions", ["URL", "Events", "Health", "Created"], subscriptions.map((sub) => el("tr", {},
+      el("td", {}, el("a", { href: `#/subscriptions/${sub.id}`, class: "mono", text: sub.url })),
+      el("td", { text: sub.events.join(", ") }),
+      el("td", { text: sub.health }), el("td", { text: when(sub.createdAt) })))));
+  } catch (e) {
+    if (e.status === 401) return signIn(e.message);
+    body.replaceChildren(errorBox(e));
+  }
+}
+
+async function deliveriesView(id) {
+  const messages = el("div");
+  const body = el("div");
+  main().replaceChildren(el("p", {}, el("a", { href: "#/subscriptions", text: "← Subscriptions" })),
+    el("h1", { text: "Deliveries" }), messages, body);
+  const load = async () => {
+    try {
+      const { deliveries } = await api("GET", `/v1/subscriptions/${encodeURIComponent(id)}/deliveries`);
+      body.replaceChildren(table("deliveries", ["Event", "Attempt", "Status", "Response", "Dispatched", "Error", ""], deliveries.map((d) => {
+        const again = el("button", { type: "button", text: "Redeliver" });
+        again.addEventListener("click", async () => {
+          if (!confirm(`Deliver event ${d.eventId} to this subscription again?`)) return;
+          try {
+            await api("POST", `/v1/subscriptions/${encodeURIComponent(id)}/redeliver/${encodeURIComponent(d.eventId)}`);
+            toast("Redelivery queued");
+            load();
+          } catch (e) {
+            messages.replaceChildren(errorBox(e));
+          }
+        });
+        return el("tr", {},
+          el("td", { class: "mono", text: d.eventId }), el("td", { text: d.attempt }), el("td", { text: d.status }),
+          el("td", { text: d.responseCode ?? "" }), el("td", { text: when(d.dispatchedAt) }),
+          el("td", { text: d.lastError || "" }), el("td", {}, again));
+      })));
+    } catch (e) {
+      if (e.status === 401) return signIn(e.message);
+      body.replaceChildren(errorBox(e));
+    }
+  };
+  onLive(load);
+  await load();
+}
+
 function route() {
   if (!key()) return signIn();
   document.getElementById("nav").hidden = false;
@@ -356,6 +485,12 @@ function route() {
   const [path, query] = location.hash.replace(/^#/, "").split("?");
   const m = path.match(/^\/executions\/([^/]+)$/);
   if (m) return executionView(decodeURIComponent(m[1]));
+  const sub = path.match(/^\/subscriptions\/([^/]+)$/);
+  if (sub) return deliveriesView(decodeURIComponent(sub[1]));
+  if (path === "/workflows") return workflowsView();
+  if (path === "/events") return catalogView();
+  if (path === "/audit") return auditView();
+  if (path === "/subscriptions") return subscriptionsView();
   return executionsView(new URLSearchParams(query || ""));
 }
 
