@@ -105,6 +105,8 @@ def main():
             raise SystemExit("the page was reloaded")
         if set(running) == {"succeeded"} and len(running) >= 9:
             raise SystemExit("the execution had finished before the page showed it: nothing was watched live")
+        until(driver, ec.presence_of_element_located((By.CSS_SELECTOR, '#receipts tr[data-op="cdn.create-distribution"]')),
+              "the receipts")
         outcome = driver.find_element(By.ID, "outcome").text
         for expected in ("console.test", "Certificate", "Proxy distribution", "OPS-1"):
             if expected not in outcome:

@@ -704,8 +704,48 @@ async fn certificates_and_function_versions_roll_back_and_cancel_cooperatively()
             .clone()
     };
     assert_eq!(router(&w.simulator().await)["aliases"]["live"], "2");
+    // The receipts say what each change did and how a rollback undoes it.
+    let (status, receipts) = w.get(&format!("/v1/executions/{up}/receipts")).await;
+    assert_eq!(status, StatusCode::OK, "{receipts}");
+    let undo: Vec<(&str, &str, &str)> = receipts["receipts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["op"].as_str().unwrap(),
+                r["undo"].as_str().unwrap(),
+                r["undoOp"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(
+        undo,
+        [
+            (
+                "functions.publish-version",
+                "call",
+                "functions.delete-version"
+            ),
+            ("functions.update-alias", "call", "functions.route-alias"),
+        ]
+    );
+    assert!(receipts["receipts"][1]["compensatedAt"].is_null());
+    assert_eq!(
+        receipts["receipts"][1]["response"]["before"]["version"],
+        "1"
+    );
     assert_eq!(w.rollback(&up).await["status"], "rolled_back");
     assert_eq!(router(&w.simulator().await), router(&before));
+    let (_, receipts) = w.get(&format!("/v1/executions/{up}/receipts")).await;
+    assert!(
+        receipts["receipts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["compensatedAt"].is_string()),
+        "{receipts:#}"
+    );
 
     // An unhealthy version fails verification; rollback puts the alias back.
     let fragile = w

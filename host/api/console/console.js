@@ -296,7 +296,8 @@ async function executionView(id) {
   const outcome = el("div");
   const stages = el("div");
   const events = el("div");
-  main().replaceChildren(el("p", {}, el("a", { href: "#/", text: "← Executions" })), head, messages, actions, plan, outcome, stages, events);
+  const receipts = el("div");
+  main().replaceChildren(el("p", {}, el("a", { href: "#/", text: "← Executions" })), head, messages, actions, plan, outcome, stages, receipts, events);
 
   const act = async (command, label, confirmText) => {
     if (!confirm(confirmText)) return;
@@ -339,6 +340,19 @@ async function executionView(id) {
         el("td", { text: when(s.startedAt) }), el("td", { text: duration(s.startedAt, s.finishedAt) }),
         el("td", {}, s.errorJson ? el("pre", { class: "error", text: JSON.stringify(s.errorJson, null, 2) }) :
           s.outputJson !== undefined ? el("details", {}, el("summary", { text: "output" }), el("pre", { text: JSON.stringify(s.outputJson, null, 2) })) : "")))))));
+    try {
+      const { receipts: list } = await api("GET", `/v1/executions/${id}/receipts`);
+      const undo = (r) => (r.undo === "call" ? `${r.undoOp}` : r.undo === "irreversible" ? `irreversible: ${r.undoNote}` : "nothing to undo");
+      show(receipts, list.length ? [el("h2", { text: "Receipts" }),
+        el("p", { class: "hint", text: "What each change did; a rollback undoes them newest first." }),
+        table("receipts", ["Change", "Made", "Rollback", "Undone", "Details"], list.map((r) => el("tr", { "data-op": r.op },
+          el("td", { class: "mono", text: r.op }), el("td", { text: when(r.createdAt) }),
+          el("td", { class: "mono", text: undo(r) }), el("td", { text: when(r.compensatedAt) }),
+          el("td", {}, el("details", {}, el("summary", { text: "request / response" }),
+            el("pre", { text: JSON.stringify({ request: r.request, response: r.response }, null, 2) }))))))] : null);
+    } catch (e) {
+      receipts.replaceChildren(errorBox(e));
+    }
     try {
       const { events: list } = await api("GET", `/v1/executions/${id}/events`);
       events.replaceChildren(el("h2", { text: "Events" }), el("div", { class: "table-wrap" }, el("table", { id: "events" },

@@ -9,7 +9,7 @@ use crate::views::{
     self, AddSubdomainPlan, ApiKeyList, AuditLogList, CancelResponse, CancelStatus,
     CommandOperation, CommandResponse, Error, EventList, Execution, ExecutionEnvelope,
     ExecutionList, MintApiKeyRequest, MintedApiKeyEnvelope, PlanApproval, PlanApproved,
-    ResumeResponse, ResumeStatus, WorkflowTriggerResponse,
+    ReceiptList, ResumeResponse, ResumeStatus, WorkflowTriggerResponse,
 };
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -44,6 +44,7 @@ pub fn routes() -> OpenApiRouter<ApiState> {
         .routes(routes!(retry_finalization))
         .routes(routes!(retry_maps_whitelist))
         .routes(routes!(events))
+        .routes(routes!(receipts))
         .routes(routes!(plan))
         .routes(routes!(approve_plan))
         .routes(routes!(simulator))
@@ -797,6 +798,38 @@ async fn events(
         events: events.iter().map(views::event).collect(),
     })
     .into_response())
+}
+
+/// `GET /v1/executions/{id}/receipts`: what each side effect did and how a rollback undoes it.
+#[utoipa::path(
+    get,
+    path = "/v1/executions/{id}/receipts",
+    tag = "executions",
+    operation_id = "listExecutionReceipts",
+    description = "Not in the contract: Capstan's own. The durable receipts a rollback walks, newest last, each with what the provider was asked and answered and what the rollback does about it.",
+    params(ExecutionId),
+    responses(
+        (status = 200, description = "The execution's receipts in the order the changes were made.", body = ReceiptList),
+        (status = 403, description = "`forbidden`: the caller may not use the execution's workflow.", body = Error),
+        (status = 404, description = "`not_found`: no such execution.", body = Error),
+    ),
+    security(("bearer" = [])),
+)]
+async fn receipts(
+    State(state): State<ApiState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<ReceiptList>, ApiError> {
+    authorized(&state, &caller, &id, None).await?;
+    use capstan_core::store::ExecutionReads;
+    let receipts = state
+        .store
+        .receipts(&id)
+        .await
+        .map_err(capstan_engine::EngineError::from)?;
+    Ok(Json(ReceiptList {
+        receipts: receipts.iter().map(views::receipt).collect(),
+    }))
 }
 
 /// How `caller` may act on a principal's keys.

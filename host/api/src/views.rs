@@ -353,6 +353,69 @@ pub struct ExecutionList {
     pub executions: Vec<ExecutionSummary>,
 }
 
+/// What one side effect of an execution did, and what a rollback does about it.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ExecutionReceipt {
+    pub id: String,
+    /// The run (the execution's first, or a recovery's) that made the change.
+    pub workflow_run_id: String,
+    /// `<capability>.<operation>`, e.g. `dns.change-records`.
+    pub op: String,
+    /// What the provider was asked.
+    pub request: Value,
+    /// What it answered: the ids created and the prior state replaced.
+    pub response: Value,
+    #[schema(format = DateTime)]
+    pub created_at: String,
+    /// When a rollback undid it; `null` until then.
+    #[schema(required = true, format = DateTime)]
+    pub compensated_at: Option<String>,
+    /// What a rollback does: `call` (undo with `undoOp`), `nothing` (it changed nothing) or
+    /// `irreversible` (kept, `undoNote` says why).
+    pub undo: UndoKind,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub undo_op: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub undo_note: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum UndoKind {
+    Call,
+    Nothing,
+    Irreversible,
+}
+
+pub fn receipt(r: &capstan_core::store::Receipt) -> ExecutionReceipt {
+    use capstan_engine::effects::{Compensation, compensation};
+    let (undo, undo_op, undo_note) = match compensation(&r.op, &r.request, &r.response) {
+        Compensation::Call { op, .. } => (UndoKind::Call, Some(op.to_owned()), None),
+        Compensation::Nothing => (UndoKind::Nothing, None, None),
+        Compensation::Irreversible(why) => (UndoKind::Irreversible, None, Some(why.to_owned())),
+    };
+    ExecutionReceipt {
+        id: r.id.clone(),
+        workflow_run_id: r.run_id.clone(),
+        op: r.op.clone(),
+        request: r.request.clone(),
+        response: r.response.clone(),
+        created_at: rfc3339(r.created_ms),
+        compensated_at: opt_time(r.compensated_ms),
+        undo,
+        undo_op,
+        undo_note,
+    }
+}
+
+/// `{receipts: ExecutionReceipt[]}`, in the order the changes were made.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReceiptList {
+    pub receipts: Vec<ExecutionReceipt>,
+}
+
 /// `{events: OutboxEvent[]}`, in order.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
