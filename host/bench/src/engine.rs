@@ -4,8 +4,10 @@
 //! Closed loop: each of `concurrency` clients triggers an execution of `fixture-steps` (ten
 //! stages, one simulated DNS change each, then a finalize stage; simulated cloud at zero latency),
 //! waits until the server reports it terminal, and triggers the next, until `executions` have run.
-//! Terminal events come from one SSE stream the bench opens before the first trigger, so waiting
-//! costs the server no polling. Latency is trigger sent → terminal event read (client clock);
+//! Two ways of waiting, as users wait: terminal events from one SSE stream the bench opens before
+//! the first trigger (`stream`: the server pushes, nothing polls), or each client awaiting its
+//! execution in one request, `GET /v1/executions/{id}?wait=25s` (`long-poll`, asked again if
+//! the wait elapses). Latency is trigger sent → terminal event or answer read (client clock);
 //! throughput is executions / wall time. Database writes per execution come from the server's
 //! `/metrics` (`capstan_store_write_transactions_total`, read before and after).
 
@@ -18,9 +20,29 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// How a client learns that its execution ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Waiter {
+    /// The terminal event, from one shared SSE stream.
+    Stream,
+    /// `GET /v1/executions/{id}?wait=25s`, per execution.
+    LongPoll,
+}
+
+impl Waiter {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Waiter::Stream => "stream",
+            Waiter::LongPoll => "long-poll",
+        }
+    }
+}
+
 #[derive(Debug, Serialize)]
 pub struct EngineHttpRun {
     pub backend: &'static str,
+    pub waiter: Waiter,
     pub concurrency: usize,
     pub executions: usize,
     pub elapsed_ms: f64,
@@ -116,11 +138,40 @@ pub(crate) async fn write_transactions(
         .ok_or_else(|| anyhow::anyhow!("no write-transaction counter in /metrics: {text}"))
 }
 
+/// Awaits execution `id` with long polls: its terminal status and when the answer was read.
+async fn long_poll(
+    client: &reqwest::Client,
+    base: &str,
+    key: &str,
+    id: &str,
+) -> anyhow::Result<(String, Instant)> {
+    loop {
+        let r = client
+            .get(format!("{base}/v1/executions/{id}?wait=25s"))
+            .bearer_auth(key)
+            .send()
+            .await?;
+        let status = r.status();
+        let body: Value = r.json().await.unwrap_or(Value::Null);
+        let at = Instant::now();
+        anyhow::ensure!(
+            status == reqwest::StatusCode::OK,
+            "await answered {status}: {body}"
+        );
+        match body["status"].as_str() {
+            Some("queued" | "running") => continue,
+            Some("succeeded") => return Ok(("ExecutionSucceeded".to_owned(), at)),
+            other => return Ok((format!("status {other:?}"), at)),
+        }
+    }
+}
+
 async fn one(
     fixture: &Path,
     backend: &'static str,
     concurrency: usize,
     executions: usize,
+    waiter: Waiter,
 ) -> anyhow::Result<EngineHttpRun> {
     let home = Arc::new(Server::home(&[fixture], &config(concurrency.max(4)))?);
     let database = match backend {
@@ -139,21 +190,26 @@ async fn one(
         .await?;
     let client = http_client()?;
     let base = server.base.clone();
-    let stream = client
-        .get(format!(
-            "{base}/v1/streams/events?event=ExecutionSucceeded.v1,ExecutionFailed.v1,ExecutionPaused.v1,ExecutionCanceled.v1"
-        ))
-        .bearer_auth(&key)
-        .header(reqwest::header::ACCEPT, "text/event-stream")
-        .send()
-        .await?;
-    anyhow::ensure!(
-        stream.status() == reqwest::StatusCode::OK,
-        "stream answered {}",
-        stream.status()
-    );
     let slots: Slots = Arc::default();
-    let reader = tokio::spawn(terminal_events(stream, slots.clone()));
+    // Long polls need no stream: its reader would only add client CPU to theirs.
+    let reader = if waiter == Waiter::Stream {
+        let stream = client
+            .get(format!(
+                "{base}/v1/streams/events?event=ExecutionSucceeded.v1,ExecutionFailed.v1,ExecutionPaused.v1,ExecutionCanceled.v1"
+            ))
+            .bearer_auth(&key)
+            .header(reqwest::header::ACCEPT, "text/event-stream")
+            .send()
+            .await?;
+        anyhow::ensure!(
+            stream.status() == reqwest::StatusCode::OK,
+            "stream answered {}",
+            stream.status()
+        );
+        Some(tokio::spawn(terminal_events(stream, slots.clone())))
+    } else {
+        None
+    };
     let progress = crate::progress(
         executions as u64,
         &format!("engine {backend} ×{concurrency}"),
@@ -198,6 +254,13 @@ async fn one(
                     .as_str()
                     .ok_or_else(|| anyhow::anyhow!("no executionId in {body}"))?
                     .to_owned();
+                if waiter == Waiter::LongPoll {
+                    let (kind, at) = long_poll(&client, &base, &key, &id).await?;
+                    anyhow::ensure!(kind == "ExecutionSucceeded", "execution {id}: {kind}");
+                    latencies.push(at.saturating_duration_since(sent));
+                    progress.inc(1);
+                    continue;
+                }
                 let arrived = {
                     let mut slots = slots.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
                     match slots.remove(&id) {
@@ -234,11 +297,14 @@ async fn one(
     };
     let server_cpu_s = server.cpu_seconds() - cpu_before;
     let client_cpu_s = crate::fanout::cpu_seconds(None) - client_cpu_before;
-    reader.abort();
+    if let Some(reader) = reader {
+        reader.abort();
+    }
     latencies.sort_unstable();
     let pct = |p: f64| crate::percentile_ms(&latencies, p);
     Ok(EngineHttpRun {
         backend,
+        waiter,
         concurrency,
         executions,
         elapsed_ms: elapsed.as_secs_f64() * 1e3,
@@ -266,13 +332,18 @@ pub async fn run(fixture: &Path, quick: bool) -> anyhow::Result<Vec<EngineHttpRu
         Ok(_) => backends.push("postgres"),
         Err(e) => println!("(skipping the PostgreSQL engine runs: {server}: {e})"),
     }
+    let mut plan: Vec<(&'static str, Waiter)> =
+        backends.iter().map(|b| (*b, Waiter::Stream)).collect();
+    // Awaiting in one request, as a client without a stream does, on the default store.
+    plan.insert(1, ("sqlite", Waiter::LongPoll));
     let mut runs = Vec::new();
-    for backend in backends {
+    for (backend, waiter) in plan {
         for concurrency in [32, 1] {
-            let run = one(fixture, backend, concurrency, executions).await?;
+            let run = one(fixture, backend, concurrency, executions, waiter).await?;
             println!(
-                "engine    {:<13} {:>2} in flight: {} ten-stage executions over HTTP, {:.0}/s, trigger→terminal p50 {:.1} ms, p99 {:.1} ms, {} write transactions each, CPU {:.2} ms server + {:.2} ms client each",
+                "engine    {:<13} {:<9} {:>2} in flight: {} ten-stage executions over HTTP, {:.0}/s, trigger→terminal p50 {:.1} ms, p99 {:.1} ms, {} write transactions each, CPU {:.2} ms server + {:.2} ms client each",
                 run.backend,
+                run.waiter.as_str(),
                 run.concurrency,
                 run.executions,
                 run.executions_per_second,

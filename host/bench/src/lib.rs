@@ -476,8 +476,9 @@ fn print_table(results: &Results) {
     }
     if !results.engine.is_empty() {
         println!(
-            "{:<26} {:>9} {:>11} {:>14} {:>10} {:>10} {:>14} {:>16}",
+            "{:<26} {:<10} {:>9} {:>11} {:>14} {:>10} {:>10} {:>14} {:>16}",
             "engine (HTTP, 10 stages)",
+            "waiting",
             "in flight",
             "executions",
             "executions/s",
@@ -489,8 +490,9 @@ fn print_table(results: &Results) {
     }
     for r in &results.engine {
         println!(
-            "{:<26} {:>9} {:>11} {:>14.0} {:>10.1} {:>10.1} {:>14} {:>16}",
+            "{:<26} {:<10} {:>9} {:>11} {:>14.0} {:>10.1} {:>10.1} {:>14} {:>16}",
             r.backend,
+            r.waiter.as_str(),
             r.concurrency,
             r.executions,
             r.executions_per_second,
