@@ -1413,6 +1413,61 @@ async fn add_subdomain_plans_approves_and_applies_alias_records_on_route53() {
 /// `capstan serve` SIGKILLed again and again while add-certificate runs on ACM with its
 /// validation on Route 53 (moto): every execution succeeds after replay, with exactly one
 /// certificate per domain in ACM and never two validation records for a name.
+/// Triggers `workflow` with each of `bodies` (idempotency keys `kill-0`, `kill-1`, ...): the
+/// execution ids, in order.
+async fn trigger_each(
+    c: &Client,
+    server: &Server,
+    key: &str,
+    workflow: &str,
+    bodies: impl Iterator<Item = Value>,
+) -> Vec<String> {
+    let mut ids = Vec::new();
+    for (i, body) in bodies.enumerate() {
+        let r = c
+            .post(format!("{}/v1/workflows/{workflow}", server.base))
+            .bearer_auth(key)
+            .header("Idempotency-Key", format!("kill-{i}"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::ACCEPTED);
+        ids.push(
+            r.json::<Value>().await.unwrap()["executionId"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+    }
+    ids
+}
+
+/// SIGKILLs `server` `times` times, each `pause.0` ms plus up to `pause.1` ms after the last
+/// (a reproducible sequence from `seed`), starting it again on `home` each time: the last one.
+async fn kill_repeatedly(
+    mut server: Server,
+    home: &Path,
+    times: usize,
+    mut seed: u64,
+    pause: (u64, u64),
+) -> Server {
+    for _ in 0..times {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        tokio::time::sleep(std::time::Duration::from_millis(pause.0 + seed % pause.1)).await;
+        let pid = server.child.id().to_string();
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &pid])
+            .status();
+        let _ = server.child.wait();
+        drop(server);
+        server = Server::start(home);
+    }
+    server
+}
+
 #[tokio::test]
 async fn sigkill_during_add_certificate_leaves_one_certificate_per_domain_in_acm() {
     const EXECUTIONS: usize = 6;
@@ -1432,41 +1487,12 @@ async fn sigkill_during_add_certificate_leaves_one_certificate_per_domain_in_acm
     );
     let key = key_for(home.path(), "ops", &["workflows:add-certificate"]);
     let c = Client::new();
-    let mut server = Server::start(home.path());
-    let mut ids = Vec::new();
-    for i in 0..EXECUTIONS {
-        let r = c
-            .post(format!("{}/v1/workflows/add-certificate", server.base))
-            .bearer_auth(&key)
-            .header("Idempotency-Key", format!("kill-{i}"))
-            .json(&json!({"domain": format!("cert-{i}.{ZONE}")}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), StatusCode::ACCEPTED);
-        ids.push(
-            r.json::<Value>().await.unwrap()["executionId"]
-                .as_str()
-                .unwrap()
-                .to_owned(),
-        );
-    }
+    let server = Server::start(home.path());
+    let bodies = (0..EXECUTIONS).map(|i| json!({"domain": format!("cert-{i}.{ZONE}")}));
+    let ids = trigger_each(&c, &server, &key, "add-certificate", bodies).await;
     // Kills 150–600 ms apart (reproducible), while requests, validations and issuance are in
     // flight (moto issues a second after the request).
-    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
-    for _ in 0..4 {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        tokio::time::sleep(std::time::Duration::from_millis(150 + seed % 450)).await;
-        let pid = server.child.id().to_string();
-        let _ = std::process::Command::new("kill")
-            .args(["-KILL", &pid])
-            .status();
-        let _ = server.child.wait();
-        drop(server);
-        server = Server::start(home.path());
-    }
+    let server = kill_repeatedly(server, home.path(), 4, 0x2545_f491_4f6c_dd1d, (150, 450)).await;
     // An execution whose `prepare` answer was lost with a kill reads again and may find the
     // certificate its own earlier request made, already issued (moto issues on a timer, not on
     // DNS): it adopts it and writes no validation record. Either way, one certificate.
@@ -1701,41 +1727,15 @@ async fn sigkill_during_onboard_domain_on_real_adapters_duplicates_nothing() {
     );
     let key = key_for(home.path(), "ops", &["workflows:onboard-domain"]);
     let c = Client::new();
-    let mut server = Server::start(home.path());
-    let mut ids = Vec::new();
-    for (i, domain) in DOMAINS.iter().enumerate() {
-        let r = c
-            .post(format!("{}/v1/workflows/onboard-domain", server.base))
-            .bearer_auth(&key)
-            .header("Idempotency-Key", format!("kill-{i}"))
-            .json(&json!({"domain": domain, "ticketId": format!("OPS-{i}")}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), StatusCode::ACCEPTED);
-        ids.push(
-            r.json::<Value>().await.unwrap()["executionId"]
-                .as_str()
-                .unwrap()
-                .to_owned(),
-        );
-    }
+    let server = Server::start(home.path());
+    let bodies = DOMAINS
+        .iter()
+        .enumerate()
+        .map(|(i, domain)| json!({"domain": domain, "ticketId": format!("OPS-{i}")}));
+    let ids = trigger_each(&c, &server, &key, "onboard-domain", bodies).await;
     // Kills 200–900 ms apart (reproducible): requests, issuance, distributions, referrers and
     // tickets are in flight.
-    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
-    for _ in 0..5 {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        tokio::time::sleep(std::time::Duration::from_millis(200 + seed % 700)).await;
-        let pid = server.child.id().to_string();
-        let _ = std::process::Command::new("kill")
-            .args(["-KILL", &pid])
-            .status();
-        let _ = server.child.wait();
-        drop(server);
-        server = Server::start(home.path());
-    }
+    let server = kill_repeatedly(server, home.path(), 5, 0x9e37_79b9_7f4a_7c15, (200, 700)).await;
     for id in &ids {
         let e = until_status(
             &c,
@@ -1819,44 +1819,15 @@ async fn sigkill_during_update_function_version_publishes_each_version_once() {
     );
     let key = key_for(home.path(), "ops", &["workflows:update-function-version"]);
     let c = Client::new();
-    let mut server = Server::start(home.path());
-    let mut ids = Vec::new();
-    for (f, sha) in FUNCTIONS.iter().zip(&shas) {
-        let r = c
-            .post(format!(
-                "{}/v1/workflows/update-function-version",
-                server.base
-            ))
-            .bearer_auth(&key)
-            .header("Idempotency-Key", format!("kill-{f}"))
-            .json(&json!({"functionName": f, "codeSha256": sha, "alias": "live"}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), StatusCode::ACCEPTED);
-        ids.push(
-            r.json::<Value>().await.unwrap()["executionId"]
-                .as_str()
-                .unwrap()
-                .to_owned(),
-        );
-    }
+    let server = Server::start(home.path());
+    let bodies = FUNCTIONS
+        .iter()
+        .zip(&shas)
+        .map(|(f, sha)| json!({"functionName": f, "codeSha256": sha, "alias": "live"}));
+    let ids = trigger_each(&c, &server, &key, "update-function-version", bodies).await;
     // Kills 100–400 ms apart (reproducible), while versions are published, aliases moved and
     // probes invoked.
-    let mut seed: u64 = 0x5851_f42d_4c95_7f2d;
-    for _ in 0..4 {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        tokio::time::sleep(std::time::Duration::from_millis(100 + seed % 300)).await;
-        let pid = server.child.id().to_string();
-        let _ = std::process::Command::new("kill")
-            .args(["-KILL", &pid])
-            .status();
-        let _ = server.child.wait();
-        drop(server);
-        server = Server::start(home.path());
-    }
+    let server = kill_repeatedly(server, home.path(), 4, 0x5851_f42d_4c95_7f2d, (100, 300)).await;
     for id in &ids {
         let e = until_status(
             &c,

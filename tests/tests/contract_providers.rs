@@ -15,10 +15,17 @@ const PROJECT: &str = "capstan-test";
 fn apikeys_settings(google: &GoogleApiKeys, dir: &Path, extra: Value) -> Value {
     let key = dir.join("service-account.json");
     std::fs::write(&key, google.service_account_json()).unwrap();
-    let mut settings = json!({
-        "kind": "apikeys", "project": PROJECT, "endpoint_url": google.endpoint(),
-        "service_account_key_file": key,
-    });
+    with(
+        json!({
+            "kind": "apikeys", "project": PROJECT, "endpoint_url": google.endpoint(),
+            "service_account_key_file": key,
+        }),
+        extra,
+    )
+}
+
+/// `settings` with the keys of `extra` set.
+fn with(mut settings: Value, extra: Value) -> Value {
     for (k, v) in extra.as_object().unwrap() {
         settings[k] = v.clone();
     }
@@ -272,14 +279,13 @@ async fn a_bad_service_account_key_stops_the_adapter_naming_the_setting() {
 fn jira_settings(jira: &Jira, dir: &Path, token: &str, extra: Value) -> Value {
     let file = dir.join(format!("jira-token-{token}"));
     std::fs::write(&file, format!("{token}\n")).unwrap();
-    let mut settings = json!({
-        "kind": "jira", "base_url": jira.base_url(), "email": "ops@example.com",
-        "api_token_file": file,
-    });
-    for (k, v) in extra.as_object().unwrap() {
-        settings[k] = v.clone();
-    }
-    settings
+    with(
+        json!({
+            "kind": "jira", "base_url": jira.base_url(), "email": "ops@example.com",
+            "api_token_file": file,
+        }),
+        extra,
+    )
 }
 
 #[tokio::test]

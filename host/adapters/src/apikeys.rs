@@ -228,18 +228,8 @@ impl ApiKeys {
                 format!("no access token for the service account: {e}"),
             )
         })?;
-        let answer = request
-            .bearer_auth(token.as_str())
-            .send()
-            .await
-            .map_err(|e| http::unanswered(SERVICE, &e))?;
-        let status = answer.status();
-        let headers = answer.headers().clone();
-        let body = answer
-            .bytes()
-            .await
-            .map_err(|e| http::unanswered(SERVICE, &e))?;
-        let json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let (status, headers, json) =
+            http::exchange(SERVICE, request.bearer_auth(token.as_str())).await?;
         if status.is_success() {
             return Ok(json);
         }
@@ -509,12 +499,7 @@ fn segment_path(name: &str) -> Result<(), CapabilityError> {
 }
 
 fn parse<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, CapabilityError> {
-    serde_json::from_value(value).map_err(|e| {
-        CapabilityError::permanent(
-            "invalid-response",
-            format!("{SERVICE} answered an unexpected shape: {e}"),
-        )
-    })
+    http::parse(SERVICE, value)
 }
 
 #[async_trait]

@@ -62,6 +62,33 @@ pub(crate) fn unanswered(service: &str, error: &reqwest::Error) -> CapabilityErr
     CapabilityError::transient(code, message)
 }
 
+/// Sends `request`: the answer's status, headers and body as JSON (null when empty or not
+/// JSON), or the transient error of a request that got no (complete) answer.
+pub(crate) async fn exchange(
+    service: &str,
+    request: reqwest::RequestBuilder,
+) -> Result<(StatusCode, HeaderMap, serde_json::Value), CapabilityError> {
+    let answer = request.send().await.map_err(|e| unanswered(service, &e))?;
+    let status = answer.status();
+    let headers = answer.headers().clone();
+    let body = answer.bytes().await.map_err(|e| unanswered(service, &e))?;
+    let json = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+    Ok((status, headers, json))
+}
+
+/// An answer's JSON as `T`, or the permanent `invalid-response` naming `service`.
+pub(crate) fn parse<T: serde::de::DeserializeOwned>(
+    service: &str,
+    value: serde_json::Value,
+) -> Result<T, CapabilityError> {
+    serde_json::from_value(value).map_err(|e| {
+        CapabilityError::permanent(
+            "invalid-response",
+            format!("{service} answered an unexpected shape: {e}"),
+        )
+    })
+}
+
 /// The wait an answer's `Retry-After` asks for, in milliseconds (the delta-seconds form; an
 /// HTTP date is left to the retry policy's own backoff).
 pub(crate) fn retry_after(headers: &HeaderMap) -> Option<u64> {

@@ -197,19 +197,10 @@ impl Jira {
 
     /// One request; the answer's JSON (null for an empty body), or the capability error.
     async fn send(&self, request: reqwest::RequestBuilder) -> Answer {
-        let answer = request
+        let request = request
             .basic_auth(&self.email, Some(&self.api_token))
-            .header(reqwest::header::ACCEPT, "application/json")
-            .send()
-            .await
-            .map_err(|e| http::unanswered(SERVICE, &e))?;
-        let status = answer.status();
-        let headers = answer.headers().clone();
-        let body = answer
-            .bytes()
-            .await
-            .map_err(|e| http::unanswered(SERVICE, &e))?;
-        let json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            .header(reqwest::header::ACCEPT, "application/json");
+        let (status, headers, json) = http::exchange(SERVICE, request).await?;
         if status.is_success() {
             return Ok(json);
         }
@@ -447,12 +438,7 @@ impl Jira {
 }
 
 fn parse<T: serde::de::DeserializeOwned>(value: Value) -> Result<T, CapabilityError> {
-    serde_json::from_value(value).map_err(|e| {
-        CapabilityError::permanent(
-            "invalid-response",
-            format!("{SERVICE} answered an unexpected shape: {e}"),
-        )
-    })
+    http::parse(SERVICE, value)
 }
 
 #[async_trait]
