@@ -237,3 +237,97 @@ fn sigterm_stops_a_node_whose_stderr_is_closed() {
         "graceful shutdown exits 0, got {status:?}"
     );
 }
+
+/// Secrets from files (systemd credentials, container secrets): `CAPSTAN_PEPPERS_FILE` and
+/// `CAPSTAN_DATABASE_FILE` serve as the variables would; a variable and its file both set, or a
+/// file that cannot be read, is refused naming them.
+#[test]
+fn secrets_come_from_files_named_by_their_file_variables() {
+    let home = tempfile::tempdir().unwrap();
+    let database = home.path().join("from-file.db");
+    let url_file = home.path().join("database_url");
+    std::fs::write(&url_file, format!("sqlite://{}\n", database.display())).unwrap();
+    let pepper_file = home.path().join("peppers");
+    std::fs::write(&pepper_file, "1:a-pepper-from-a-file-0123456789\n").unwrap();
+    let bare = || {
+        let mut cmd = std::process::Command::new(capstan_e2e::capstan_bin());
+        cmd.current_dir(home.path())
+            .env_remove("RUST_LOG")
+            .env_remove("CAPSTAN_DATABASE")
+            .env_remove("CAPSTAN_PEPPERS")
+            .env("CAPSTAN_DATABASE_FILE", &url_file);
+        cmd
+    };
+    let out = bare().arg("migrate").output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(database.is_file(), "the database the file names was made");
+
+    // A key minted under the pepper from the file.
+    let out = bare()
+        .env("CAPSTAN_PEPPERS_FILE", &pepper_file)
+        .args(["api-keys", "mint", "--principal", "ops"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("cap_"));
+
+    for (extra, expected) in [
+        (
+            ("CAPSTAN_PEPPERS", "1:a-pepper-from-the-env-0123456"),
+            "not both",
+        ),
+        (
+            ("CAPSTAN_PEPPERS_FILE", "/nonexistent/peppers"),
+            "cannot read",
+        ),
+    ] {
+        let mut cmd = bare();
+        cmd.env("CAPSTAN_PEPPERS_FILE", &pepper_file)
+            .env(extra.0, extra.1);
+        let out = cmd
+            .args(["api-keys", "mint", "--principal", "ops"])
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("CAPSTAN_PEPPERS") && err.contains(expected),
+            "{expected}: {err}"
+        );
+    }
+}
+
+/// `capstan --version` names the commit the binary was built from.
+#[test]
+fn the_version_names_the_commit_it_was_built_from() {
+    let out = std::process::Command::new(capstan_e2e::capstan_bin())
+        .arg("--version")
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let commit = text
+        .trim()
+        .strip_prefix(concat!("capstan ", env!("CARGO_PKG_VERSION"), " ("))
+        .and_then(|rest| rest.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("{text}"));
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(capstan_e2e::repo())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    match head {
+        // Built from this checkout (a commit made since would rebuild it first).
+        Some(head) => assert_eq!(commit, head),
+        None => assert_eq!(commit, "unknown"),
+    }
+}

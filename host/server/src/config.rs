@@ -385,18 +385,45 @@ impl Settings {
             }
             figment = figment.merge(Toml::file(file));
         }
+        let mut from_files = serde_json::Map::new();
+        if let Some(url) = secret_var("CAPSTAN_DATABASE").map_err(|e| Box::new(e.into()))? {
+            from_files.insert("database".to_owned(), url.into());
+        }
         figment
-            .merge(Env::prefixed("CAPSTAN_").split("__").filter(|k| {
-                let key = k.as_str().to_ascii_lowercase();
-                let top = key.split('.').next().unwrap_or_default();
-                ENV_KEYS.contains(&top)
-            }))
+            .merge(
+                Env::prefixed("CAPSTAN_")
+                    .split("__")
+                    .filter(|k| {
+                        let key = k.as_str().to_ascii_lowercase();
+                        let top = key.split('.').next().unwrap_or_default();
+                        ENV_KEYS.contains(&top)
+                    })
+                    // Read above, from the variable or its file.
+                    .ignore(&["database"]),
+            )
+            .merge(Serialized::defaults(from_files))
             .merge(Serialized::defaults(overrides))
             .extract()
             .map_err(Box::new)
     }
 }
 
+/// A secret from the environment: `NAME`, or the contents of the file `NAME_FILE` names (a
+/// systemd credential, a container secret), trimmed. Both set, or an unreadable file, is an
+/// error naming them; neither is `None`.
+pub fn secret_var(name: &str) -> Result<Option<String>, String> {
+    let file_var = format!("{name}_FILE");
+    match (std::env::var(name), std::env::var_os(&file_var)) {
+        (Ok(_), Some(_)) => Err(format!("set {name} or {file_var}, not both")),
+        (Ok(value), None) => Ok(Some(value)),
+        (Err(_), Some(path)) => std::fs::read_to_string(&path)
+            .map(|text| Some(text.trim().to_owned()))
+            .map_err(|e| format!("{file_var}: cannot read {}: {e}", path.to_string_lossy())),
+        (Err(_), None) => Ok(None),
+    }
+}
+
+#[cfg(test)]
 #[cfg(test)]
 #[allow(clippy::result_large_err)]
 mod tests {
@@ -453,6 +480,20 @@ mod tests {
                 s.grants.contains_key("onboard-domain"),
                 "defaults stay for workflows the file does not name"
             );
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn the_database_url_may_come_from_the_file_its_file_variable_names() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file("database_url", "postgres://capstan:s3cret@db/capstan\n")?;
+            jail.set_env("CAPSTAN_DATABASE_FILE", "database_url");
+            let s = Settings::load(None, &Overrides::default()).map_err(|e| e.to_string())?;
+            assert_eq!(s.database, "postgres://capstan:s3cret@db/capstan");
+            jail.set_env("CAPSTAN_DATABASE", "sqlite://env.db");
+            let both = Settings::load(None, &Overrides::default()).unwrap_err();
+            assert!(both.to_string().contains("not both"), "{both}");
             Ok(())
         });
     }

@@ -18,7 +18,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[derive(Debug, Parser)]
 #[command(
     name = "capstan",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("CAPSTAN_COMMIT"), ")"),
     about = "A durable host for infrastructure workflows written as WebAssembly components"
 )]
 struct Cli {

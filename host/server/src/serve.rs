@@ -47,19 +47,20 @@ pub struct App {
     pub retention: capstan_store::retention::Retention,
 }
 
-/// The at-rest keyring for webhook secrets: `CAPSTAN_SECRET_KEYS` (`1:<base64 of 32 bytes>,...`).
-/// Required.
+/// The at-rest keyring for webhook secrets: `CAPSTAN_SECRET_KEYS` (`1:<base64 of 32 bytes>,...`)
+/// or the file `CAPSTAN_SECRET_KEYS_FILE` names. Required.
 pub fn secret_keys() -> anyhow::Result<capstan_api::webhooks::secrets::Keyring> {
-    let text = std::env::var("CAPSTAN_SECRET_KEYS").map_err(|_| {
-        anyhow::anyhow!("CAPSTAN_SECRET_KEYS is not set: webhook secrets cannot be encrypted at rest without a key (e.g. CAPSTAN_SECRET_KEYS=\"1:$(head -c32 /dev/urandom | base64)\")")
+    let text = crate::config::secret_var("CAPSTAN_SECRET_KEYS").map_err(anyhow::Error::msg)?.ok_or_else(|| {
+        anyhow::anyhow!("CAPSTAN_SECRET_KEYS is not set (nor CAPSTAN_SECRET_KEYS_FILE): webhook secrets cannot be encrypted at rest without a key (e.g. CAPSTAN_SECRET_KEYS=\"1:$(head -c32 /dev/urandom | base64)\")")
     })?;
     Ok(capstan_api::webhooks::secrets::Keyring::parse(&text)?)
 }
 
-/// The peppers for API keys: `CAPSTAN_PEPPERS` (`1:<secret>,2:<secret>`). Required.
+/// The peppers for API keys: `CAPSTAN_PEPPERS` (`1:<secret>,2:<secret>`) or the file
+/// `CAPSTAN_PEPPERS_FILE` names. Required.
 pub fn peppers() -> anyhow::Result<Peppers> {
-    let text = std::env::var("CAPSTAN_PEPPERS").map_err(|_| {
-        anyhow::anyhow!("CAPSTAN_PEPPERS is not set: API keys cannot be verified without a pepper (e.g. CAPSTAN_PEPPERS=\"1:<at least 16 random characters>\")")
+    let text = crate::config::secret_var("CAPSTAN_PEPPERS").map_err(anyhow::Error::msg)?.ok_or_else(|| {
+        anyhow::anyhow!("CAPSTAN_PEPPERS is not set (nor CAPSTAN_PEPPERS_FILE): API keys cannot be verified without a pepper (e.g. CAPSTAN_PEPPERS=\"1:<at least 16 random characters>\")")
     })?;
     Ok(Peppers::parse(&text)?)
 }
