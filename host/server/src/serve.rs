@@ -349,7 +349,77 @@ pub fn router(app: App) -> Router {
         .layer(axum::middleware::from_fn(
             capstan_api::partner::refuse_preflight,
         ))
+        .layer(axum::middleware::from_fn(too_large_in_each_apis_shape))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+        // Large JSON answers (catalog listings) gzip'd for clients that ask; event streams and
+        // small answers are left as they are (tower-http's default predicate).
+        .layer(tower_http::compression::CompressionLayer::new())
+        .layer(axum::middleware::from_fn(access_log))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(panicked))
+        .layer(tower_http::request_id::PropagateRequestIdLayer::x_request_id())
+        .layer(tower_http::request_id::SetRequestIdLayer::x_request_id(
+            tower_http::request_id::MakeRequestUuid,
+        ))
+}
+
+/// The largest request body any route reads: a trigger's input, a catalog import, a webhook
+/// subscription. Above it, 413 in the API's own error shape.
+pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// One line per request under the target `capstan::access`: method, route template, status,
+/// latency and the request id (`X-Request-Id`, taken from the client or made here, and returned
+/// on the answer). Answers of 5xx at `warn`, so they show under the default filter; every
+/// request at `info` with `RUST_LOG=info` (or `capstan::access=info`).
+async fn access_log(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let started = std::time::Instant::now();
+    let method = request.method().clone();
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let request_id = request
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let response = next.run(request).await;
+    let status = response.status().as_u16();
+    let latency_ms = started.elapsed().as_secs_f64() * 1e3;
+    if status >= 500 {
+        tracing::warn!(target: "capstan::access", %method, %route, status, latency_ms, %request_id, "request");
+    } else {
+        tracing::info!(target: "capstan::access", %method, %route, status, latency_ms, %request_id, "request");
+    }
+    response
+}
+
+/// A body over [`MAX_BODY_BYTES`] is refused by axum with a plain-text 413; each API answers it
+/// in its own error shape instead.
+async fn too_large_in_each_apis_shape(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let partner = request.uri().path().starts_with("/api/");
+    let response = next.run(request).await;
+    if response.status() != StatusCode::PAYLOAD_TOO_LARGE
+        || response
+            .headers()
+            .get(axum::http::header::CONTENT_TYPE)
+            .is_some_and(|t| t.as_bytes().starts_with(b"application/json"))
+    {
+        return response;
+    }
+    let message = format!("the request body is larger than {MAX_BODY_BYTES} bytes");
+    if partner {
+        (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            Json(json!({"status": 413, "error": {"code": "E_PAYLOAD_TOO_LARGE", "message": message}})),
+        )
+            .into_response()
+    } else {
+        error_response(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", &message)
+    }
 }
 
 /// A handler that panicked answers 500 `internal` (the connection stays usable) and is logged.

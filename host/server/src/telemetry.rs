@@ -7,7 +7,10 @@ use tracing_subscriber::EnvFilter;
 
 pub fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new("info,wasmtime=warn,cranelift=warn"));
+        // The access log shows failed answers unless asked for every request.
+        .unwrap_or_else(|_| {
+            EnvFilter::new("info,wasmtime=warn,cranelift=warn,capstan::access=warn")
+        });
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
