@@ -60,6 +60,15 @@ async fn request_ids_body_limits_and_compression() {
     assert_eq!(body["status"], 413, "{body}");
     assert_eq!(body["error"]["code"], "E_PAYLOAD_TOO_LARGE", "{body}");
 
+    // The sandbox listener does the same.
+    let r = reqwest::Client::new()
+        .get(format!("{}/healthz", server.sandbox))
+        .header("x-request-id", "sandbox-1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["x-request-id"], "sandbox-1");
+
     // A large answer, gzip'd for a client that accepts it, as it is for one that does not.
     let c = reqwest::Client::new();
     let r = c

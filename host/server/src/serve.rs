@@ -275,7 +275,7 @@ async fn load_catalog(bookings: &Bookings, settings: &Settings) -> anyhow::Resul
 
 /// The sandbox listener: health and the partner API's sandbox environment.
 pub fn sandbox_router(app: App) -> Router {
-    Router::new()
+    let router = Router::new()
         .route("/healthz", get(healthz))
         .merge(
             Router::new()
@@ -287,6 +287,23 @@ pub fn sandbox_router(app: App) -> Router {
         .method_not_allowed_fallback(partner_method_not_allowed)
         .layer(axum::middleware::from_fn(
             capstan_api::partner::refuse_preflight,
+        ));
+    every_request(router)
+}
+
+/// What every listener's requests pass through: the body limit answered in each API's shape,
+/// gzip for large answers (event streams and small answers are left as they are, tower-http's
+/// default predicate), the access log, and a request id (the client's, or one made here)
+/// returned on the answer.
+fn every_request(router: Router) -> Router {
+    router
+        .layer(axum::middleware::from_fn(too_large_in_each_apis_shape))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(tower_http::compression::CompressionLayer::new())
+        .layer(axum::middleware::from_fn(access_log))
+        .layer(tower_http::request_id::PropagateRequestIdLayer::x_request_id())
+        .layer(tower_http::request_id::SetRequestIdLayer::x_request_id(
+            tower_http::request_id::MakeRequestUuid,
         ))
 }
 
@@ -316,7 +333,7 @@ pub fn router(app: App) -> Router {
     let subscriptions = capstan_api::webhooks::router(app.api.clone());
     // Stateless routes stay out of `with_state`: axum clones a router's state for every
     // request to it, and `/healthz` is the HTTP stack's own ceiling (`capstan-bench`).
-    Router::new()
+    let router = Router::new()
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .merge(Router::new().route("/readyz", get(readyz)).with_state(app))
@@ -349,17 +366,8 @@ pub fn router(app: App) -> Router {
         .layer(axum::middleware::from_fn(
             capstan_api::partner::refuse_preflight,
         ))
-        .layer(axum::middleware::from_fn(too_large_in_each_apis_shape))
-        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
-        // Large JSON answers (catalog listings) gzip'd for clients that ask; event streams and
-        // small answers are left as they are (tower-http's default predicate).
-        .layer(tower_http::compression::CompressionLayer::new())
-        .layer(axum::middleware::from_fn(access_log))
-        .layer(tower_http::catch_panic::CatchPanicLayer::custom(panicked))
-        .layer(tower_http::request_id::PropagateRequestIdLayer::x_request_id())
-        .layer(tower_http::request_id::SetRequestIdLayer::x_request_id(
-            tower_http::request_id::MakeRequestUuid,
-        ))
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(panicked));
+    every_request(router)
 }
 
 /// The largest request body any route reads: a trigger's input, a catalog import, a webhook
