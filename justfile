@@ -36,6 +36,10 @@ setup:
     if ! command -v chromedriver >/dev/null 2>&1 || ! { command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; }; then
         apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
     fi
+    # promtool lints /metrics (tests/tests/metrics_and_audit.rs).
+    if ! command -v promtool >/dev/null 2>&1; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null
+    fi
     python3 -c 'import selenium' 2>/dev/null \
         || python3 -m pip install --quiet --disable-pip-version-check 'selenium==4.51.0'
     # pyenv only puts a new console script (`st`) on PATH after a rehash.

@@ -239,3 +239,93 @@ async fn a_denial_that_cannot_be_audited_is_refused_with_503_and_changes_nothing
         .unwrap();
     assert_eq!(executions, 0);
 }
+
+/// After a workload, `/metrics` passes Prometheus's own linter (`promtool check metrics`, Debian's
+/// `prometheus` package) and holds the HTTP and provider-call series with their labels.
+#[tokio::test]
+async fn metrics_pass_promtool_after_a_workload() {
+    let home = home(&["guest-fixtures/fixture-steps.wasm"]);
+    let key = key_for(home.path(), "ops", &["workflows:fixture-steps"]);
+    let server = Server::start(home.path());
+    let client = reqwest::Client::new();
+    let r: Value = client
+        .post(format!("{}/v1/workflows/fixture-steps", server.base))
+        .bearer_auth(&key)
+        .header("Idempotency-Key", "metrics-1")
+        .json(&serde_json::json!({"zone": "ZEXAMPLE-COM", "stages": 2}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = r["executionId"].as_str().unwrap();
+    until_status(&client, &server.base, &key, id, &["succeeded"]).await;
+    let text = client
+        .get(format!("{}/metrics", server.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+
+    let mut promtool = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool (just setup installs Debian's prometheus)");
+    {
+        use std::io::Write;
+        promtool
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+    }
+    let out = promtool.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}\n{text}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let series = |name: &str, labels: &[&str]| {
+        text.lines().any(|l| {
+            l.starts_with(&format!("{name}{{")) && labels.iter().all(|label| l.contains(label))
+        })
+    };
+    assert!(
+        series(
+            "capstan_http_requests_total",
+            &[
+                r#"route="/v1/workflows/{name}""#,
+                r#"status="202""#,
+                r#"method="POST""#
+            ]
+        ),
+        "{text}"
+    );
+    assert!(
+        series(
+            "capstan_http_request_duration_seconds_bucket",
+            &[r#"route="/v1/executions/{id}""#]
+        ),
+        "{text}"
+    );
+    assert!(
+        series(
+            "capstan_provider_call_duration_seconds_bucket",
+            &[
+                r#"capability="dns""#,
+                r#"operation="change-records""#,
+                r#"outcome="ok""#
+            ]
+        ),
+        "{text}"
+    );
+    assert!(text.contains("\ncapstan_store_write_transactions_total "));
+}

@@ -48,6 +48,20 @@ use std::time::Duration;
 /// The outside world, declared once in `capstan-core` and re-exported for the engine's users.
 pub use capstan_core::Providers;
 
+/// Describes the engine's metrics to the process's recorder (a no-op without one): provider
+/// calls by capability, operation and outcome, and their retries.
+pub fn describe_metrics() {
+    metrics::describe_histogram!(
+        "capstan_provider_call_duration_seconds",
+        metrics::Unit::Seconds,
+        "One provider call (one attempt), by capability, operation and outcome (ok, transient, permanent)."
+    );
+    metrics::describe_counter!(
+        "capstan_provider_retries_total",
+        "Provider calls retried after a transient error, by capability and operation."
+    );
+}
+
 /// Exponential backoff with jitter.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -353,15 +367,35 @@ impl EngineState {
         first: bool,
     ) -> Result<Value, CapabilityError> {
         let policy = self.config.retry_policy(op);
+        let (capability, operation) = op.split_once('.').unwrap_or(("", op));
         let mut attempt = 0;
         loop {
+            let started = std::time::Instant::now();
             let answer = if first && attempt == 0 {
                 self.providers.call_first(op, request, token).await
             } else {
                 self.providers.call(op, request, token).await
             };
+            let outcome = match &answer {
+                Ok(_) => "ok",
+                Err(e) if e.is_transient() => "transient",
+                Err(_) => "permanent",
+            };
+            metrics::histogram!(
+                "capstan_provider_call_duration_seconds",
+                "capability" => capability.to_owned(),
+                "operation" => operation.to_owned(),
+                "outcome" => outcome,
+            )
+            .record(started.elapsed().as_secs_f64());
             match answer {
                 Err(e) if e.is_transient() && attempt + 1 < policy.max_attempts => {
+                    metrics::counter!(
+                        "capstan_provider_retries_total",
+                        "capability" => capability.to_owned(),
+                        "operation" => operation.to_owned(),
+                    )
+                    .increment(1);
                     let delay = policy.delay_after(attempt, e.retry_after_ms);
                     tracing::debug!(op, attempt, delay, error = %e, "retrying a transient provider error");
                     if delay > 0 {

@@ -325,6 +325,7 @@ async fn partner_not_found() -> Response {
 }
 
 pub fn router(app: App) -> Router {
+    recorder();
     let partner = capstan_api::partner::router(app.production.clone());
     let api = capstan_api::v1::router(app.api.clone());
     let catalog = capstan_api::events_catalog::router(app.api.clone());
@@ -393,7 +394,10 @@ async fn access_log(request: axum::extract::Request, next: axum::middleware::Nex
         .to_owned();
     let response = next.run(request).await;
     let status = response.status().as_u16();
-    let latency_ms = started.elapsed().as_secs_f64() * 1e3;
+    let elapsed = started.elapsed().as_secs_f64();
+    let latency_ms = elapsed * 1e3;
+    metrics::counter!("capstan_http_requests_total", "method" => method.to_string(), "route" => route.clone(), "status" => status.to_string()).increment(1);
+    metrics::histogram!("capstan_http_request_duration_seconds", "method" => method.to_string(), "route" => route.clone()).record(elapsed);
     if status >= 500 {
         tracing::warn!(target: "capstan::access", %method, %route, status, latency_ms, %request_id, "request");
     } else {
@@ -448,13 +452,45 @@ async fn healthz() -> Json<serde_json::Value> {
 
 /// Counters in the Prometheus text format (no authentication, like `/healthz`: they name no
 /// tenant data). Kept small on purpose; tracing carries the rest.
+/// The process's Prometheus recorder, installed by the first router built (one per process: a
+/// node serves one set of metrics); `None` where another recorder was installed first.
+static RECORDER: std::sync::OnceLock<Option<metrics_exporter_prometheus::PrometheusHandle>> =
+    std::sync::OnceLock::new();
+
+fn recorder() -> Option<&'static metrics_exporter_prometheus::PrometheusHandle> {
+    RECORDER
+        .get_or_init(|| {
+            let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
+                .set_buckets(&[
+                    0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+                    5.0, 10.0, 30.0,
+                ])
+                .and_then(|b| b.install_recorder())
+                .map_err(|e| tracing::warn!(error = %e, "no Prometheus recorder"))
+                .ok()?;
+            metrics::describe_counter!(
+                "capstan_http_requests_total",
+                "HTTP requests answered, by method, route template and status."
+            );
+            metrics::describe_histogram!(
+                "capstan_http_request_duration_seconds",
+                metrics::Unit::Seconds,
+                "Time from a request's arrival to its answer's head, by method and route template."
+            );
+            capstan_engine::describe_metrics();
+            Some(handle)
+        })
+        .as_ref()
+}
+
 async fn metrics() -> Response {
-    let body = format!(
+    let mut body = recorder().map(|h| h.render()).unwrap_or_default();
+    body.push_str(&format!(
         "# HELP capstan_store_write_transactions_total Write transactions this process began on the database.\n\
          # TYPE capstan_store_write_transactions_total counter\n\
          capstan_store_write_transactions_total {}\n",
         capstan_store::write_transactions()
-    );
+    ));
     (
         [(
             axum::http::header::CONTENT_TYPE,
