@@ -169,6 +169,11 @@ def main():
         api("POST", "/v1/workflows/hello", OPS_KEY, {"name": "Grace"})
         driver.get(f"{BASE}/console/#/subscriptions")
         until(driver, lambda d: HOOK in d.find_element(By.TAG_NAME, "main").text, "the subscription listed")
+        deadline = time.time() + TIMEOUT
+        while not api("GET", f"/v1/subscriptions/{sub}/deliveries", OPS_KEY)["deliveries"]:
+            if time.time() > deadline:
+                raise SystemExit("no delivery was attempted")
+            time.sleep(0.2)
         driver.get(f"{BASE}/console/#/subscriptions/{sub}")
         until(driver, ec.presence_of_element_located((By.CSS_SELECTOR, "#deliveries tbody tr")), "a delivery")
         before = len(api("GET", f"/v1/subscriptions/{sub}/deliveries", OPS_KEY)["deliveries"])

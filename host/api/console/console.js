@@ -91,7 +91,7 @@ const badge = (status) => el("span", { class: `status ${status}`, "data-status":
 
 // --- live updates -------------------------------------------------------------------------
 
-const live = { source: null, retry: null, listeners: new Set(), names: null };
+const live = { source: null, retry: null, listeners: new Set(), names: null, poll: null };
 
 // The stream names each event `<EventType>.v<N>`: the catalog lists them all.
 async function eventNames() {
@@ -489,10 +489,13 @@ async function deliveriesView(id) {
     }
   };
   onLive(load);
+  // Delivery attempts are not events on the stream: the page asks again every few seconds.
+  live.poll = setInterval(load, 5000);
   await load();
 }
 
 function route() {
+  clearInterval(live.poll);
   if (!key()) return signIn();
   document.getElementById("nav").hidden = false;
   connectLive();
