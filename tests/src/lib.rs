@@ -275,7 +275,13 @@ impl Server {
 
     /// Starts `capstan serve` with extra flags (e.g. `--tls-cert`).
     pub fn start_with(home: &Path, extra: &[&str]) -> Self {
+        Self::start_env(home, extra, &[])
+    }
+
+    /// Starts `capstan serve` with extra flags and environment variables.
+    pub fn start_env(home: &Path, extra: &[&str], env: &[(&str, &str)]) -> Self {
         let mut child = capstan(home)
+            .envs(env.iter().copied())
             .args([
                 "serve",
                 "--listen",

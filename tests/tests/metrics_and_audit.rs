@@ -328,4 +328,41 @@ async fn metrics_pass_promtool_after_a_workload() {
         "{text}"
     );
     assert!(text.contains("\ncapstan_store_write_transactions_total "));
+    // The engine's own series after one execution of two stages.
+    let count = |line_start: &str| -> f64 {
+        text.lines()
+            .find(|l| l.starts_with(line_start))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {line_start}: {text}"))
+    };
+    assert_eq!(
+        count(r#"capstan_executions_started_total{workflow="fixture-steps"}"#),
+        1.0
+    );
+    assert_eq!(
+        count(r#"capstan_executions_finished_total{workflow="fixture-steps",status="succeeded"}"#),
+        1.0
+    );
+    assert!(series(
+        "capstan_stage_duration_seconds_bucket",
+        &[r#"workflow="fixture-steps""#, r#"outcome="succeeded""#]
+    ));
+    for state in ["queued", "leased", "scheduled", "waiting"] {
+        assert_eq!(
+            count(&format!("capstan_runs{{state=\"{state}\"}}")),
+            0.0,
+            "{state}"
+        );
+    }
+    let commits = count("capstan_store_commit_batch_size_count");
+    assert!(commits >= 2.0, "{text}");
+    assert!(series(
+        "capstan_store_commit_duration_seconds_bucket",
+        &[r#"le="0.001""#]
+    ));
+    assert_eq!(count("capstan_sse_connections "), 0.0);
+    // The process's own, under their standard names.
+    assert!(count("process_resident_memory_bytes ") > 1e6);
+    assert!(count("process_open_fds ") > 0.0);
 }

@@ -273,6 +273,8 @@ impl FromRequestParts<ApiState> for Caller {
             .await
             .map_err(ApiError::unavailable)?;
         caller.permissions = with_config(state, &key.principal_id, grants);
+        // The request's span (host/server) declares the field.
+        tracing::Span::current().record("principal", key.principal_id.as_str());
         caller.principal_id = key.principal_id;
         caller.key_expires_ms = Some(key.expires_ms);
         caller.key_id = Some(key.id);

@@ -89,6 +89,7 @@ impl StreamCapacity {
             )));
         }
         *count += 1;
+        metrics::gauge!(SSE_CONNECTIONS).increment(1.0);
         Ok(Slot {
             _permit: permit,
             principal: principal.to_owned(),
@@ -104,8 +105,12 @@ struct Slot {
     held: Arc<Mutex<HashMap<String, usize>>>,
 }
 
+/// Open SSE connections of this node (`/metrics`).
+pub const SSE_CONNECTIONS: &str = "capstan_sse_connections";
+
 impl Drop for Slot {
     fn drop(&mut self) {
+        metrics::gauge!(SSE_CONNECTIONS).decrement(1.0);
         let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(count) = held.get_mut(&self.principal) {
             *count = count.saturating_sub(1);

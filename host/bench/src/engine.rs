@@ -4,10 +4,11 @@
 //! Closed loop: each of `concurrency` clients triggers an execution of `fixture-steps` (ten
 //! stages, one simulated DNS change each, then a finalize stage; simulated cloud at zero latency),
 //! waits until the server reports it terminal, and triggers the next, until `executions` have run.
-//! Two ways of waiting, as users wait: terminal events from one SSE stream the bench opens before
-//! the first trigger (`stream`: the server pushes, nothing polls), or each client awaiting its
+//! Three ways of waiting, as users wait: terminal events from one SSE stream the bench opens
+//! before the first trigger (`stream`: the server pushes, nothing polls), each client awaiting its
 //! execution in one request, `GET /v1/executions/{id}?wait=25s` (`long-poll`, asked again if
-//! the wait elapses). Latency is trigger sent → terminal event or answer read (client clock);
+//! the wait elapses), or each client reading its execution's own SSE feed,
+//! `GET /v1/executions/{id}/events` (`feed`). Latency is trigger sent → terminal event or answer read (client clock);
 //! throughput is executions / wall time. Database writes per execution come from the server's
 //! `/metrics` (`capstan_store_write_transactions_total`, read before and after).
 
@@ -28,6 +29,8 @@ pub enum Waiter {
     Stream,
     /// `GET /v1/executions/{id}?wait=25s`, per execution.
     LongPoll,
+    /// The execution's own SSE feed, `GET /v1/executions/{id}/events`, per execution.
+    Feed,
 }
 
 impl Waiter {
@@ -35,6 +38,7 @@ impl Waiter {
         match self {
             Waiter::Stream => "stream",
             Waiter::LongPoll => "long-poll",
+            Waiter::Feed => "feed",
         }
     }
 }
@@ -166,6 +170,47 @@ async fn long_poll(
     }
 }
 
+/// Awaits execution `id` on its own event feed: its terminal event and when it was read.
+async fn feed(
+    client: &reqwest::Client,
+    base: &str,
+    key: &str,
+    id: &str,
+) -> anyhow::Result<(String, Instant)> {
+    let mut response = client
+        .get(format!("{base}/v1/executions/{id}/events"))
+        .bearer_auth(key)
+        .header(reqwest::header::ACCEPT, "text/event-stream")
+        .send()
+        .await?;
+    anyhow::ensure!(
+        response.status() == reqwest::StatusCode::OK,
+        "the feed answered {}",
+        response.status()
+    );
+    let mut buffer: Vec<u8> = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        let at = Instant::now();
+        buffer.extend_from_slice(&chunk);
+        while let Some(end) = buffer.windows(2).position(|w| w == b"\n\n") {
+            let message: Vec<u8> = buffer.drain(..end + 2).collect();
+            let text = String::from_utf8_lossy(&message);
+            let Some(data) = text.lines().find_map(|l| l.strip_prefix("data:")) else {
+                continue;
+            };
+            let event: Value = serde_json::from_str(data.trim_start())?;
+            if let Some(
+                kind @ ("ExecutionSucceeded" | "ExecutionFailed" | "ExecutionCanceled"
+                | "ExecutionPaused"),
+            ) = event["eventType"].as_str()
+            {
+                return Ok((kind.to_owned(), at));
+            }
+        }
+    }
+    anyhow::bail!("the feed of {id} ended before a terminal event")
+}
+
 async fn one(
     fixture: &Path,
     backend: &'static str,
@@ -254,8 +299,12 @@ async fn one(
                     .as_str()
                     .ok_or_else(|| anyhow::anyhow!("no executionId in {body}"))?
                     .to_owned();
-                if waiter == Waiter::LongPoll {
-                    let (kind, at) = long_poll(&client, &base, &key, &id).await?;
+                if waiter != Waiter::Stream {
+                    let (kind, at) = if waiter == Waiter::LongPoll {
+                        long_poll(&client, &base, &key, &id).await?
+                    } else {
+                        feed(&client, &base, &key, &id).await?
+                    };
                     anyhow::ensure!(kind == "ExecutionSucceeded", "execution {id}: {kind}");
                     latencies.push(at.saturating_duration_since(sent));
                     progress.inc(1);
@@ -318,7 +367,8 @@ async fn one(
 }
 
 /// SQLite (`synchronous=full`, the default), SQLite with `synchronous=normal`, then PostgreSQL
-/// (skipped with a note when it cannot be reached); 32 in flight, then 1.
+/// (skipped with a note when it cannot be reached), each awaited the three ways; 32 in flight,
+/// then 1.
 pub async fn run(fixture: &Path, quick: bool) -> anyhow::Result<Vec<EngineHttpRun>> {
     anyhow::ensure!(
         fixture.is_file(),
@@ -332,10 +382,16 @@ pub async fn run(fixture: &Path, quick: bool) -> anyhow::Result<Vec<EngineHttpRu
         Ok(_) => backends.push("postgres"),
         Err(e) => println!("(skipping the PostgreSQL engine runs: {server}: {e})"),
     }
-    let mut plan: Vec<(&'static str, Waiter)> =
-        backends.iter().map(|b| (*b, Waiter::Stream)).collect();
-    // Awaiting in one request, as a client without a stream does, on the default store.
-    plan.insert(1, ("sqlite", Waiter::LongPoll));
+    // Each store with the three ways users wait; the weaker SQLite durability mode with the
+    // shared stream only, to price the default's fsyncs.
+    let mut plan: Vec<(&'static str, Waiter)> = Vec::new();
+    for backend in &backends {
+        plan.push((backend, Waiter::Stream));
+        if *backend != "sqlite-normal" {
+            plan.push((backend, Waiter::LongPoll));
+            plan.push((backend, Waiter::Feed));
+        }
+    }
     let mut runs = Vec::new();
     for (backend, waiter) in plan {
         for concurrency in [32, 1] {

@@ -11,6 +11,7 @@ use crate::{BookingError, BookingRow, BookingStatus, Bookings, transition};
 use serde_json::{Value, json};
 use sqlx::Row;
 use std::collections::BTreeMap;
+use tracing::Instrument;
 
 /// What a step came to.
 #[derive(Debug, Clone, PartialEq)]
@@ -406,9 +407,33 @@ impl Bookings {
             None => StepOutcome::Done(job.step_input.clone()),
             Some(step) => {
                 let key = format!("booking:{}:step:{index}", booking.id);
-                let run = runner.run(step, &view, &job.step_input, &key);
-                self.under_lease(&job, lease_ms, &format!("step `{step}`"), run)
-                    .await
+                let span = tracing::debug_span!(
+                    "booking step",
+                    booking = booking.id,
+                    step = step.as_str(),
+                    index,
+                    attempt = job.attempts,
+                    outcome = tracing::field::Empty,
+                    otel.status_code = tracing::field::Empty,
+                );
+                let run = runner
+                    .run(step, &view, &job.step_input, &key)
+                    .instrument(span.clone());
+                let outcome = self
+                    .under_lease(&job, lease_ms, &format!("step `{step}`"), run)
+                    .await;
+                let label = match &outcome {
+                    StepOutcome::Done(_) => "done",
+                    StepOutcome::Transient(_) => "transient",
+                    StepOutcome::Permanent(_) => "permanent",
+                };
+                span.record("outcome", label);
+                if label != "done" {
+                    span.record("otel.status_code", "ERROR");
+                }
+                metrics::counter!("capstan_booking_steps_total", "step" => step.clone(), "outcome" => label)
+                    .increment(1);
+                outcome
             }
         };
         let now = self.now_ms();

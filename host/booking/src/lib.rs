@@ -510,6 +510,26 @@ impl Bookings {
         })
     }
 
+    /// Describes the booking metrics to the process's recorder.
+    pub fn describe_metrics() {
+        metrics::describe_counter!(
+            "capstan_bookings_created_total",
+            "Bookings created (UNCAPTURED, holding their seats), by environment."
+        );
+        metrics::describe_counter!(
+            "capstan_booking_captures_total",
+            "Bookings captured (PENDING, fulfilment queued), by environment."
+        );
+        metrics::describe_counter!(
+            "capstan_booking_refusals_total",
+            "Bookings refused, by reason (`seats`: fewer left in the slot than asked; `seat_taken`: a named seat is held)."
+        );
+        metrics::describe_counter!(
+            "capstan_booking_steps_total",
+            "Fulfilment step attempts, by step and outcome."
+        );
+    }
+
     /// Creates a booking in UNCAPTURED holding its seats for the capture window.
     pub async fn create(
         &self,
@@ -655,6 +675,8 @@ impl Bookings {
                 .execute(&mut *tx)
                 .await?;
                 if taken.rows_affected() == 0 {
+                    metrics::counter!("capstan_booking_refusals_total", "reason" => "seat_taken")
+                        .increment(1);
                     return Err(BookingError::new(
                         409,
                         "E_INVENTORY_UNAVAILABLE",
@@ -674,6 +696,8 @@ impl Bookings {
         )
         .await?;
         tx.commit().await?;
+        metrics::counter!("capstan_bookings_created_total", "environment" => env.as_str())
+            .increment(1);
         self.get_row(id)
             .await?
             .ok_or_else(|| BookingError::internal("the new booking vanished"))
@@ -845,6 +869,8 @@ impl Bookings {
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
+        metrics::counter!("capstan_booking_captures_total", "environment" => env.as_str())
+            .increment(1);
         self.get(env, partner_id, id).await
     }
 
@@ -1463,6 +1489,7 @@ async fn take_seats(
 
 /// 409 `E_INVENTORY_UNAVAILABLE` with what remains.
 fn seats_unavailable(slot_id: &str, remaining: i64, pax: u32) -> BookingError {
+    metrics::counter!("capstan_booking_refusals_total", "reason" => "seats").increment(1);
     let mut err = BookingError::new(
         409,
         "E_INVENTORY_UNAVAILABLE",

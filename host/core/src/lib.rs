@@ -13,6 +13,8 @@
 //! - `ids` — UUIDv7 identifiers (time-ordered, so lists sort by creation).
 //! - `secrets` — the at-rest keyring (AES-256-GCM) that seals webhook secrets and certificate keys.
 //! - `providers` — [`Providers`], the one seam every capability provider implements.
+//! - `trace` — W3C trace context carried across the engine's queue (a no-op until the binary
+//!   that exports traces installs its propagation).
 //! - `transitions` — every move of an execution's status as one table, and `decide`, which
 //!   picks the row a control command follows.
 
@@ -22,6 +24,7 @@ pub mod ids;
 pub mod providers;
 pub mod secrets;
 pub mod store;
+pub mod trace;
 pub mod transitions;
 pub mod workflow;
 

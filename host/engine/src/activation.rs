@@ -138,7 +138,27 @@ impl Engine {
         };
         // Before the first provider call, until the last commit (the guard's drop).
         let _scope = ActivationScope::begin(store, &run.id);
-        let state = Arc::new(tokio::sync::Mutex::new(host::Activation {
+        let span = tracing::info_span!(
+            "activation",
+            run = %run.id,
+            execution = %execution.id,
+            workflow = %execution.workflow,
+            activation = run.activations,
+        );
+        // One tree per execution: every activation hangs under the execution's span, however
+        // much later and on whichever node it runs. A run claimed from the queue (not started by
+        // its trigger's node) also links to it, marking where the trace crossed the queue.
+        capstan_core::trace::set_parent(&span, execution.traceparent.as_deref());
+        if !is_fresh {
+            capstan_core::trace::add_link(&span, execution.traceparent.as_deref());
+        }
+        let resumed_stage = replay
+            .stages
+            .iter()
+            .rev()
+            .find(|s| s.status == StageStatus::Running)
+            .map(|s| s.stage_name.clone());
+        let mut activation = host::Activation {
             journal: replay.journal,
             waits: replay.waits,
             stages: replay.stages,
@@ -149,24 +169,40 @@ impl Engine {
             suspension: None,
             fenced_out: None,
             point_of_no_return: workflow.descriptor.point_of_no_return.clone(),
-        }));
+            span: span.clone(),
+            stage_span: None,
+        };
+        if let Some(stage) = resumed_stage {
+            activation.open_stage_span(&stage, true);
+        }
+        let state = Arc::new(tokio::sync::Mutex::new(activation));
         let journal_host = host::JournalHost {
             inner: self.inner.clone(),
             state: state.clone(),
         };
         let input = execution.input_json.to_string();
-        let span = tracing::info_span!("run", run = %run.id, execution = %execution.id, workflow = %execution.workflow);
-        let outcome = {
-            let _entered = span.enter();
-            workflow.activate(
+        let outcome = workflow
+            .activate(
                 &self.inner.runtime,
                 Box::new(journal_host),
                 seed_of(&run.id),
                 &input,
             )
-        }
-        .await;
+            .instrument(span)
+            .await;
         let mut st = state.lock().await;
+        // A stage still open when the activation ends: it waits (and resumes in a later
+        // activation, under a span of its own) or ends with the guest.
+        if let Some(span) = st.stage_span.take() {
+            span.record(
+                "outcome",
+                match &outcome {
+                    Outcome::Interrupted(Interrupt::Suspend(_)) => "waiting",
+                    Outcome::Completed(Ok(_)) => "succeeded",
+                    _ => "failed",
+                },
+            );
+        }
         let execution = st.execution.clone();
         let now = self.now();
         let mut writes = std::mem::take(&mut st.pending);

@@ -25,6 +25,7 @@ use capstan_runtime::{HostCalls, Interrupt};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use tokio::sync::Mutex;
+use tracing::Instrument;
 
 /// The state of one activation, shared between the guest's host calls and the engine.
 #[derive(Debug)]
@@ -44,6 +45,29 @@ pub(crate) struct Activation {
     /// The workflow's point of no return: its stage-begin commits before the guest goes on, so
     /// a cancel either lands first (and this commit is refused) or sees the stage (and is).
     pub point_of_no_return: Option<String>,
+    /// The activation's span, and the span of the stage it is in (provider calls are its
+    /// children; at `debug`, so built only when traces are exported).
+    pub span: tracing::Span,
+    pub stage_span: Option<tracing::Span>,
+}
+
+impl Activation {
+    /// The span provider calls go under: the stage's, else the activation's.
+    pub fn current_span(&self) -> tracing::Span {
+        self.stage_span.clone().unwrap_or_else(|| self.span.clone())
+    }
+
+    /// Opens the span of stage `name`; `resumed` when the stage began in an earlier activation.
+    pub fn open_stage_span(&mut self, name: &str, resumed: bool) {
+        self.stage_span = Some(tracing::debug_span!(
+            parent: &self.span,
+            "stage",
+            stage = name,
+            resumed,
+            outcome = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+        ));
+    }
 }
 
 pub(crate) struct JournalHost {
@@ -156,6 +180,7 @@ impl JournalHost {
                     error_json: None,
                 };
                 st.stages.push(stage.clone());
+                st.open_stage_span(&name, false);
                 st.execution.current_stage = Some(name.clone());
                 st.pending.push(Write::PutStage(stage));
                 st.pending.push(Write::UpdateExecution(ExecutionPatch {
@@ -175,7 +200,22 @@ impl JournalHost {
             "context.stage-succeeded" | "context.stage-failed" => {
                 let name = field(&request, "name").to_owned();
                 let succeeded = op == "context.stage-succeeded";
+                let outcome = if succeeded { "succeeded" } else { "failed" };
+                if let Some(span) = st.stage_span.take() {
+                    span.record("outcome", outcome);
+                    if !succeeded {
+                        span.record("otel.status_code", "ERROR");
+                    }
+                }
+                let workflow = st.execution.workflow.clone();
                 if let Some(stage) = st.stages.iter_mut().rev().find(|s| s.stage_name == name) {
+                    metrics::histogram!(
+                        "capstan_stage_duration_seconds",
+                        "workflow" => workflow,
+                        "stage" => name.clone(),
+                        "outcome" => outcome,
+                    )
+                    .record((now - stage.started_ms).max(0) as f64 / 1e3);
                     stage.finished_ms = Some(now);
                     if succeeded {
                         stage.status = StageStatus::Succeeded;
@@ -256,7 +296,12 @@ impl JournalHost {
             }
             "convergence.await-converged" => {
                 let condition = request.get("condition").cloned().unwrap_or(Value::Null);
-                match self.inner.converged(&condition).await {
+                match self
+                    .inner
+                    .converged(&condition)
+                    .instrument(st.current_span())
+                    .await
+                {
                     Ok(true) => ok(Value::Null),
                     Ok(false) => {
                         let timeout = request
@@ -368,7 +413,11 @@ impl JournalHost {
         token: &str,
         first: bool,
     ) -> (Result<Value, CapabilityError>, Option<Interrupt>) {
-        let call = self.inner.provide(op, request, token, first);
+        // The provider-call spans are children of the stage's span.
+        let call = self
+            .inner
+            .provide(op, request, token, first)
+            .instrument(st.current_span());
         if st.pending.is_empty() {
             return (call.await, None);
         }
@@ -470,7 +519,12 @@ impl JournalHost {
             },
             WaitKind::Convergence => {
                 let condition = request.get("condition").cloned().unwrap_or(Value::Null);
-                match self.inner.converged(&condition).await {
+                match self
+                    .inner
+                    .converged(&condition)
+                    .instrument(st.current_span())
+                    .await
+                {
                     Ok(true) => ok(Value::Null),
                     Err(e) => err(&e),
                     Ok(false) if now >= wait.deadline_ms.unwrap_or(0) => {

@@ -44,17 +44,23 @@ use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
+use tracing::Instrument;
 
 /// The outside world, declared once in `capstan-core` and re-exported for the engine's users.
 pub use capstan_core::Providers;
 
-/// Describes the engine's metrics to the process's recorder (a no-op without one): provider
-/// calls by capability, operation and outcome, and their retries.
+/// Describes the engine's metrics to the process's recorder (a no-op without one): stage
+/// durations, provider calls by capability, operation and outcome, and their retries.
 pub fn describe_metrics() {
     metrics::describe_histogram!(
         "capstan_provider_call_duration_seconds",
         metrics::Unit::Seconds,
         "One provider call (one attempt), by capability, operation and outcome (ok, transient, permanent)."
+    );
+    metrics::describe_histogram!(
+        "capstan_stage_duration_seconds",
+        metrics::Unit::Seconds,
+        "A stage from its begin to its end by the engine's clock (waits included), by workflow, stage and outcome."
     );
     metrics::describe_counter!(
         "capstan_provider_retries_total",
@@ -371,16 +377,39 @@ impl EngineState {
         let mut attempt = 0;
         loop {
             let started = std::time::Instant::now();
+            let span = tracing::debug_span!(
+                "provider call",
+                otel.name = op,
+                otel.kind = "client",
+                otel.status_code = tracing::field::Empty,
+                capability,
+                operation,
+                attempt,
+                outcome = tracing::field::Empty,
+                error = tracing::field::Empty,
+            );
             let answer = if first && attempt == 0 {
-                self.providers.call_first(op, request, token).await
+                self.providers
+                    .call_first(op, request, token)
+                    .instrument(span.clone())
+                    .await
             } else {
-                self.providers.call(op, request, token).await
+                self.providers
+                    .call(op, request, token)
+                    .instrument(span.clone())
+                    .await
             };
             let outcome = match &answer {
                 Ok(_) => "ok",
                 Err(e) if e.is_transient() => "transient",
                 Err(_) => "permanent",
             };
+            span.record("outcome", outcome);
+            if let Err(e) = &answer {
+                span.record("error", e.code.as_str());
+                span.record("otel.status_code", "ERROR");
+            }
+            drop(span);
             metrics::histogram!(
                 "capstan_provider_call_duration_seconds",
                 "capability" => capability.to_owned(),

@@ -15,8 +15,18 @@ impl Engine {
             .workflow(&request.workflow)
             .ok_or_else(|| EngineError::UnknownWorkflow(request.workflow.clone()))?;
         let now = self.now();
+        let id = capstan_core::ids::new_id();
+        // The execution's span, under the caller's (the HTTP request's, which continued the
+        // client's `traceparent`); stored as the execution's `traceparent`, so its activations,
+        // wherever they run, and its events belong to this trace. A caller with no span of its
+        // own (a background trigger) passes the `traceparent` it has.
+        let span = tracing::debug_span!("execution", execution = %id, workflow = %request.workflow);
+        if capstan_core::trace::traceparent(&tracing::Span::current()).is_none() {
+            capstan_core::trace::set_parent(&span, request.traceparent.as_deref());
+        }
+        let traceparent = capstan_core::trace::traceparent(&span).or(request.traceparent.clone());
         let execution = ExecutionRecord {
-            id: capstan_core::ids::new_id(),
+            id,
             workflow: request.workflow.clone(),
             principal_id: request.principal_id.clone(),
             status: ExecutionStatus::Queued,
@@ -29,7 +39,7 @@ impl Engine {
             output_json: None,
             outcome_json: None,
             run_id: capstan_core::ids::new_id(),
-            traceparent: request.traceparent.clone(),
+            traceparent,
         };
         // A free local slot: the run is inserted leased to this node (as a claim would leave
         // it) and started here once committed.

@@ -333,7 +333,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    telemetry::init(settings.log_format);
+    let telemetry = telemetry::init(settings.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -344,14 +344,16 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli.command, settings)) {
+    let code = match runtime.block_on(run(cli.command, settings)) {
         Ok(code) => code,
         Err(error) => {
             tracing::error!("{error:#}");
             eprintln!("capstan: {error:#}");
             ExitCode::FAILURE
         }
-    }
+    };
+    telemetry.shutdown();
+    code
 }
 
 fn valid_permission(p: &str) -> bool {

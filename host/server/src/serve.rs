@@ -297,10 +297,31 @@ pub fn sandbox_router(app: App) -> Router {
 /// returned on the answer.
 fn every_request(router: Router) -> Router {
     router
-        .layer(axum::middleware::from_fn(too_large_in_each_apis_shape))
+        .layer(axum::middleware::from_fn(layer_refusals_in_each_apis_shape))
+        .layer(tower_http::timeout::TimeoutLayer::with_status_code(
+            StatusCode::SERVICE_UNAVAILABLE,
+            REQUEST_TIMEOUT,
+        ))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(tower_http::compression::CompressionLayer::new())
         .layer(axum::middleware::from_fn(access_log))
+        .layer(
+            tower_http::trace::TraceLayer::new_for_http()
+                .make_span_with(request_span)
+                // The access log (inside the span) writes the line; the span only learns the
+                // status.
+                .on_request(())
+                .on_response(|response: &Response, _: Duration, span: &tracing::Span| {
+                    let status = response.status();
+                    span.record("http.response.status_code", status.as_u16());
+                    if status.is_server_error() {
+                        span.record("otel.status_code", "ERROR");
+                    }
+                })
+                .on_body_chunk(())
+                .on_eos(())
+                .on_failure(()),
+        )
         .layer(tower_http::request_id::PropagateRequestIdLayer::x_request_id())
         .layer(tower_http::request_id::SetRequestIdLayer::x_request_id(
             tower_http::request_id::MakeRequestUuid,
@@ -336,8 +357,12 @@ pub fn router(app: App) -> Router {
     // request to it, and `/healthz` is the HTTP stack's own ceiling (`capstan-bench`).
     let router = Router::new()
         .route("/healthz", get(healthz))
-        .route("/metrics", get(metrics))
-        .merge(Router::new().route("/readyz", get(readyz)).with_state(app))
+        .merge(
+            Router::new()
+                .route("/readyz", get(readyz))
+                .route("/metrics", get(metrics))
+                .with_state(app),
+        )
         .merge(api)
         .merge(catalog)
         .merge(admin)
@@ -371,6 +396,44 @@ pub fn router(app: App) -> Router {
     every_request(router)
 }
 
+/// How long a request may take to produce its answer's head: above the longest wait a client
+/// may ask for (`GET /v1/executions/{id}?wait=25s`), below the usual 60 s of load balancers.
+/// Streams (SSE) answer their head at once and are not cut.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The request's span: route template, method, request id, status, and the principal once
+/// authenticated (the extractors record it). It continues the caller's `traceparent`.
+fn request_span(request: &axum::http::Request<axum::body::Body>) -> tracing::Span {
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or("unmatched", |p| p.as_str());
+    let method = request.method().as_str();
+    let span = tracing::info_span!(
+        "request",
+        otel.name = format_args!("{method} {route}").to_string(),
+        otel.kind = "server",
+        otel.status_code = tracing::field::Empty,
+        http.request.method = method,
+        http.route = route,
+        http.response.status_code = tracing::field::Empty,
+        request_id = request
+            .headers()
+            .get("x-request-id")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default(),
+        principal = tracing::field::Empty,
+    );
+    capstan_core::trace::set_parent(
+        &span,
+        request
+            .headers()
+            .get("traceparent")
+            .and_then(|v| v.to_str().ok()),
+    );
+    span
+}
+
 /// The largest request body any route reads: a trigger's input, a catalog import, a webhook
 /// subscription. Above it, 413 in the API's own error shape.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -381,7 +444,7 @@ pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 /// request at `info` with `RUST_LOG=info` (or `capstan::access=info`).
 async fn access_log(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
     let started = std::time::Instant::now();
-    let method = request.method().clone();
+    let method = static_method(request.method());
     let route = request
         .extensions()
         .get::<axum::extract::MatchedPath>()
@@ -396,8 +459,8 @@ async fn access_log(request: axum::extract::Request, next: axum::middleware::Nex
     let status = response.status().as_u16();
     let elapsed = started.elapsed().as_secs_f64();
     let latency_ms = elapsed * 1e3;
-    metrics::counter!("capstan_http_requests_total", "method" => method.to_string(), "route" => route.clone(), "status" => status.to_string()).increment(1);
-    metrics::histogram!("capstan_http_request_duration_seconds", "method" => method.to_string(), "route" => route.clone()).record(elapsed);
+    metrics::counter!("capstan_http_requests_total", "method" => method, "route" => route.clone(), "status" => status.to_string()).increment(1);
+    metrics::histogram!("capstan_http_request_duration_seconds", "method" => method, "route" => route.clone()).record(elapsed);
     if status >= 500 {
         tracing::warn!(target: "capstan::access", %method, %route, status, latency_ms, %request_id, "request");
     } else {
@@ -406,31 +469,65 @@ async fn access_log(request: axum::extract::Request, next: axum::middleware::Nex
     response
 }
 
-/// A body over [`MAX_BODY_BYTES`] is refused by axum with a plain-text 413; each API answers it
-/// in its own error shape instead.
-async fn too_large_in_each_apis_shape(
+/// The method as a label without an allocation; a method no route has is `other`.
+fn static_method(method: &axum::http::Method) -> &'static str {
+    use axum::http::Method;
+    match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::PATCH => "PATCH",
+        Method::DELETE => "DELETE",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        _ => "other",
+    }
+}
+
+/// The layers' own refusals come without a body in the API's shape: a body over
+/// [`MAX_BODY_BYTES`] (axum's plain-text 413) and a request over [`REQUEST_TIMEOUT`] (an empty
+/// 503). Each API answers them in its own error shape instead.
+async fn layer_refusals_in_each_apis_shape(
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
     let partner = request.uri().path().starts_with("/api/");
     let response = next.run(request).await;
-    if response.status() != StatusCode::PAYLOAD_TOO_LARGE
-        || response
-            .headers()
-            .get(axum::http::header::CONTENT_TYPE)
-            .is_some_and(|t| t.as_bytes().starts_with(b"application/json"))
+    let status = response.status();
+    if !matches!(
+        status,
+        StatusCode::PAYLOAD_TOO_LARGE | StatusCode::SERVICE_UNAVAILABLE
+    ) || response
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|t| t.as_bytes().starts_with(b"application/json"))
     {
         return response;
     }
-    let message = format!("the request body is larger than {MAX_BODY_BYTES} bytes");
+    let (code, partner_code, message) = if status == StatusCode::PAYLOAD_TOO_LARGE {
+        (
+            "payload_too_large",
+            "E_PAYLOAD_TOO_LARGE",
+            format!("the request body is larger than {MAX_BODY_BYTES} bytes"),
+        )
+    } else {
+        (
+            "unavailable",
+            "E_SERVICE_UNAVAILABLE",
+            format!(
+                "the request took longer than {} s; retry",
+                REQUEST_TIMEOUT.as_secs()
+            ),
+        )
+    };
     if partner {
         (
-            StatusCode::PAYLOAD_TOO_LARGE,
-            Json(json!({"status": 413, "error": {"code": "E_PAYLOAD_TOO_LARGE", "message": message}})),
+            status,
+            Json(json!({"status": status.as_u16(), "error": {"code": partner_code, "message": message}})),
         )
             .into_response()
     } else {
-        error_response(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", &message)
+        error_response(status, code, &message)
     }
 }
 
@@ -465,6 +562,14 @@ fn recorder() -> Option<&'static metrics_exporter_prometheus::PrometheusHandle> 
                     0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
                     5.0, 10.0, 30.0,
                 ])
+                .and_then(|b| {
+                    b.set_buckets_for_metric(
+                        metrics_exporter_prometheus::Matcher::Full(
+                            capstan_store::COMMIT_BATCH_SIZE.to_owned(),
+                        ),
+                        &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0],
+                    )
+                })
                 .and_then(|b| b.install_recorder())
                 .map_err(|e| tracing::warn!(error = %e, "no Prometheus recorder"))
                 .ok()?;
@@ -477,13 +582,47 @@ fn recorder() -> Option<&'static metrics_exporter_prometheus::PrometheusHandle> 
                 metrics::Unit::Seconds,
                 "Time from a request's arrival to its answer's head, by method and route template."
             );
+            metrics::describe_gauge!(
+                "capstan_runs",
+                "Runs not done, by state: queued (due, not leased), leased (a node runs it), scheduled (due later: a timer, a retry), waiting (for an approval, a signal, a command)."
+            );
+            metrics::describe_gauge!(
+                capstan_api::streams::SSE_CONNECTIONS,
+                "Open server-sent event streams on this node."
+            );
             capstan_engine::describe_metrics();
+            capstan_store::describe_metrics();
+            capstan_api::webhooks::delivery::describe_metrics();
+            capstan_booking::Bookings::describe_metrics();
+            PROCESS.describe();
+            // Shown from the start, not from the first stream.
+            metrics::gauge!(capstan_api::streams::SSE_CONNECTIONS).set(0.0);
             Some(handle)
         })
         .as_ref()
 }
 
-async fn metrics() -> Response {
+/// The standard `process_*` series, read from `/proc` at each scrape.
+static PROCESS: std::sync::LazyLock<metrics_process::Collector> =
+    std::sync::LazyLock::new(metrics_process::Collector::default);
+
+async fn metrics(State(app): State<App>) -> Response {
+    PROCESS.collect();
+    // Read at each scrape: a count of the runs not done (bounded by the work in flight, on an
+    // index), not a gauge every commit would have to keep.
+    match app.store.run_counts(app.api.now()).await {
+        Ok(counts) => {
+            for (state, n) in [
+                ("queued", counts.queued),
+                ("leased", counts.leased),
+                ("scheduled", counts.scheduled),
+                ("waiting", counts.waiting),
+            ] {
+                metrics::gauge!("capstan_runs", "state" => state).set(n as f64);
+            }
+        }
+        Err(error) => tracing::warn!(%error, "/metrics: runs could not be counted"),
+    }
     let mut body = recorder().map(|h| h.render()).unwrap_or_default();
     body.push_str(&format!(
         "# HELP capstan_store_write_transactions_total Write transactions this process began on the database.\n\

@@ -1,25 +1,177 @@
-//! Logging with `tracing`: human-readable text by default, one JSON object per line with
-//! `--log-format json`. `RUST_LOG` filters (default `info`). Logs go to stderr; stdout is kept for
-//! command output that scripts capture.
+//! Logs and traces with `tracing`.
+//!
+//! Logs: human-readable text by default, one JSON object per line with `--log-format json`;
+//! `RUST_LOG` filters them (default `info`). They go to stderr; stdout is kept for command output
+//! that scripts capture.
+//!
+//! Traces: off unless an OTLP endpoint is configured by the standard variables
+//! (`OTEL_EXPORTER_OTLP_ENDPOINT` or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`; `OTEL_SERVICE_NAME`,
+//! `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_EXPORTER_OTLP_HEADERS`, `OTEL_TRACES_SAMPLER`,
+//! `OTEL_BSP_*` as the SDK reads them; `OTEL_SDK_DISABLED=true` or `OTEL_TRACES_EXPORTER=none`
+//! turn them off). Capstan's spans then go to the endpoint over OTLP/HTTP with protobuf bodies,
+//! whatever `RUST_LOG` says: the log filter decides what is printed, not what is traced.
 
 use crate::config::LogFormat;
-use tracing_subscriber::EnvFilter;
+use opentelemetry::propagation::TextMapPropagator;
+use opentelemetry::trace::{TraceContextExt, TracerProvider as _};
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use tracing::{Level, Metadata};
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer, filter};
 
-pub fn init(format: LogFormat) {
-    let filter = EnvFilter::try_from_default_env()
+/// Keeps the trace exporter alive; [`Telemetry::shutdown`] sends what is still buffered.
+#[derive(Debug, Default)]
+pub struct Telemetry {
+    traces: Option<SdkTracerProvider>,
+}
+
+impl Telemetry {
+    /// Exports the spans still buffered (bounded by the exporter's timeout), so the last
+    /// requests before a clean stop are not lost.
+    pub fn shutdown(&self) {
+        if let Some(provider) = &self.traces
+            && let Err(error) = provider.shutdown()
+        {
+            eprintln!("capstan: flushing traces at shutdown: {error}");
+        }
+    }
+}
+
+pub fn init(format: LogFormat) -> Telemetry {
+    let logs_filter = EnvFilter::try_from_default_env()
         // The access log shows failed answers unless asked for every request.
         .unwrap_or_else(|_| {
             EnvFilter::new("info,wasmtime=warn,cranelift=warn,capstan::access=warn")
         });
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let logs = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         // A log line that cannot be written (stderr closed: the parent that read it died) is
         // dropped. By default the subscriber would report it with `eprintln!`, which panics on
         // a closed stderr, in whatever task was logging.
         .log_internal_errors(false);
-    let _ = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    let logs = match format {
+        LogFormat::Text => logs.with_filter(logs_filter).boxed(),
+        LogFormat::Json => logs
+            .json()
+            .flatten_event(true)
+            .with_filter(logs_filter)
+            .boxed(),
     };
+    let (traces, provider) = match exporter() {
+        Ok(Some(provider)) => {
+            let layer = tracing_opentelemetry::layer()
+                .with_tracer(provider.tracer("capstan"))
+                .with_filter(filter::filter_fn(traced));
+            capstan_core::trace::install(Box::new(W3c));
+            (Some(layer), Some(provider))
+        }
+        Ok(None) => (None, None),
+        Err(error) => {
+            eprintln!("capstan: traces are not exported: {error}");
+            (None, None)
+        }
+    };
+    let _ = tracing_subscriber::registry()
+        .with(logs)
+        .with(traces)
+        .try_init();
+    Telemetry { traces: provider }
+}
+
+/// What becomes part of a trace: Capstan's own spans (the stage, provider-call and delivery
+/// spans are at `debug`, so a process that exports nothing does not build them) and its events
+/// at `info` and above, which become the spans' events.
+fn traced(metadata: &Metadata<'_>) -> bool {
+    let ours = metadata.target().starts_with("capstan");
+    if metadata.is_span() {
+        ours && *metadata.level() <= Level::DEBUG
+    } else {
+        ours && *metadata.level() <= Level::INFO
+    }
+}
+
+fn env_is(name: &str, value: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| v.trim().eq_ignore_ascii_case(value))
+}
+
+fn exporter() -> anyhow::Result<Option<SdkTracerProvider>> {
+    let configured = [
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    ]
+    .iter()
+    .any(|v| std::env::var(v).is_ok_and(|v| !v.trim().is_empty()));
+    if !configured || env_is("OTEL_SDK_DISABLED", "true") || env_is("OTEL_TRACES_EXPORTER", "none")
+    {
+        return Ok(None);
+    }
+    for name in [
+        "OTEL_EXPORTER_OTLP_PROTOCOL",
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+    ] {
+        if let Ok(protocol) = std::env::var(name)
+            && protocol != "http/protobuf"
+        {
+            anyhow::bail!("{name}={protocol}: only http/protobuf is built in");
+        }
+    }
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .build()?;
+    let mut resource = opentelemetry_sdk::Resource::builder().with_attribute(
+        opentelemetry::KeyValue::new("service.version", env!("CARGO_PKG_VERSION")),
+    );
+    // The SDK reads OTEL_SERVICE_NAME itself; without it, the binary's name rather than
+    // `unknown_service`.
+    if std::env::var("OTEL_SERVICE_NAME").is_err() {
+        resource = resource.with_service_name("capstan");
+    }
+    Ok(Some(
+        SdkTracerProvider::builder()
+            .with_batch_exporter(exporter)
+            .with_resource(resource.build())
+            .build(),
+    ))
+}
+
+/// W3C `traceparent` values read and written with the SDK's own propagator.
+struct W3c;
+
+impl W3c {
+    fn context(traceparent: &str) -> Option<opentelemetry::Context> {
+        let carrier =
+            std::collections::HashMap::from([("traceparent".to_owned(), traceparent.to_owned())]);
+        let cx = TraceContextPropagator::new().extract(&carrier);
+        cx.span().span_context().is_valid().then_some(cx)
+    }
+}
+
+impl capstan_core::trace::Propagation for W3c {
+    fn set_parent(&self, span: &tracing::Span, traceparent: &str) {
+        if let Some(cx) = Self::context(traceparent) {
+            let _ = span.set_parent(cx);
+        }
+    }
+
+    fn add_link(&self, span: &tracing::Span, traceparent: &str) {
+        if let Some(cx) = Self::context(traceparent) {
+            span.add_link(cx.span().span_context().clone());
+        }
+    }
+
+    fn traceparent(&self, span: &tracing::Span) -> Option<String> {
+        let cx = span.context();
+        let sc = cx.span().span_context().clone();
+        sc.is_valid().then(|| {
+            format!(
+                "00-{}-{}-{:02x}",
+                sc.trace_id(),
+                sc.span_id(),
+                sc.trace_flags().to_u8()
+            )
+        })
+    }
 }

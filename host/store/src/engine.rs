@@ -730,6 +730,7 @@ impl Store {
         // Outbox events go last: on PostgreSQL they are inserted under the outbox lock, held
         // from there to the commit (see below), so the lock is held as briefly as possible.
         let (writes, has_events) = events_last(writes);
+        let started = std::time::Instant::now();
         let mut tx = self.begin_write().await.map_err(unavailable)?;
         let mut batch = Batch::new(self.backend());
         if let Some(fence) = fence {
@@ -753,6 +754,7 @@ impl Store {
         }
         batch.flush(&mut tx).await?;
         tx.commit().await.map_err(unavailable)?;
+        crate::observe_commit(self.backend().label(), 1, started);
         if has_events {
             self.events_committed();
         }
@@ -983,17 +985,13 @@ impl Store {
     }
 }
 
-/// The first column of a row a group's statement returned.
-pub(crate) type Returned = rusqlite::types::Value;
-
-pub(crate) fn interrupted() -> StoreError {
-    StoreError::Unavailable("the group commit carrying this batch was interrupted".to_owned())
-}
-
-#[async_trait]
-impl RunStore for Store {
-    async fn apply(&self, fence: Option<&Fence>, writes: Vec<Write>) -> Result<(), StoreError> {
-        let writes = coalesce(writes);
+impl Store {
+    /// [`RunStore::apply`] after coalescing: SQLite's group commit, or a transaction alone.
+    async fn apply_coalesced(
+        &self,
+        fence: Option<&Fence>,
+        writes: Vec<Write>,
+    ) -> Result<(), StoreError> {
         let requires = fence
             .filter(|_| self.backend() == Backend::Sqlite)
             .and_then(|f| self.inner.behind.required_by(&f.run_id));
@@ -1022,6 +1020,67 @@ impl RunStore for Store {
             }
             self.apply_alone(fence, writes).await
         }
+    }
+}
+
+/// Executions created and finished by a batch of writes, counted once it commits.
+#[derive(Default)]
+struct ExecutionCounts {
+    started: Vec<String>,
+    finished: Vec<(String, &'static str)>,
+}
+
+impl ExecutionCounts {
+    fn of(writes: &[Write]) -> Self {
+        let mut counts = Self::default();
+        for write in writes {
+            match write {
+                Write::InsertExecution(e) => counts.started.push(e.workflow.clone()),
+                Write::Event(e) => {
+                    let status = match e.event_type.as_str() {
+                        "ExecutionSucceeded" => "succeeded",
+                        "ExecutionFailed" => "failed",
+                        "ExecutionCanceled" => "canceled",
+                        "ExecutionRolledBack" => "rolled_back",
+                        _ => continue,
+                    };
+                    counts.finished.push((e.workflow.clone(), status));
+                }
+                _ => {}
+            }
+        }
+        counts
+    }
+
+    fn record(self) {
+        for workflow in self.started {
+            metrics::counter!("capstan_executions_started_total", "workflow" => workflow)
+                .increment(1);
+        }
+        for (workflow, status) in self.finished {
+            metrics::counter!("capstan_executions_finished_total", "workflow" => workflow, "status" => status)
+                .increment(1);
+        }
+    }
+}
+
+/// The first column of a row a group's statement returned.
+pub(crate) type Returned = rusqlite::types::Value;
+
+pub(crate) fn interrupted() -> StoreError {
+    StoreError::Unavailable("the group commit carrying this batch was interrupted".to_owned())
+}
+
+#[async_trait]
+impl RunStore for Store {
+    async fn apply(&self, fence: Option<&Fence>, writes: Vec<Write>) -> Result<(), StoreError> {
+        let writes = coalesce(writes);
+        let counted = ExecutionCounts::of(&writes);
+        let applied = self.apply_coalesced(fence, writes).await;
+        if applied.is_ok() {
+            counted.record();
+        }
+        applied
     }
 
     fn activation_began(&self, run_id: &str) {

@@ -110,6 +110,14 @@ pub enum Backend {
 }
 
 impl Backend {
+    /// The backend's name in metrics' labels.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Sqlite => "sqlite",
+            Self::Postgres => "postgres",
+        }
+    }
+
     /// The backend a database URL names.
     pub fn of(url: &str) -> Option<Self> {
         if url.starts_with("sqlite:") {
@@ -158,6 +166,48 @@ pub fn count_write() {
 /// `capstan_store_write_transactions_total`; the bench divides it by executions).
 pub fn write_transactions() -> u64 {
     WRITE_TRANSACTIONS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Runs not done, by state ([`Store::run_counts`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunCounts {
+    pub queued: i64,
+    pub leased: i64,
+    pub scheduled: i64,
+    pub waiting: i64,
+}
+
+/// Describes the store's metrics to the process's recorder (a no-op without one).
+pub fn describe_metrics() {
+    metrics::describe_histogram!(
+        COMMIT_BATCH_SIZE,
+        "Batches of writes (one per caller: a trigger, a stage's durable point) carried by one database transaction."
+    );
+    metrics::describe_histogram!(
+        COMMIT_DURATION,
+        metrics::Unit::Seconds,
+        "One write transaction, from its first statement to its commit, by backend."
+    );
+    metrics::describe_counter!(
+        "capstan_executions_started_total",
+        "Executions created, by workflow."
+    );
+    metrics::describe_counter!(
+        "capstan_executions_finished_total",
+        "Executions that reached a final status (succeeded, failed, canceled, rolled_back), by workflow and status."
+    );
+}
+
+/// The name of the batch-size histogram, whose buckets the recorder sets apart (counts, not
+/// seconds).
+pub const COMMIT_BATCH_SIZE: &str = "capstan_store_commit_batch_size";
+const COMMIT_DURATION: &str = "capstan_store_commit_duration_seconds";
+
+/// Records one committed transaction carrying `batches` callers' writes.
+pub(crate) fn observe_commit(backend: &'static str, batches: usize, started: std::time::Instant) {
+    metrics::histogram!(COMMIT_BATCH_SIZE, "backend" => backend).record(batches as f64);
+    metrics::histogram!(COMMIT_DURATION, "backend" => backend)
+        .record(started.elapsed().as_secs_f64());
 }
 
 /// The channel on which PostgreSQL nodes announce committed outbox events to each other.
@@ -464,6 +514,30 @@ impl Store {
                 .fetch_all(&self.pool)
                 .await?;
         Ok(rows.into_iter().map(|(v,)| v).collect())
+    }
+
+    /// Runs not done, by what they wait for (`/metrics`): `queued` (runnable, due, no live
+    /// lease), `leased` (a node is running it), `scheduled` (runnable later: a timer, a retry)
+    /// and `waiting` (for an approval, a signal or a command).
+    pub async fn run_counts(&self, now_ms: i64) -> Result<RunCounts, sqlx::Error> {
+        let (queued, leased, scheduled, waiting): (i64, i64, i64, i64) = sqlx::query_as(
+            "SELECT
+                COALESCE(SUM(CASE WHEN state = 'runnable' AND COALESCE(lease_expires_ms, 0) > $1 THEN 1 ELSE 0 END), 0),
+                COALESCE(SUM(CASE WHEN state = 'runnable' AND COALESCE(lease_expires_ms, 0) <= $1 AND wake_ms <= $1 THEN 1 ELSE 0 END), 0),
+                COALESCE(SUM(CASE WHEN state = 'runnable' AND COALESCE(lease_expires_ms, 0) <= $1 AND wake_ms > $1 THEN 1 ELSE 0 END), 0),
+                COALESCE(SUM(CASE WHEN state = 'waiting' THEN 1 ELSE 0 END), 0)
+             FROM runs WHERE state IN ('runnable', 'waiting')",
+        )
+        .bind(now_ms)
+        .fetch_one(&self.pool)
+        .await
+        .map(|(leased, queued, scheduled, waiting)| (queued, leased, scheduled, waiting))?;
+        Ok(RunCounts {
+            queued,
+            leased,
+            scheduled,
+            waiting,
+        })
     }
 
     /// A round trip to the database (readiness).

@@ -605,6 +605,7 @@ fn commit(conn: &Connection, parts: &[Entry], behind: &Behind) -> Vec<Answer> {
         if waiting.is_empty() {
             break;
         }
+        let started = std::time::Instant::now();
         if let Err(e) = control(conn, "BEGIN IMMEDIATE") {
             return fail_waiting(answers, parts, behind, &e);
         }
@@ -640,6 +641,7 @@ fn commit(conn: &Connection, parts: &[Entry], behind: &Behind) -> Vec<Answer> {
             }
             return fail_waiting(answers, parts, behind, &e);
         }
+        crate::observe_commit("sqlite", ran.len(), started);
         for (i, rows) in ran.into_iter().zip(returned) {
             answers[i] = Some(Ok(rows));
         }

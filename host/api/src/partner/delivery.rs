@@ -7,6 +7,7 @@
 use super::PartnerState;
 use capstan_booking::webhooks::{AttemptOutcome, DueDelivery};
 use std::time::Duration;
+use tracing::Instrument;
 
 /// How booking webhooks are sent.
 #[derive(Debug, Clone)]
@@ -139,6 +140,7 @@ async fn attempt(
         timeout_ms: policy.timeout_ms,
         ..(**config).clone()
     };
+    let span = crate::webhooks::delivery::attempt_span("partner", &d.id, "booking", d.attempts + 1);
     let send = crate::webhooks::delivery::send(
         &send_config,
         &d.url,
@@ -146,7 +148,8 @@ async fn attempt(
         timestamp,
         &signatures,
         d.payload.clone(),
-    );
+    )
+    .instrument(span.clone());
     let result = tokio::select! {
         result = send => result,
         () = keep_leased(state, &d) => {
@@ -182,6 +185,17 @@ async fn attempt(
             exhausted: false,
         }
     };
+    let label = match &outcome {
+        AttemptOutcome::Delivered { .. } => "succeeded",
+        AttemptOutcome::Retry { .. }
+        | AttemptOutcome::Final {
+            exhausted: false, ..
+        } => "failed",
+        AttemptOutcome::Final {
+            exhausted: true, ..
+        } => "exhausted",
+    };
+    crate::webhooks::delivery::observe_attempt(&span, "partner", label, code, None);
     state
         .bookings
         .finish_webhook_attempt(d.id, &outcome)

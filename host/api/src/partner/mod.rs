@@ -181,7 +181,11 @@ impl FromRequestParts<PartnerState> for Partner {
         let now = state.bookings.now_ms();
         let refusal = match &partner {
             Ok(found) => match state.limiter.check(&found.0.id, now) {
-                Ok(()) => return partner,
+                Ok(()) => {
+                    tracing::Span::current()
+                        .record("principal", format!("partner:{}", found.0.id).as_str());
+                    return partner;
+                }
                 Err(seconds) => {
                     let mut e = BookingError::new(
                         429,

@@ -22,6 +22,7 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
+use tracing::Instrument;
 
 /// The shortest time from one pass to the next when events wake the relay: under load, one pass
 /// routes what many commits wrote (one read of the outbox and one write for all of it) instead
@@ -261,6 +262,9 @@ async fn attempt(state: &ApiState, delivery: &DeliveryRecord) -> anyhow::Result<
         .iter()
         .map(|secret| sign(secret, &event.event_id, timestamp, &body))
         .collect();
+    // In the trace of the execution the event belongs to.
+    let span = attempt_span("v1", &delivery.id, &event.event_type, delivery.attempt);
+    capstan_core::trace::set_parent(&span, event.traceparent.as_deref());
     let result = send(
         config,
         &sub.url,
@@ -269,6 +273,7 @@ async fn attempt(state: &ApiState, delivery: &DeliveryRecord) -> anyhow::Result<
         &signatures,
         body,
     )
+    .instrument(span.clone())
     .await;
     let (status, code, error, wait) = match result {
         Ok((code, _)) if (200..300).contains(&code) => ("succeeded", Some(code), None, None),
@@ -305,6 +310,13 @@ async fn attempt(state: &ApiState, delivery: &DeliveryRecord) -> anyhow::Result<
     } else {
         (status, None)
     };
+    observe_attempt(
+        &span,
+        "v1",
+        status,
+        code,
+        (status == "succeeded").then(|| now - event.occurred_ms),
+    );
     state
         .store
         .finish_attempt(
@@ -342,6 +354,65 @@ async fn update_health(state: &ApiState, id: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The span of one delivery attempt (`api`: `v1` or `partner`); [`send`] puts its
+/// `traceparent` on the request, so a receiver that traces continues it.
+pub(crate) fn attempt_span(
+    api: &'static str,
+    delivery: &dyn std::fmt::Display,
+    event_type: &str,
+    attempt: i64,
+) -> tracing::Span {
+    tracing::debug_span!(
+        "webhook delivery",
+        otel.kind = "client",
+        otel.status_code = tracing::field::Empty,
+        api,
+        delivery = %delivery,
+        event_type,
+        attempt,
+        http.response.status_code = tracing::field::Empty,
+        outcome = tracing::field::Empty,
+    )
+}
+
+/// An attempt's outcome on its span and in the metrics: `outcome` is `succeeded`, `failed`
+/// (retried later), `exhausted` (no retry left) or `failed` for good; `lag_ms`, on success, the
+/// time from the event to its delivery.
+pub(crate) fn observe_attempt(
+    span: &tracing::Span,
+    api: &'static str,
+    outcome: &'static str,
+    code: Option<u16>,
+    lag_ms: Option<i64>,
+) {
+    span.record("outcome", outcome);
+    if let Some(code) = code {
+        span.record("http.response.status_code", code);
+    }
+    if outcome != "succeeded" {
+        span.record("otel.status_code", "ERROR");
+    }
+    metrics::counter!("capstan_webhook_deliveries_total", "api" => api, "outcome" => outcome)
+        .increment(1);
+    if let Some(lag) = lag_ms {
+        metrics::histogram!("capstan_webhook_delivery_lag_seconds", "api" => api)
+            .record(lag.max(0) as f64 / 1e3);
+    }
+}
+
+/// Describes the webhook metrics to the process's recorder.
+pub fn describe_metrics() {
+    metrics::describe_counter!(
+        "capstan_webhook_deliveries_total",
+        "Webhook delivery attempts, by API (v1, partner) and outcome (succeeded, failed, exhausted)."
+    );
+    metrics::describe_histogram!(
+        "capstan_webhook_delivery_lag_seconds",
+        metrics::Unit::Seconds,
+        "From an event to its successful delivery (retries included), by API."
+    );
+}
+
 /// One POST to the vetted, pinned address; `(status, Retry-After seconds)` or why it failed.
 pub(crate) async fn send(
     config: &WebhookConfig,
@@ -365,8 +436,11 @@ pub(crate) async fn send(
         config.extra_root_pem.as_deref(),
     )
     .map_err(|e| e.to_string())?;
-    let response = client
-        .post(url)
+    let mut request = client.post(url);
+    if let Some(traceparent) = capstan_core::trace::traceparent(&tracing::Span::current()) {
+        request = request.header("traceparent", traceparent);
+    }
+    let response = request
         .header("content-type", "application/json")
         .header("user-agent", "Capstan-Webhooks/0.1")
         .header("webhook-id", id)
