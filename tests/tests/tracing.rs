@@ -170,8 +170,15 @@ async fn one_onboard_domain_execution_is_one_trace_tree() {
         let mut waited = Duration::ZERO;
         loop {
             let spans: Vec<(String, Span)> = received.0.lock().unwrap().clone();
+            // A parent ends (and is exported) after its children: the tree is whole once every
+            // stage has a span and every span's parent has arrived too.
             let stage_spans = spans.iter().filter(|(_, s)| s.name == "stage").count();
-            if stage_spans >= stages.len() || waited > Duration::from_secs(20) {
+            let orphans = spans.iter().any(|(_, s)| {
+                hex(&s.trace_id) == trace_id
+                    && hex(&s.parent_span_id) != caller_span
+                    && !spans.iter().any(|(_, p)| p.span_id == s.parent_span_id)
+            });
+            if (stage_spans >= stages.len() && !orphans) || waited > Duration::from_secs(20) {
                 break spans;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -209,7 +216,20 @@ async fn one_onboard_domain_execution_is_one_trace_tree() {
     assert_eq!(exec.parent_span_id, request.span_id);
     assert_eq!(attr(&exec, "execution").as_deref(), Some(id.as_str()));
     let activations: Vec<&&Span> = ours.iter().filter(|s| s.name == "activation").collect();
-    assert!(!activations.is_empty(), "{:#?}", names(&ours));
+    assert!(
+        !activations.is_empty(),
+        "{:#?}",
+        spans
+            .iter()
+            .map(|(_, s)| format!(
+                "{} {} {} <- {}",
+                hex(&s.trace_id),
+                s.name,
+                hex(&s.span_id),
+                hex(&s.parent_span_id)
+            ))
+            .collect::<Vec<_>>()
+    );
     for a in &activations {
         assert_eq!(
             a.parent_span_id, exec.span_id,

@@ -352,7 +352,7 @@ struct Cursor {
     filter: StreamFilter,
     after: i64,
     pending: VecDeque<Event>,
-    wake: tokio::sync::watch::Receiver<u64>,
+    wake: capstan_store::Wake,
     closing: tokio::sync::watch::Receiver<bool>,
     first: bool,
     holder: Holder,
@@ -394,7 +394,8 @@ async fn open(
             }
         },
     };
-    let wake = state.store.subscribe_events();
+    // One execution's feed wakes for that execution's commits only.
+    let wake = state.store.wake_for(filter.execution_id.as_deref());
     let state_closing = state.streams.closing.subscribe();
     let cursor = Cursor {
         state,
@@ -429,6 +430,7 @@ async fn open(
                 }
                 return Some((Ok::<Event, std::convert::Infallible>(event), c));
             }
+            c.wake.mark_seen();
             match c.state.store.events_after(c.after, &c.filter, 200).await {
                 Ok(events) if !events.is_empty() => {
                     for e in events {
@@ -445,7 +447,7 @@ async fn open(
                 Ok(_) => {
                     tokio::select! {
                         // A closed channel disables its branch; a gone closer means closing.
-                        Ok(()) = c.wake.changed() => {}
+                        () = c.wake.changed() => {}
                         _ = c.closing.wait_for(|s| *s) => return None,
                         () = tokio::time::sleep(POLL) => {}
                     }

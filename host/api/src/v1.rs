@@ -428,12 +428,13 @@ async fn get_execution(
     }
     let wait = query.get("wait").map(|w| parse_wait(w)).transpose()?;
     let deadline = tokio::time::Instant::now() + wait.unwrap_or_default();
-    // Every commit that moves an execution publishes an event, and every published event
-    // moves this; subscribed before the read, so a move between the read and the wait wakes it.
-    let mut moved = state.store.subscribe_events();
+    // Every commit that moves an execution publishes its event, which wakes this execution's
+    // waiters (not every waiter); subscribed before the read, so a move between the read and the
+    // wait wakes it.
+    let mut moved = state.store.wake_for(Some(&id));
     let mut allowed = false;
     loop {
-        moved.borrow_and_update();
+        moved.mark_seen();
         // The execution and its stages in one read; the stages are dropped unless it is
         // allowed. Authorized (and audited) once: a later read is of the same execution.
         let (execution, stages) = match state
@@ -459,7 +460,7 @@ async fn get_execution(
             return Ok(Json(views::execution(&execution, &stages)));
         }
         tokio::select! {
-            _ = moved.changed() => {}
+            () = moved.changed() => {}
             () = tokio::time::sleep_until(deadline.min(now + AWAIT_POLL)) => {}
         }
     }

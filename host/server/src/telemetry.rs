@@ -18,6 +18,7 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing::{Level, Metadata};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
+use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer, filter};
@@ -62,9 +63,7 @@ pub fn init(format: LogFormat) -> Telemetry {
     };
     let (traces, provider) = match exporter() {
         Ok(Some(provider)) => {
-            let layer = tracing_opentelemetry::layer()
-                .with_tracer(provider.tracer("capstan"))
-                .with_filter(filter::filter_fn(traced));
+            let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("capstan"));
             capstan_core::trace::install(Box::new(W3c));
             (Some(layer), Some(provider))
         }
@@ -74,23 +73,30 @@ pub fn init(format: LogFormat) -> Telemetry {
             (None, None)
         }
     };
+    // Traced: Capstan's spans down to `debug` (the stage, provider-call, delivery and step
+    // spans, which a process that exports nothing never builds) and whatever the log filter
+    // lets through. A filter for the whole subscriber, not one for the OpenTelemetry layer
+    // alone: a per-layer verdict asked for without a span or event following (libraries'
+    // `enabled!` checks, sqlx's among them) stays on the thread and is taken for the next span's,
+    // which then went missing from the trace with its children left as roots.
+    let logged = EnvFilter::try_from_default_env()
+        .ok()
+        .and_then(|f| f.max_level_hint())
+        .unwrap_or(LevelFilter::INFO);
+    let traced = traces.is_some().then(|| {
+        filter::filter_fn(move |metadata: &Metadata<'_>| {
+            (metadata.is_span()
+                && metadata.target().starts_with("capstan")
+                && *metadata.level() <= Level::DEBUG)
+                || *metadata.level() <= logged
+        })
+    });
     let _ = tracing_subscriber::registry()
+        .with(traced)
         .with(logs)
         .with(traces)
         .try_init();
     Telemetry { traces: provider }
-}
-
-/// What becomes part of a trace: Capstan's own spans (the stage, provider-call and delivery
-/// spans are at `debug`, so a process that exports nothing does not build them) and its events
-/// at `info` and above, which become the spans' events.
-fn traced(metadata: &Metadata<'_>) -> bool {
-    let ours = metadata.target().starts_with("capstan");
-    if metadata.is_span() {
-        ours && *metadata.level() <= Level::DEBUG
-    } else {
-        ours && *metadata.level() <= Level::INFO
-    }
 }
 
 fn env_is(name: &str, value: &str) -> bool {

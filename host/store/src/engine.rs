@@ -756,7 +756,8 @@ impl Store {
         tx.commit().await.map_err(unavailable)?;
         crate::observe_commit(self.backend().label(), 1, started);
         if has_events {
-            self.events_committed();
+            // The executions' waiters are woken by `apply`, which knows them.
+            self.events.send_modify(|n| *n = n.wrapping_add(1));
         }
         Ok(())
     }
@@ -1076,9 +1077,24 @@ impl RunStore for Store {
     async fn apply(&self, fence: Option<&Fence>, writes: Vec<Write>) -> Result<(), StoreError> {
         let writes = coalesce(writes);
         let counted = ExecutionCounts::of(&writes);
+        // The executions whose waiters this commit wakes (only looked for when there are any).
+        let moved: Vec<String> = if self.wakes.has_waiters() {
+            let mut ids: Vec<String> = writes
+                .iter()
+                .filter_map(|w| match w {
+                    Write::Event(e) => Some(e.execution_id.clone()),
+                    _ => None,
+                })
+                .collect();
+            ids.dedup();
+            ids
+        } else {
+            Vec::new()
+        };
         let applied = self.apply_coalesced(fence, writes).await;
         if applied.is_ok() {
             counted.record();
+            self.wakes.wake(moved.iter().map(String::as_str));
         }
         applied
     }

@@ -22,7 +22,10 @@ mod rows;
 pub mod sql;
 pub mod streams;
 pub mod subscriptions;
+mod wakes;
 mod writer;
+
+pub use wakes::Wake;
 
 pub use sql::Sql;
 use sqlx::any::{AnyPoolOptions, AnyRow};
@@ -228,6 +231,11 @@ pub struct Store {
     /// Bumped after every commit that wrote outbox events (wakes SSE streams and the webhook
     /// relay on this node; on PostgreSQL also when another node announces its events).
     events: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
+    /// Bumped for events this node cannot attribute to an execution (another node's `NOTIFY`,
+    /// a redelivery): they wake the waiters of every execution too.
+    foreign_events: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
+    /// The waiters of single executions ([`Store::wake_for`]).
+    wakes: std::sync::Arc<wakes::ExecutionWakes>,
     /// This process's name in leases it takes through the store (webhook attempts).
     node_id: String,
     /// SQLite's commit durability (unused on PostgreSQL).
@@ -385,6 +393,8 @@ impl Store {
             pool,
             writer,
             events: std::sync::Arc::new(tokio::sync::watch::Sender::new(0)),
+            foreign_events: std::sync::Arc::new(tokio::sync::watch::Sender::new(0)),
+            wakes: std::sync::Arc::default(),
             node_id: capstan_core::ids::new_id(),
             synchronous: Synchronous::default(),
             inner: std::sync::Arc::new(StoreState {
@@ -426,9 +436,20 @@ impl Store {
         self.writer.begin_with(self.backend.begin_write()).await
     }
 
-    /// Wakes whoever waits for new outbox events on this node.
+    /// Wakes whoever waits for new outbox events on this node, the waiters of single
+    /// executions included (the events' executions are not known here).
     pub fn events_committed(&self) {
         self.events.send_modify(|n| *n = n.wrapping_add(1));
+        self.foreign_events.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// What a reader of events waits on: every commit that wrote events (`None`), or only
+    /// those that wrote events of one execution (and events this node cannot attribute).
+    pub fn wake_for(&self, execution_id: Option<&str>) -> Wake {
+        match execution_id {
+            None => Wake::All(self.events.subscribe()),
+            Some(id) => Wake::execution(&self.wakes, id, self.foreign_events.subscribe()),
+        }
     }
 
     /// Changes after every commit that wrote outbox events on this node (and, on PostgreSQL,

@@ -1,0 +1,137 @@
+//! Wake-ups for what waits on outbox events.
+//!
+//! A reader of every event (the shared SSE stream, the webhook relay) is woken by every commit
+//! that wrote events. A waiter for one execution (`GET /v1/executions/{id}?wait=`, the
+//! execution's own event feed) is woken only by commits that wrote that execution's events:
+//! with 32 clients each awaiting its own execution, a commit wakes one of them, not all 32, and
+//! the others do not read their execution again for nothing. Events this node cannot attribute
+//! (another node's `NOTIFY`, a redelivery) wake every waiter, as before.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use tokio::sync::watch;
+
+/// The per-execution channels of waiters present now.
+#[derive(Debug, Default)]
+pub(crate) struct ExecutionWakes {
+    waiting: Mutex<HashMap<String, (watch::Sender<u64>, usize)>>,
+    /// How many executions have waiters: commits skip the lookup when none has.
+    executions: AtomicUsize,
+}
+
+impl ExecutionWakes {
+    /// A channel for one waiter of `execution_id`.
+    fn subscribe(self: &Arc<Self>, execution_id: &str) -> (watch::Receiver<u64>, Registered) {
+        let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+        let (sender, count) = waiting.entry(execution_id.to_owned()).or_insert_with(|| {
+            self.executions.fetch_add(1, Ordering::Relaxed);
+            (watch::Sender::new(0), 0)
+        });
+        *count += 1;
+        (
+            sender.subscribe(),
+            Registered {
+                wakes: self.clone(),
+                execution_id: execution_id.to_owned(),
+            },
+        )
+    }
+
+    /// Wakes the waiters of each of `execution_ids` (a commit that wrote their events).
+    pub(crate) fn wake<'a>(&self, execution_ids: impl IntoIterator<Item = &'a str>) {
+        if self.executions.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+        for id in execution_ids {
+            if let Some((sender, _)) = waiting.get(id) {
+                sender.send_modify(|n| *n = n.wrapping_add(1));
+            }
+        }
+    }
+
+    pub(crate) fn has_waiters(&self) -> bool {
+        self.executions.load(Ordering::Relaxed) > 0
+    }
+}
+
+/// One waiter's place in [`ExecutionWakes`], given back when it goes.
+#[derive(Debug)]
+pub struct Registered {
+    wakes: Arc<ExecutionWakes>,
+    execution_id: String,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        let mut waiting = self
+            .wakes
+            .waiting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, count)) = waiting.get_mut(&self.execution_id) {
+            *count -= 1;
+            if *count == 0 {
+                waiting.remove(&self.execution_id);
+                self.wakes.executions.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// What a reader of events waits on: every commit with events, or one execution's.
+#[derive(Debug)]
+pub enum Wake {
+    All(watch::Receiver<u64>),
+    Execution {
+        own: watch::Receiver<u64>,
+        /// Events of unknown executions (another node's, a redelivery).
+        foreign: watch::Receiver<u64>,
+        _registered: Registered,
+    },
+}
+
+impl Wake {
+    pub(crate) fn execution(
+        wakes: &Arc<ExecutionWakes>,
+        execution_id: &str,
+        foreign: watch::Receiver<u64>,
+    ) -> Self {
+        let (own, registered) = wakes.subscribe(execution_id);
+        Self::Execution {
+            own,
+            foreign,
+            _registered: registered,
+        }
+    }
+
+    /// Marks what happened so far as seen: call before reading, so a commit between the read
+    /// and [`Wake::changed`] is not missed.
+    pub fn mark_seen(&mut self) {
+        match self {
+            Self::All(rx) => {
+                rx.borrow_and_update();
+            }
+            Self::Execution { own, foreign, .. } => {
+                own.borrow_and_update();
+                foreign.borrow_and_update();
+            }
+        }
+    }
+
+    /// Returns at the next commit that concerns this reader since [`Wake::mark_seen`]; never
+    /// when the store is gone.
+    pub async fn changed(&mut self) {
+        let ok = match self {
+            Self::All(rx) => rx.changed().await.is_ok(),
+            Self::Execution { own, foreign, .. } => tokio::select! {
+                r = own.changed() => r.is_ok(),
+                r = foreign.changed() => r.is_ok(),
+            },
+        };
+        if !ok {
+            std::future::pending::<()>().await;
+        }
+    }
+}
