@@ -7,7 +7,8 @@
 //! # Layout
 //! - `config` — [`config::Settings`]: defaults → file → `CAPSTAN_*` env → flags.
 //! - `client` — `capstan executions …` and `capstan trigger`: the CLI as a client of `/v1`.
-//! - `telemetry` — tracing subscriber (text or JSON).
+//! - `telemetry` — logs (text or JSON) and OpenTelemetry trace export (OTLP), with the W3C
+//!   trace-context propagation the engine stores with executions.
 //! - `registry` — the loaded workflows and the files that failed.
 //! - `steps` — the fulfilment step components and the simulated booking services behind them.
 //! - `serve` — [`serve::App`], the router, health and readiness, `run` with a shutdown future.
