@@ -92,6 +92,19 @@ enum Slot {
 
 type Slots = Arc<Mutex<HashMap<String, Slot>>>;
 
+/// The JSON `data` of every complete SSE message at the front of `buffer`, taken out of it.
+fn complete_events(buffer: &mut Vec<u8>) -> anyhow::Result<Vec<Value>> {
+    let mut events = Vec::new();
+    while let Some(end) = buffer.windows(2).position(|w| w == b"\n\n") {
+        let message: Vec<u8> = buffer.drain(..end + 2).collect();
+        let text = String::from_utf8_lossy(&message);
+        if let Some(data) = text.lines().find_map(|l| l.strip_prefix("data:")) {
+            events.push(serde_json::from_str(data.trim_start())?);
+        }
+    }
+    Ok(events)
+}
+
 /// Reads the stream, handing each terminal event to its waiter (or parking it for one that has
 /// not registered yet).
 async fn terminal_events(mut response: reqwest::Response, slots: Slots) -> anyhow::Result<()> {
@@ -99,13 +112,7 @@ async fn terminal_events(mut response: reqwest::Response, slots: Slots) -> anyho
     while let Some(chunk) = response.chunk().await? {
         let at = Instant::now();
         buffer.extend_from_slice(&chunk);
-        while let Some(end) = buffer.windows(2).position(|w| w == b"\n\n") {
-            let message: Vec<u8> = buffer.drain(..end + 2).collect();
-            let text = String::from_utf8_lossy(&message);
-            let Some(data) = text.lines().find_map(|l| l.strip_prefix("data:")) else {
-                continue;
-            };
-            let event: Value = serde_json::from_str(data.trim_start())?;
+        for event in complete_events(&mut buffer)? {
             let (Some(id), Some(kind)) =
                 (event["executionId"].as_str(), event["eventType"].as_str())
             else {
@@ -192,13 +199,7 @@ async fn feed(
     while let Some(chunk) = response.chunk().await? {
         let at = Instant::now();
         buffer.extend_from_slice(&chunk);
-        while let Some(end) = buffer.windows(2).position(|w| w == b"\n\n") {
-            let message: Vec<u8> = buffer.drain(..end + 2).collect();
-            let text = String::from_utf8_lossy(&message);
-            let Some(data) = text.lines().find_map(|l| l.strip_prefix("data:")) else {
-                continue;
-            };
-            let event: Value = serde_json::from_str(data.trim_start())?;
+        for event in complete_events(&mut buffer)? {
             if let Some(
                 kind @ ("ExecutionSucceeded" | "ExecutionFailed" | "ExecutionCanceled"
                 | "ExecutionPaused"),

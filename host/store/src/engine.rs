@@ -1077,20 +1077,17 @@ impl RunStore for Store {
     async fn apply(&self, fence: Option<&Fence>, writes: Vec<Write>) -> Result<(), StoreError> {
         let writes = coalesce(writes);
         let counted = ExecutionCounts::of(&writes);
-        // The executions whose waiters this commit wakes (only looked for when there are any).
-        let moved: Vec<String> = if self.wakes.has_waiters() {
-            let mut ids: Vec<String> = writes
-                .iter()
-                .filter_map(|w| match w {
-                    Write::Event(e) => Some(e.execution_id.clone()),
-                    _ => None,
-                })
-                .collect();
-            ids.dedup();
-            ids
-        } else {
-            Vec::new()
-        };
+        // The executions whose waiters this commit wakes. Taken whether or not anyone waits
+        // now: a waiter may come while the commit is under way (read the execution before it
+        // lands, then wait), and must be woken when it does.
+        let mut moved: Vec<String> = writes
+            .iter()
+            .filter_map(|w| match w {
+                Write::Event(e) => Some(e.execution_id.clone()),
+                _ => None,
+            })
+            .collect();
+        moved.dedup();
         let applied = self.apply_coalesced(fence, writes).await;
         if applied.is_ok() {
             counted.record();

@@ -25,7 +25,7 @@ impl ExecutionWakes {
     fn subscribe(self: &Arc<Self>, execution_id: &str) -> (watch::Receiver<u64>, Registered) {
         let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
         let (sender, count) = waiting.entry(execution_id.to_owned()).or_insert_with(|| {
-            self.executions.fetch_add(1, Ordering::Relaxed);
+            self.executions.fetch_add(1, Ordering::SeqCst);
             (watch::Sender::new(0), 0)
         });
         *count += 1;
@@ -40,7 +40,7 @@ impl ExecutionWakes {
 
     /// Wakes the waiters of each of `execution_ids` (a commit that wrote their events).
     pub(crate) fn wake<'a>(&self, execution_ids: impl IntoIterator<Item = &'a str>) {
-        if self.executions.load(Ordering::Relaxed) == 0 {
+        if self.executions.load(Ordering::SeqCst) == 0 {
             return;
         }
         let waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
@@ -49,10 +49,6 @@ impl ExecutionWakes {
                 sender.send_modify(|n| *n = n.wrapping_add(1));
             }
         }
-    }
-
-    pub(crate) fn has_waiters(&self) -> bool {
-        self.executions.load(Ordering::Relaxed) > 0
     }
 }
 
@@ -74,7 +70,7 @@ impl Drop for Registered {
             *count -= 1;
             if *count == 0 {
                 waiting.remove(&self.execution_id);
-                self.wakes.executions.fetch_sub(1, Ordering::Relaxed);
+                self.wakes.executions.fetch_sub(1, Ordering::SeqCst);
             }
         }
     }
