@@ -623,12 +623,15 @@ fn push_write(batch: &mut Batch, write: Write) {
 /// this lock sequence order is commit order, on any number of nodes, and `seq` stays a plain
 /// gap-free cursor. The lock is transaction-scoped (released by COMMIT or ROLLBACK, also when a
 /// node dies) and taken once per transaction. SQLite needs neither: one writer.
-async fn outbox_lock(tx: &mut Transaction<'_, Any>) -> Result<(), StoreError> {
+async fn outbox_lock(tx: &mut Transaction<'_, Any>, node_id: &str) -> Result<(), StoreError> {
     sqlx::query("SELECT pg_advisory_xact_lock(7310112206040913001)")
         .execute(&mut **tx)
         .await
         .map_err(unavailable)?;
-    sqlx::query("SELECT pg_notify('capstan_events', '')")
+    // Signed with the node's id: its own listener skips it (the commit woke this node's
+    // readers already, its executions' waiters among them).
+    sqlx::query("SELECT pg_notify('capstan_events', $1)")
+        .bind(node_id.to_owned())
         .execute(&mut **tx)
         .await
         .map_err(unavailable)?;
@@ -746,7 +749,7 @@ impl Store {
                 && self.backend() == Backend::Postgres
             {
                 batch.flush(&mut tx).await?;
-                outbox_lock(&mut tx).await?;
+                outbox_lock(&mut tx, self.node_id()).await?;
                 locked = true;
             }
             push_staged(&mut batch, staged);

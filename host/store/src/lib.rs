@@ -458,7 +458,8 @@ impl Store {
         self.events.subscribe()
     }
 
-    /// PostgreSQL: relays other nodes' `NOTIFY capstan_events` to [`Store::subscribe_events`]
+    /// PostgreSQL: relays other nodes' `NOTIFY capstan_events` (each signed with its node's id;
+    /// this node's own are skipped) to [`Store::subscribe_events`]
     /// until `stop` turns true. Reconnects after a lost connection; readers poll as well, so a
     /// missed notification delays an event by at most their polling interval. SQLite: returns at
     /// once (one node, and its commits wake readers directly).
@@ -480,6 +481,9 @@ impl Store {
                         loop {
                             tokio::select! {
                                 n = listener.try_recv() => match n {
+                                    // This node's own commit: its readers were woken
+                                    // when it committed.
+                                    Ok(Some(n)) if n.payload() == self.node_id => {}
                                     Ok(Some(_)) => self.events_committed(),
                                     Ok(None) => {
                                         tracing::warn!("event listener lost its connection; reconnecting");
