@@ -5,7 +5,7 @@
 //! execution's own event feed) is woken only by commits that wrote that execution's events:
 //! with 32 clients each awaiting its own execution, a commit wakes one of them, not all 32, and
 //! the others do not read their execution again for nothing. Events this node cannot attribute
-//! (another node's `NOTIFY`, a redelivery) wake every waiter, as before.
+//! (another node's `NOTIFY`, a redelivery) wake every waiter.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -129,5 +129,47 @@ impl Wake {
         if !ok {
             std::future::pending::<()>().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_waiter_is_woken_by_its_execution_only_and_leaves_nothing_behind() {
+        let wakes = Arc::new(ExecutionWakes::default());
+        let foreign = watch::Sender::new(0u64);
+        let mut a = Wake::execution(&wakes, "a", foreign.subscribe());
+        let mut b = Wake::execution(&wakes, "b", foreign.subscribe());
+        let changed = |w: &Wake| match w {
+            Wake::Execution { own, foreign, .. } => {
+                own.has_changed().unwrap_or(false) || foreign.has_changed().unwrap_or(false)
+            }
+            Wake::All(rx) => rx.has_changed().unwrap_or(false),
+        };
+        wakes.wake(["a", "c"]);
+        assert!(changed(&a));
+        assert!(!changed(&b), "another execution's commit does not wake b");
+        a.mark_seen();
+        assert!(!changed(&a));
+        // Events of no known execution wake everyone.
+        foreign.send_modify(|n| *n += 1);
+        assert!(changed(&a) && changed(&b));
+        b.mark_seen();
+        // Two waiters of one execution share its channel; it goes with the last of them.
+        let a2 = Wake::execution(&wakes, "a", foreign.subscribe());
+        drop(a);
+        assert_eq!(wakes.executions.load(Ordering::SeqCst), 2);
+        drop(a2);
+        drop(b);
+        assert_eq!(wakes.executions.load(Ordering::SeqCst), 0);
+        assert!(
+            wakes
+                .waiting
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .is_empty()
+        );
     }
 }
