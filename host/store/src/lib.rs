@@ -1536,6 +1536,53 @@ mod tests {
         assert!(!subscription.wants(&other));
     }
 
+    /// A commit through `apply` wakes the waiters of the executions whose events it wrote, and
+    /// no others; [`Store::events_committed`] (events of no known execution) wakes them all.
+    #[tokio::test]
+    async fn a_commit_wakes_the_waiters_of_its_executions() {
+        use capstan_core::store::*;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&capstan_testdb::fresh_database_url(dir.path()).await)
+            .await
+            .unwrap();
+        let event = |execution: &str| {
+            Write::Event(OutboxRecord {
+                seq: 0,
+                event_id: capstan_core::ids::new_id(),
+                execution_id: execution.into(),
+                event_type: "ExecutionSucceeded".into(),
+                event_version: "1".into(),
+                principal_id: "p".into(),
+                workflow: "w".into(),
+                payload_json: serde_json::json!({}),
+                occurred_ms: 1,
+                traceparent: None,
+                routed_ms: None,
+                stream_published_ms: None,
+                dispatched_ms: None,
+            })
+        };
+        let mut mine = store.wake_for(Some("e1"));
+        let mut other = store.wake_for(Some("e2"));
+        let mut all = store.wake_for(None);
+        mine.mark_seen();
+        other.mark_seen();
+        all.mark_seen();
+        let woken = |w: &mut Wake| futures_util::FutureExt::now_or_never(w.changed()).is_some();
+        store.apply(None, vec![event("e1")]).await.unwrap();
+        assert!(woken(&mut mine), "its execution's commit wakes it");
+        assert!(!woken(&mut other), "another execution's commit does not");
+        assert!(
+            woken(&mut all),
+            "a reader of every event is woken by every commit"
+        );
+        store.events_committed();
+        assert!(
+            woken(&mut other),
+            "events of no known execution wake every waiter"
+        );
+    }
+
     #[tokio::test]
     async fn key_lookups_see_this_process_changes_at_once_and_others_within_the_cache_time() {
         use crate::auth::{ApiKeyRecord, KEY_CACHE_MS};
