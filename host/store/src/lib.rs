@@ -1461,6 +1461,25 @@ mod tests {
         );
     }
 
+    /// An `ExecutionSucceeded` outbox event `event_id` of `execution_id`.
+    fn succeeded(event_id: &str, execution_id: &str) -> capstan_core::store::Write {
+        capstan_core::store::Write::Event(capstan_core::store::OutboxRecord {
+            seq: 0,
+            event_id: event_id.into(),
+            execution_id: execution_id.into(),
+            event_type: "ExecutionSucceeded".into(),
+            event_version: "1".into(),
+            principal_id: "p".into(),
+            workflow: "w".into(),
+            payload_json: serde_json::json!({}),
+            occurred_ms: 1,
+            traceparent: None,
+            routed_ms: None,
+            stream_published_ms: None,
+            dispatched_ms: None,
+        })
+    }
+
     /// A subscription starts after the outbox's last event at its creation: of the events the
     /// relay has not passed yet, it is routed only those committed after it.
     #[tokio::test]
@@ -1471,23 +1490,7 @@ mod tests {
         let store = Store::open(&capstan_testdb::fresh_database_url(dir.path()).await)
             .await
             .unwrap();
-        let event = |id: &str| {
-            Write::Event(OutboxRecord {
-                seq: 0,
-                event_id: id.into(),
-                execution_id: "e1".into(),
-                event_type: "ExecutionSucceeded".into(),
-                event_version: "1".into(),
-                principal_id: "p".into(),
-                workflow: "w".into(),
-                payload_json: serde_json::json!({}),
-                occurred_ms: 1,
-                traceparent: None,
-                routed_ms: None,
-                stream_published_ms: None,
-                dispatched_ms: None,
-            })
-        };
+        let event = |id: &str| succeeded(id, "e1");
         store
             .apply(None, vec![event("before-1"), event("before-2")])
             .await
@@ -1545,23 +1548,7 @@ mod tests {
         let store = Store::open(&capstan_testdb::fresh_database_url(dir.path()).await)
             .await
             .unwrap();
-        let event = |execution: &str| {
-            Write::Event(OutboxRecord {
-                seq: 0,
-                event_id: capstan_core::ids::new_id(),
-                execution_id: execution.into(),
-                event_type: "ExecutionSucceeded".into(),
-                event_version: "1".into(),
-                principal_id: "p".into(),
-                workflow: "w".into(),
-                payload_json: serde_json::json!({}),
-                occurred_ms: 1,
-                traceparent: None,
-                routed_ms: None,
-                stream_published_ms: None,
-                dispatched_ms: None,
-            })
-        };
+        let event = |execution: &str| succeeded(&capstan_core::ids::new_id(), execution);
         let mut mine = store.wake_for(Some("e1"));
         let mut other = store.wake_for(Some("e2"));
         let mut all = store.wake_for(None);
