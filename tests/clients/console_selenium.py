@@ -20,6 +20,7 @@ import uuid
 
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
@@ -63,6 +64,18 @@ def until(driver, condition, what):
                          f"timed out waiting for {what}; page text:\n{driver.find_element(By.TAG_NAME, 'body').text}")
 
 
+def click(driver, selector, what):
+    # Live lists are rebuilt whenever they change; a row found in one WebDriver call may be
+    # gone by the next, so find and click are retried together.
+    def press(d):
+        try:
+            d.find_element(By.CSS_SELECTOR, selector).click()
+            return True
+        except (StaleElementReferenceException, NoSuchElementException):
+            return False
+    until(driver, press, what)
+
+
 def sign_in(driver, key):
     driver.get(BASE + "/console/")
     field = until(driver, ec.presence_of_element_located((By.ID, "api-key")), "the sign-in form")
@@ -94,7 +107,7 @@ def main():
         row = f'tr[data-execution="{onboard}"]'
         until(driver, ec.presence_of_element_located((By.CSS_SELECTOR, row)), "the new execution in the list")
         shot(driver, "executions")
-        driver.find_element(By.CSS_SELECTOR, f"{row} a").click()
+        click(driver, f"{row} a", "the new execution's link")
         until(driver, ec.presence_of_element_located((By.ID, "stages")), "the stage timeline")
         running = statuses(driver, "#stages .status")
         until(driver, lambda d: statuses(d, "h1 .status") == ["succeeded"]
@@ -177,7 +190,7 @@ def main():
         driver.get(f"{BASE}/console/#/subscriptions/{sub}")
         until(driver, ec.presence_of_element_located((By.CSS_SELECTOR, "#deliveries tbody tr")), "a delivery")
         before = len(api("GET", f"/v1/subscriptions/{sub}/deliveries", OPS_KEY)["deliveries"])
-        driver.find_element(By.CSS_SELECTOR, "#deliveries tbody tr button").click()
+        click(driver, "#deliveries tbody tr button", "the redeliver button")
         until(driver, ec.alert_is_present(), "the confirmation")
         driver.switch_to.alert.accept()
         until(driver, lambda d: len(api("GET", f"/v1/subscriptions/{sub}/deliveries", OPS_KEY)["deliveries"]) > before,

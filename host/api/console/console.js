@@ -61,6 +61,14 @@ function show(node, ...children) {
   node.replaceChildren(...children.flat().filter((c) => c !== null && c !== undefined && c !== false));
 }
 
+// Replaces a part of the page only when what it shows has changed, so a live refresh does not swap
+// a button out from under the operator's pointer between press and release.
+function showChanged(node, key, ...children) {
+  if (node.dataset.shown === key) return;
+  node.dataset.shown = key;
+  show(node, ...children);
+}
+
 function errorBox(e) {
   const box = el("div", { class: "error", role: "alert" }, el("div", { text: e.message }));
   if (e instanceof ApiError && e.explain()) box.append(el("div", { class: "hint", text: e.explain() }));
@@ -191,10 +199,10 @@ async function executionsView(params) {
     try {
       const { executions } = await api("GET", `/v1/executions?${q}`);
       if (!executions.length) {
-        body.replaceChildren(el("p", { class: "hint", text: "No executions match." }));
+        showChanged(body, "[]", el("p", { class: "hint", text: "No executions match." }));
         return;
       }
-      body.replaceChildren(el("div", { class: "table-wrap" }, el("table", {},
+      showChanged(body, JSON.stringify(executions), el("div", { class: "table-wrap" }, el("table", {},
         el("thead", {}, el("tr", {}, ["Execution", "Workflow", "Status", "Stage", "Principal", "Created"].map((h, i) =>
           el("th", { class: i >= 4 ? "hide-narrow" : null, text: h })))),
         el("tbody", {}, executions.map((x) => el("tr", { "data-execution": x.executionId },
@@ -206,6 +214,7 @@ async function executionsView(params) {
           el("td", { class: "hide-narrow", text: when(x.createdAt) })))))));
     } catch (e) {
       if (e.status === 401) return signIn(e.message);
+      delete body.dataset.shown;
       body.replaceChildren(errorBox(e));
     }
   };
@@ -272,7 +281,7 @@ async function planView(x, box) {
       }
     });
     const current = (c) => (c ? [c.type_ || c.type || "", (c.values || []).join(" "), c.aliasTarget ? `alias ${c.aliasTarget.dnsName}` : ""].join(" ").trim() : "—");
-    show(box, el("div", { class: "card", id: "plan" },
+    showChanged(box, JSON.stringify([plan, x.status]), el("div", { class: "card", id: "plan" },
       el("h2", { text: `Plan for ${plan.rootDomain}` }),
       el("p", { class: "hint" }, "Hash ", el("code", { text: plan.planHash })),
       el("div", { class: "table-wrap" }, el("table", {},
@@ -283,6 +292,7 @@ async function planView(x, box) {
           el("td", { class: "mono", text: plan.apexAlias ? `alias ${plan.apexAlias.dnsName}` : "" })))))),
       x.status === "waiting" ? el("div", { class: "actions" }, approve) : null));
   } catch (e) {
+    delete box.dataset.shown;
     if (e.status === 404) box.replaceChildren();
     else box.replaceChildren(errorBox(e));
   }
@@ -326,7 +336,8 @@ async function executionView(id) {
         x.finishedAt ? ` · finished ${when(x.finishedAt)}` : "",
         x.cancellationRequestedAt ? ` · cancel requested ${when(x.cancellationRequestedAt)}` : ""),
       el("details", {}, el("summary", { text: "Input" }), el("pre", { text: JSON.stringify(x.inputJson, null, 2) })));
-    actions.replaceChildren(...actionsFor(x).map(([command, label, cls, text]) => {
+    const offered = actionsFor(x);
+    showChanged(actions, JSON.stringify(offered), offered.map(([command, label, cls, text]) => {
       const b = el("button", { type: "button", class: cls || null, "data-action": command, text: label });
       b.addEventListener("click", () => act(command, label, text));
       return b;
@@ -466,7 +477,7 @@ async function deliveriesView(id) {
   const load = async () => {
     try {
       const { deliveries } = await api("GET", `/v1/subscriptions/${encodeURIComponent(id)}/deliveries`);
-      body.replaceChildren(table("deliveries", ["Event", "Attempt", "Status", "Response", "Dispatched", "Error", ""], deliveries.map((d) => {
+      showChanged(body, JSON.stringify(deliveries), table("deliveries", ["Event", "Attempt", "Status", "Response", "Dispatched", "Error", ""], deliveries.map((d) => {
         const again = el("button", { type: "button", text: "Redeliver" });
         again.addEventListener("click", async () => {
           if (!confirm(`Deliver event ${d.eventId} to this subscription again?`)) return;
@@ -485,6 +496,7 @@ async function deliveriesView(id) {
       })));
     } catch (e) {
       if (e.status === 401) return signIn(e.message);
+      delete body.dataset.shown;
       body.replaceChildren(errorBox(e));
     }
   };

@@ -370,18 +370,34 @@ async fn one(
 /// SQLite (`synchronous=full`, the default), SQLite with `synchronous=normal`, then PostgreSQL
 /// (skipped with a note when it cannot be reached), each awaited the three ways; 32 in flight,
 /// then 1.
-pub async fn run(fixture: &Path, quick: bool) -> anyhow::Result<Vec<EngineHttpRun>> {
+pub async fn run(
+    fixture: &Path,
+    quick: bool,
+    only: &[String],
+) -> anyhow::Result<Vec<EngineHttpRun>> {
     anyhow::ensure!(
         fixture.is_file(),
         "{} is missing: run `just build-guests`",
         fixture.display()
     );
     let executions = if quick { 100 } else { 2_000 };
-    let mut backends = vec!["sqlite", "sqlite-normal"];
-    let server = crate::cluster::postgres_server();
-    match <sqlx::PgConnection as sqlx::Connection>::connect(&server).await {
-        Ok(_) => backends.push("postgres"),
-        Err(e) => println!("(skipping the PostgreSQL engine runs: {server}: {e})"),
+    let wanted = |backend: &str| only.is_empty() || only.iter().any(|o| o == backend);
+    for o in only {
+        anyhow::ensure!(
+            ["sqlite", "sqlite-normal", "postgres"].contains(&o.as_str()),
+            "--backend {o}: the engine section's stores are sqlite, sqlite-normal and postgres"
+        );
+    }
+    let mut backends: Vec<&'static str> = ["sqlite", "sqlite-normal"]
+        .into_iter()
+        .filter(|b| wanted(b))
+        .collect();
+    if wanted("postgres") {
+        let server = crate::cluster::postgres_server();
+        match <sqlx::PgConnection as sqlx::Connection>::connect(&server).await {
+            Ok(_) => backends.push("postgres"),
+            Err(e) => println!("(skipping the PostgreSQL engine runs: {server}: {e})"),
+        }
     }
     // Each store with the three ways users wait; the weaker SQLite durability mode with the
     // shared stream only, to price the default's fsyncs.

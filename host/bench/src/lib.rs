@@ -322,7 +322,13 @@ fn latency(mut samples: Vec<Duration>) -> Latency {
 }
 
 /// Runs the benchmarks on the components of `workflows`: every section, or only `only`.
-pub async fn run(workflows: &Path, quick: bool, only: Option<Section>) -> anyhow::Result<()> {
+/// `backends` narrows the engine section's stores (all of them when empty).
+pub async fn run(
+    workflows: &Path,
+    quick: bool,
+    only: Option<Section>,
+    backends: &[String],
+) -> anyhow::Result<()> {
     let runs = |section: Section| only.is_none_or(|o| o == section);
     let (components, hello) = if runs(Section::Runtime) {
         let (components, samples) = runtime(workflows, quick).await?;
@@ -333,7 +339,7 @@ pub async fn run(workflows: &Path, quick: bool, only: Option<Section>) -> anyhow
     let fixture = Path::new("target/guest-fixtures/fixture-steps.wasm");
     let (mut engine, mut engine_runs) = (Vec::new(), Vec::new());
     if runs(Section::Engine) {
-        engine = crate::engine::run(fixture, quick).await?;
+        engine = crate::engine::run(fixture, quick, backends).await?;
         engine_runs.push(engine_run(fixture, if quick { 25 } else { 300 }, 1).await?);
     }
     let api = if runs(Section::Api) {

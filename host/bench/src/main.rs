@@ -21,12 +21,16 @@ struct Args {
     /// Run only this section.
     #[arg(long, value_enum, value_name = "SECTION")]
     only: Option<capstan_bench::Section>,
+    /// The engine section's stores to run (`sqlite`, `sqlite-normal`, `postgres`; repeat the
+    /// flag for several); all of them when absent.
+    #[arg(long = "backend", value_name = "STORE")]
+    backends: Vec<String>,
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
-    match capstan_bench::run(&args.workflows, args.quick, args.only).await {
+    match capstan_bench::run(&args.workflows, args.quick, args.only, &args.backends).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("capstan-bench: {e:#}");

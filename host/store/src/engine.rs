@@ -241,7 +241,7 @@ impl Batch {
         self.pending.iter().map(Sql::binds).sum()
     }
 
-    /// SQLite: everything pending, for a group commit (the guards stay marked).
+    /// Everything pending, for a group commit (the guards stay marked).
     fn into_sql(mut self) -> Sql {
         let mut text = Sql::default();
         for sql in std::mem::take(&mut self.pending) {
@@ -990,12 +990,35 @@ impl Store {
 }
 
 impl Store {
-    /// [`RunStore::apply`] after coalescing: SQLite's group commit, or a transaction alone.
+    /// [`RunStore::apply`] after coalescing: a group commit (SQLite's or PostgreSQL's), or a
+    /// transaction alone.
     async fn apply_coalesced(
         &self,
         fence: Option<&Fence>,
         writes: Vec<Write>,
     ) -> Result<(), StoreError> {
+        if groupable(&writes)
+            && let Some(group) = self.pg_writer()
+        {
+            // Events apart: the group inserts every caller's events after everyone's other
+            // writes, behind one outbox lock.
+            let (events, body): (Vec<Write>, Vec<Write>) = writes
+                .into_iter()
+                .partition(|w| matches!(w, Write::Event(_)));
+            let mut batch = Batch::new(Backend::Postgres);
+            if let Some(fence) = fence {
+                batch.fence(fence);
+            }
+            push_writes(&mut batch, body);
+            let mut inserts = Batch::new(Backend::Postgres);
+            push_writes(&mut inserts, events);
+            return group
+                .commit(
+                    batch.into_sql().into_statements(),
+                    inserts.into_sql().into_statements(),
+                )
+                .await;
+        }
         let requires = fence
             .filter(|_| self.backend() == Backend::Sqlite)
             .and_then(|f| self.inner.behind.required_by(&f.run_id));

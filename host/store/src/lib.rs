@@ -16,6 +16,7 @@
 pub mod auth;
 mod engine;
 pub mod event_versions;
+mod pg_writer;
 mod reader;
 pub mod retention;
 mod rows;
@@ -263,6 +264,9 @@ struct StoreState {
     writer_queue_bytes: std::sync::atomic::AtomicUsize,
     /// The thread that commits groups (SQLite), started with the first group.
     group_writer: std::sync::OnceLock<Result<writer::GroupWriter, String>>,
+    /// PostgreSQL's group writer, started with the first write that uses it (again if its
+    /// runtime went away); `Some(None)` when the URL asks for TLS, which it does not speak.
+    pg_writer: std::sync::Mutex<Option<Option<pg_writer::PgGroupWriter>>>,
     /// Writes made behind their answers and their epoch ([`Store::write_behind`]).
     behind: std::sync::Arc<writer::Behind>,
     /// SQLite read connections kept outside sqlx's pool ([`Store::read`]).
@@ -284,6 +288,7 @@ impl Default for StoreState {
             writer_wanted: Default::default(),
             writer_queue_bytes: std::sync::atomic::AtomicUsize::new(writer::QUEUE_BYTES),
             group_writer: Default::default(),
+            pg_writer: Default::default(),
             behind: Default::default(),
             readers: Default::default(),
             reader_permits: std::sync::Arc::new(tokio::sync::Semaphore::new(0)),
@@ -686,6 +691,43 @@ impl Store {
             })
             .as_ref()
             .map_err(|e| capstan_core::store::StoreError::Unavailable(e.clone()))
+    }
+
+    /// PostgreSQL's group writer ([`pg_writer`]), or `None` when this store cannot use one
+    /// (SQLite, or a URL that asks for TLS: its writes take a transaction each).
+    pub(crate) fn pg_writer(&self) -> Option<pg_writer::PgGroupWriter> {
+        if self.backend != Backend::Postgres {
+            return None;
+        }
+        let mut slot = self
+            .inner
+            .pg_writer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if slot
+            .as_ref()
+            .is_some_and(|w| w.as_ref().is_some_and(|w| w.is_closed()))
+        {
+            *slot = None;
+        }
+        slot.get_or_insert_with(|| match pg_writer::config(&self.url) {
+            Ok(Some(config)) => Some(pg_writer::PgGroupWriter::start(
+                config,
+                self.node_id.clone(),
+                self.events.clone(),
+            )),
+            Ok(None) => {
+                tracing::warn!(
+                    "the database URL asks for TLS, which the PostgreSQL group writer does not speak: each durable point commits in a transaction of its own (slower)"
+                );
+                None
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot configure the PostgreSQL group writer: each durable point commits in a transaction of its own");
+                None
+            }
+        })
+        .clone()
     }
 
     /// The write pool: every transaction that writes goes through it (SQLite: one connection).
@@ -1459,6 +1501,130 @@ mod tests {
                 .is_empty(),
             "leased"
         );
+    }
+
+    /// A node's runs commit at the same moment, as they do under load: each commit lands or
+    /// fails alone, whichever group carries it. A fence whose lease is gone answers `LeaseLost`,
+    /// one whose run was asked to cancel answers `Canceled`, a write the database refuses (a
+    /// duplicate key) answers its error; none of those lands any of its writes, its events
+    /// included, and none keeps the others' writes from landing.
+    #[tokio::test]
+    async fn each_commit_of_a_group_lands_or_fails_alone() {
+        use capstan_core::execution::ExecutionStatus;
+        use capstan_core::store::*;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&capstan_testdb::fresh_database_url(dir.path()).await)
+            .await
+            .unwrap();
+        let execution = |i: usize| ExecutionRecord {
+            id: format!("e{i:02}"),
+            workflow: "w".into(),
+            principal_id: "p".into(),
+            status: ExecutionStatus::Running,
+            status_reason: None,
+            current_stage: None,
+            created_ms: 1,
+            finished_ms: None,
+            cancellation_requested_ms: None,
+            input_json: serde_json::json!({}),
+            output_json: None,
+            outcome_json: None,
+            run_id: format!("r{i:02}"),
+            traceparent: None,
+        };
+        let mut setup = Vec::new();
+        for i in 0..24 {
+            setup.push(Write::InsertExecution(execution(i)));
+            setup.push(Write::InsertRun(RunRecord {
+                id: format!("r{i:02}"),
+                execution_id: format!("e{i:02}"),
+                workflow: "w".into(),
+                digest: "d".into(),
+                kind: RunKind::Workflow,
+                state: RunState::Runnable,
+                wake_ms: 1,
+                lease_owner: None,
+                lease_expires_ms: None,
+                activations: 0,
+                cancel_requested: i == 21,
+                created_ms: 1,
+                epoch: 0,
+            }));
+        }
+        store.apply(None, setup).await.unwrap();
+        assert_eq!(
+            store.claim_runs("me", 10, 60_000, 100).await.unwrap().len(),
+            24
+        );
+
+        let fence = |i: usize, owner: &str| Fence {
+            run_id: format!("r{i:02}"),
+            owner: owner.into(),
+            lease_until_ms: 120_000,
+        };
+        let finish = |i: usize| {
+            vec![
+                Write::UpdateExecution(ExecutionPatch {
+                    id: format!("e{i:02}"),
+                    status: Some(ExecutionStatus::Succeeded),
+                    ..ExecutionPatch::default()
+                }),
+                succeeded(&format!("ev{i:02}"), &format!("e{i:02}")),
+            ]
+        };
+        let (fences, writes): (Vec<Fence>, Vec<Vec<Write>>) = (0..24)
+            .map(|i| match i {
+                20 => (fence(i, "another-node"), finish(i)),
+                22 => {
+                    // e00 exists: the insert fails after the status update ran.
+                    let mut writes = finish(i);
+                    writes.push(Write::InsertExecution(execution(0)));
+                    (fence(i, "me"), writes)
+                }
+                _ => (fence(i, "me"), finish(i)),
+            })
+            .unzip();
+        let answers = futures_util::future::join_all(
+            fences
+                .iter()
+                .zip(writes)
+                .map(|(fence, writes)| store.apply(Some(fence), writes)),
+        )
+        .await;
+        for (i, answer) in answers.iter().enumerate() {
+            match i {
+                20 => assert!(matches!(answer, Err(StoreError::LeaseLost)), "{answer:?}"),
+                21 => assert!(matches!(answer, Err(StoreError::Canceled)), "{answer:?}"),
+                22 => assert!(
+                    matches!(answer, Err(StoreError::Unavailable(_))),
+                    "{answer:?}"
+                ),
+                _ => assert!(answer.is_ok(), "{i}: {answer:?}"),
+            }
+        }
+        let events: Vec<String> =
+            sqlx::query_scalar("SELECT event_id FROM outbox ORDER BY event_id")
+                .fetch_all(&mut *store.read().await.unwrap())
+                .await
+                .unwrap();
+        let landed: Vec<String> = (0..24)
+            .filter(|i| ![20, 21, 22].contains(i))
+            .map(|i| format!("ev{i:02}"))
+            .collect();
+        assert_eq!(events, landed);
+        for i in 0..24 {
+            let (record, _) = store
+                .execution_with_stages(&format!("e{i:02}"))
+                .await
+                .unwrap()
+                .unwrap();
+            let expected = if [20, 21, 22].contains(&i) {
+                ExecutionStatus::Running
+            } else {
+                ExecutionStatus::Succeeded
+            };
+            assert_eq!(record.status, expected, "e{i:02}");
+        }
     }
 
     /// An `ExecutionSucceeded` outbox event `event_id` of `execution_id`.

@@ -1,0 +1,470 @@
+//! PostgreSQL's group commit: one connection per node commits the durable points of many
+//! executions in one transaction, its statements pipelined (sent one after the other without
+//! waiting for each answer, `tokio-postgres`) and prepared once per connection.
+//!
+//! Through sqlx every statement of an activation's commit waited for its own round trip, and
+//! every commit was a transaction of its own with its own WAL flush, outbox lock and `NOTIFY`.
+//! Here a group of any number of callers costs one flush, one lock and one notification, and
+//! about one round trip.
+//!
+//! A guard ([`Check`]) cannot stop statements already sent, so each is sent as a statement that
+//! raises when its condition fails (`capstan_guard`, PostgreSQL migration 0011). The error aborts
+//! the transaction; the statement's place in the pipeline names the caller it belongs to, which
+//! gets its verdict, and the group runs again without it — as SQLite's group writer does
+//! (`crate::writer`), and for the same reason: failures are rare, savepoints are not free (each
+//! writing one takes a subtransaction id, and past 64 of them every snapshot on the server gets
+//! slower).
+//!
+//! Outbox events go after every other statement of the group, behind the outbox lock
+//! (`crate::engine::outbox_lock` says why it exists), taken once per group: the lock is held
+//! from there to the commit only, and is taken after the row locks, in the order every other
+//! transaction takes them.
+
+use crate::sql::{Check, Statement};
+use capstan_core::store::StoreError;
+use sqlx_core::any::{AnyTypeInfoKind, AnyValueKind};
+use std::collections::HashMap;
+use std::sync::Arc;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_postgres::types::{IsNull, ToSql, Type, to_sql_checked};
+
+/// Callers one group carries at most.
+const MAX_JOBS: usize = 256;
+/// Callers waiting for the writer at most; more wait for room (back-pressure).
+const QUEUE: usize = 1024;
+/// Prepared statements kept per connection; past this the cache starts over (the texts are a
+/// fixed set but for the lengths of `IN (…)` lists and journal chunks).
+const CACHED_STATEMENTS: usize = 1024;
+
+/// The statement that serialises outbox inserts across nodes (`crate::engine::outbox_lock`).
+const OUTBOX_LOCK: &str = "SELECT pg_advisory_xact_lock(7310112206040913001)";
+const NOTIFY: &str = "SELECT pg_notify('capstan_events', $1)";
+
+/// One caller's writes: `body` under its guards, then its outbox `events`.
+struct Job {
+    body: Vec<Statement>,
+    events: Vec<Statement>,
+    done: oneshot::Sender<Result<(), StoreError>>,
+}
+
+/// The handle callers queue their writes on; the writer task ends when the last handle goes.
+#[derive(Debug, Clone)]
+pub(crate) struct PgGroupWriter {
+    jobs: mpsc::Sender<Job>,
+}
+
+impl PgGroupWriter {
+    /// Starts the writer task on the current tokio runtime. It connects when the first group
+    /// comes, and again after a connection is lost.
+    pub(crate) fn start(
+        config: tokio_postgres::Config,
+        node_id: String,
+        events: Arc<watch::Sender<u64>>,
+    ) -> Self {
+        let (jobs, queue) = mpsc::channel(QUEUE);
+        let writer = Writer {
+            config,
+            node_id: AnyValueKind::Text(Arc::new(node_id)),
+            events,
+            connection: None,
+        };
+        tokio::spawn(writer.run(queue));
+        Self { jobs }
+    }
+
+    /// Whether the writer task is gone (its runtime shut down): a new one is needed.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.jobs.is_closed()
+    }
+
+    /// Commits `body` then `events` atomically with the next group; answers once the group
+    /// has committed (or the caller's part was refused, or the group failed).
+    pub(crate) async fn commit(
+        &self,
+        body: Vec<Statement>,
+        events: Vec<Statement>,
+    ) -> Result<(), StoreError> {
+        let (done, answer) = oneshot::channel();
+        self.jobs
+            .send(Job { body, events, done })
+            .await
+            .map_err(|_| {
+                StoreError::Unavailable("the PostgreSQL group writer has stopped".to_owned())
+            })?;
+        answer
+            .await
+            .unwrap_or_else(|_| Err(crate::engine::interrupted()))
+    }
+}
+
+/// What the sqlx URL asks of a connection, for `tokio-postgres`; `None` when it asks for TLS,
+/// which this writer does not speak (writes then take sqlx's path, one transaction each).
+pub(crate) fn config(url: &str) -> Result<Option<tokio_postgres::Config>, String> {
+    use sqlx::postgres::{PgConnectOptions, PgSslMode};
+    let options: PgConnectOptions = url.parse().map_err(|e: sqlx::Error| e.to_string())?;
+    if matches!(
+        options.get_ssl_mode(),
+        PgSslMode::Require | PgSslMode::VerifyCa | PgSslMode::VerifyFull
+    ) {
+        return Ok(None);
+    }
+    let mut config = tokio_postgres::Config::new();
+    match options.get_socket() {
+        Some(directory) => config.host_path(directory),
+        None => config.host(options.get_host()),
+    };
+    config.port(options.get_port()).user(options.get_username());
+    if let Some(database) = options.get_database() {
+        config.dbname(database);
+    }
+    if let Some(name) = options.get_application_name() {
+        config.application_name(name);
+    }
+    // As the pool's connections (`Store::connect_postgres`): a lock is waited for 5 s at most.
+    let mut server_options = "-c lock_timeout=5s".to_owned();
+    if let Some(more) = options.get_options() {
+        server_options.push(' ');
+        server_options.push_str(more);
+    }
+    config.options(&server_options);
+    // sqlx keeps the password to itself: read it where sqlx reads it (the URL, then PGPASSWORD).
+    let password = url::Url::parse(url)
+        .ok()
+        .and_then(|u| {
+            u.password().map(|p| {
+                percent_encoding::percent_decode_str(p)
+                    .decode_utf8_lossy()
+                    .into_owned()
+            })
+        })
+        .or_else(|| std::env::var("PGPASSWORD").ok());
+    if let Some(password) = password {
+        config.password(password);
+    }
+    Ok(Some(config))
+}
+
+struct Writer {
+    config: tokio_postgres::Config,
+    /// The `NOTIFY` payload: other nodes wake their readers, this node's listener skips it.
+    node_id: AnyValueKind,
+    events: Arc<watch::Sender<u64>>,
+    connection: Option<Connection>,
+}
+
+impl Writer {
+    async fn run(mut self, mut queue: mpsc::Receiver<Job>) {
+        let mut jobs = Vec::with_capacity(MAX_JOBS);
+        while queue.recv_many(&mut jobs, MAX_JOBS).await > 0 {
+            let answers = self.commit(&jobs).await;
+            for (job, answer) in jobs.drain(..).zip(answers) {
+                // A caller that went away no longer wants its answer.
+                let _ = job.done.send(answer);
+            }
+        }
+    }
+
+    /// Commits the group and answers each job; see the module's documentation.
+    async fn commit(&mut self, jobs: &[Job]) -> Vec<Result<(), StoreError>> {
+        let mut answers: Vec<Option<Result<(), StoreError>>> = jobs.iter().map(|_| None).collect();
+        loop {
+            let waiting: Vec<usize> = (0..jobs.len()).filter(|&i| answers[i].is_none()).collect();
+            if waiting.is_empty() {
+                break;
+            }
+            let started = std::time::Instant::now();
+            crate::count_write();
+            let outcome = match connect(&mut self.connection, &self.config).await {
+                Ok(connection) => connection.run(jobs, &waiting, &self.node_id).await,
+                Err(e) => Err(Failed::Group(e)),
+            };
+            match outcome {
+                Ok(()) => {
+                    crate::observe_commit("postgres", waiting.len(), started);
+                    if waiting.iter().any(|&i| !jobs[i].events.is_empty()) {
+                        self.events.send_modify(|n| *n = n.wrapping_add(1));
+                    }
+                    for i in waiting {
+                        answers[i] = Some(Ok(()));
+                    }
+                }
+                // The transaction was rolled back: the group runs again without this job.
+                Err(Failed::Job(i, e)) => answers[i] = Some(Err(e)),
+                Err(Failed::Group(e)) => {
+                    // Whatever state the connection is in, the next group starts on a new one.
+                    self.connection = None;
+                    for i in waiting {
+                        answers[i] = Some(Err(e.clone()));
+                    }
+                }
+            }
+        }
+        answers.into_iter().map(|a| a.unwrap_or(Ok(()))).collect()
+    }
+}
+
+/// The writer's connection, opened (again) when there is none or it was lost.
+async fn connect<'a>(
+    slot: &'a mut Option<Connection>,
+    config: &tokio_postgres::Config,
+) -> Result<&'a mut Connection, StoreError> {
+    if slot.as_ref().is_some_and(|c| c.client.is_closed()) {
+        *slot = None;
+    }
+    if slot.is_none() {
+        let (client, connection) = config
+            .connect(tokio_postgres::NoTls)
+            .await
+            .map_err(|e| unavailable(&e))?;
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::warn!(%error, "the PostgreSQL group writer's connection ended");
+            }
+        });
+        *slot = Some(Connection {
+            client,
+            prepared: HashMap::new(),
+        });
+    }
+    Ok(slot.as_mut().expect("connected above"))
+}
+
+/// Why a group did not commit.
+enum Failed {
+    /// One job's statement failed (a guard among them): it gets the error, the others run again.
+    Job(usize, StoreError),
+    /// The transaction or the connection failed: every job still waiting gets the error.
+    Group(StoreError),
+}
+
+/// A prepared statement's key: its text as sent (a guard's, wrapped) and its parameter types.
+type Key = (String, Vec<Type>);
+
+struct Connection {
+    client: tokio_postgres::Client,
+    prepared: HashMap<Key, tokio_postgres::Statement>,
+}
+
+/// Who a statement of the pipeline answers for.
+#[derive(Clone, Copy)]
+enum Owner {
+    Group,
+    Job(usize, Option<Check>),
+}
+
+/// One statement of the pipeline.
+struct Step<'a> {
+    owner: Owner,
+    key: Key,
+    values: &'a [AnyValueKind],
+}
+
+impl<'a> Step<'a> {
+    fn group(text: &str, values: &'a [AnyValueKind]) -> Self {
+        Self {
+            owner: Owner::Group,
+            key: (text.to_owned(), values.iter().map(pg_type).collect()),
+            values,
+        }
+    }
+
+    fn job(job: usize, statement: &'a Statement) -> Self {
+        let text = match statement.check {
+            Some(check) => raising(&statement.text, check),
+            None => statement.text.clone(),
+        };
+        let values = statement.values();
+        Self {
+            owner: Owner::Job(job, statement.check),
+            key: (text, values.iter().map(pg_type).collect()),
+            values,
+        }
+    }
+}
+
+impl Connection {
+    /// One run of the group: `BEGIN`, every waiting job's statements, the outbox lock and the
+    /// notification when events follow, the events, `COMMIT`, all sent before any answer is read.
+    async fn run(
+        &mut self,
+        jobs: &[Job],
+        waiting: &[usize],
+        node_id: &AnyValueKind,
+    ) -> Result<(), Failed> {
+        let mut steps = vec![Step::group("BEGIN", &[])];
+        for &i in waiting {
+            steps.extend(jobs[i].body.iter().map(|s| Step::job(i, s)));
+        }
+        if waiting.iter().any(|&i| !jobs[i].events.is_empty()) {
+            steps.push(Step::group(OUTBOX_LOCK, &[]));
+            steps.push(Step::group(NOTIFY, std::slice::from_ref(node_id)));
+            for &i in waiting {
+                steps.extend(jobs[i].events.iter().map(|s| Step::job(i, s)));
+            }
+        }
+        steps.push(Step::group("COMMIT", &[]));
+        self.prepare(&steps).await?;
+
+        let statements: Vec<&tokio_postgres::Statement> =
+            steps.iter().map(|s| &self.prepared[&s.key]).collect();
+        let params: Vec<Vec<Param<'_>>> = steps
+            .iter()
+            .map(|s| s.values.iter().map(Param).collect())
+            .collect();
+        let refs: Vec<Vec<&(dyn ToSql + Sync)>> = params
+            .iter()
+            .map(|p| p.iter().map(|v| v as &(dyn ToSql + Sync)).collect())
+            .collect();
+        // Each request is sent when its future is first polled, in order; `join_all` polls them
+        // all before any answer comes back.
+        let results = futures_util::future::join_all(
+            statements
+                .iter()
+                .zip(&refs)
+                .map(|(statement, params)| self.client.execute(*statement, params)),
+        )
+        .await;
+        // The first error decides: those after it only say the transaction was aborted (and
+        // `COMMIT` of an aborted transaction rolls it back).
+        match steps
+            .iter()
+            .zip(results)
+            .find_map(|(step, result)| result.err().map(|e| (step.owner, e)))
+        {
+            None => Ok(()),
+            Some((Owner::Job(i, check), e)) if e.as_db_error().is_some() => {
+                Err(Failed::Job(i, job_error(&e, check)))
+            }
+            Some((_, e)) => Err(Failed::Group(unavailable(&e))),
+        }
+    }
+
+    /// Prepares the statements not prepared yet, pipelined too. A text the server refuses
+    /// fails the first job that sent it.
+    async fn prepare(&mut self, steps: &[Step<'_>]) -> Result<(), Failed> {
+        let mut missing: Vec<&Step<'_>> = Vec::new();
+        for step in steps {
+            if !self.prepared.contains_key(&step.key) && !missing.iter().any(|m| m.key == step.key)
+            {
+                missing.push(step);
+            }
+        }
+        if missing.is_empty() {
+            return Ok(());
+        }
+        if self.prepared.len() + missing.len() > CACHED_STATEMENTS {
+            self.prepared.clear();
+        }
+        let client = &self.client;
+        let prepared = futures_util::future::join_all(
+            missing
+                .iter()
+                .map(|step| client.prepare_typed(&step.key.0, &step.key.1)),
+        )
+        .await;
+        for (step, result) in missing.into_iter().zip(prepared) {
+            match result {
+                Ok(statement) => {
+                    self.prepared.insert(step.key.clone(), statement);
+                }
+                Err(e) => {
+                    return Err(match step.owner {
+                        Owner::Job(i, _) if e.as_db_error().is_some() => {
+                            Failed::Job(i, unavailable(&e))
+                        }
+                        _ => Failed::Group(unavailable(&e)),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A guard as a statement that raises when its condition fails: `capstan_guard` gets how many
+/// rows the guard returned and the first column of the first (as `jsonb`), and raises `CP001`
+/// for none and, for a run's fence, `CP002` for a cancel request (see [`Check::verdict`]).
+fn raising(text: &str, check: Check) -> String {
+    let fence = matches!(check, Check::Fence);
+    format!(
+        "WITH guard AS ({text}) SELECT capstan_guard((SELECT count(*) FROM guard), \
+         (SELECT first.value FROM guard, jsonb_each(to_jsonb(guard)) AS first LIMIT 1), {fence})"
+    )
+}
+
+/// A job's failed statement as the caller's error: a guard's verdict, or the server's refusal.
+fn job_error(e: &tokio_postgres::Error, check: Option<Check>) -> StoreError {
+    let code = e.as_db_error().map(|db| db.code().code());
+    match (check, code) {
+        (Some(check), Some("CP001")) => check.verdict(None).err(),
+        (Some(check), Some("CP002")) => check.verdict(Some(1)).err(),
+        _ => None,
+    }
+    .unwrap_or_else(|| unavailable(e))
+}
+
+fn unavailable(e: &tokio_postgres::Error) -> StoreError {
+    StoreError::Unavailable(match e.as_db_error() {
+        Some(db) => format!("{} ({})", db.message(), db.code().code()),
+        None => e.to_string(),
+    })
+}
+
+/// The type sqlx's PostgreSQL driver binds each value as, so a statement means here what it
+/// means on sqlx's path.
+fn pg_type(value: &AnyValueKind) -> Type {
+    match value {
+        AnyValueKind::Null(kind) => match kind {
+            AnyTypeInfoKind::Null | AnyTypeInfoKind::Integer => Type::INT4,
+            AnyTypeInfoKind::Bool => Type::BOOL,
+            AnyTypeInfoKind::SmallInt => Type::INT2,
+            AnyTypeInfoKind::BigInt => Type::INT8,
+            AnyTypeInfoKind::Real => Type::FLOAT4,
+            AnyTypeInfoKind::Double => Type::FLOAT8,
+            AnyTypeInfoKind::Text => Type::TEXT,
+            AnyTypeInfoKind::Blob => Type::BYTEA,
+        },
+        AnyValueKind::Bool(_) => Type::BOOL,
+        AnyValueKind::SmallInt(_) => Type::INT2,
+        AnyValueKind::Integer(_) => Type::INT4,
+        AnyValueKind::BigInt(_) => Type::INT8,
+        AnyValueKind::Real(_) => Type::FLOAT4,
+        AnyValueKind::Double(_) => Type::FLOAT8,
+        AnyValueKind::Text(_) | AnyValueKind::TextSlice(_) => Type::TEXT,
+        AnyValueKind::Blob(_) => Type::BYTEA,
+        // A kind sqlx may add later: refused when bound (below).
+        _ => Type::UNKNOWN,
+    }
+}
+
+/// A value bound as [`pg_type`] says (the statement was prepared with those types).
+#[derive(Debug)]
+struct Param<'a>(&'a AnyValueKind);
+
+impl ToSql for Param<'_> {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut bytes::BytesMut,
+    ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        match self.0 {
+            AnyValueKind::Null(_) => Ok(IsNull::Yes),
+            AnyValueKind::Bool(v) => v.to_sql(ty, out),
+            AnyValueKind::SmallInt(v) => v.to_sql(ty, out),
+            AnyValueKind::Integer(v) => v.to_sql(ty, out),
+            AnyValueKind::BigInt(v) => v.to_sql(ty, out),
+            AnyValueKind::Real(v) => v.to_sql(ty, out),
+            AnyValueKind::Double(v) => v.to_sql(ty, out),
+            AnyValueKind::Text(v) => v.as_str().to_sql(ty, out),
+            AnyValueKind::TextSlice(v) => (&**v).to_sql(ty, out),
+            AnyValueKind::Blob(v) => v.as_slice().to_sql(ty, out),
+            other => Err(format!("a value the group writer cannot bind: {other:?}").into()),
+        }
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+
+    to_sql_checked!();
+}
