@@ -287,7 +287,9 @@ async fn one(
                     .post(format!("{base}/v1/workflows/fixture-steps"))
                     .bearer_auth(&key)
                     .header("Idempotency-Key", format!("engine-{i}"))
-                    .json(&json!({"zone": "ZEXAMPLE-COM", "stages": STAGES}))
+                    // Each execution its own record sets, as executions for different domains have:
+                    // one record set's changes wait for each other (on PostgreSQL, for its lock).
+                    .json(&json!({"zone": "ZEXAMPLE-COM", "domain": format!("e{i}.example.com"), "stages": STAGES}))
                     .send()
                     .await?;
                 let status = r.status();

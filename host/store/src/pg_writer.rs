@@ -211,22 +211,22 @@ async fn connect<'a>(
     if slot.as_ref().is_some_and(|c| c.client.is_closed()) {
         *slot = None;
     }
-    if slot.is_none() {
-        let (client, connection) = config
-            .connect(tokio_postgres::NoTls)
-            .await
-            .map_err(|e| unavailable(&e))?;
-        tokio::spawn(async move {
-            if let Err(error) = connection.await {
-                tracing::warn!(%error, "the PostgreSQL group writer's connection ended");
-            }
-        });
-        *slot = Some(Connection {
-            client,
-            prepared: HashMap::new(),
-        });
+    if let Some(connection) = slot {
+        return Ok(connection);
     }
-    Ok(slot.as_mut().expect("connected above"))
+    let (client, connection) = config
+        .connect(tokio_postgres::NoTls)
+        .await
+        .map_err(|e| unavailable(&e))?;
+    tokio::spawn(async move {
+        if let Err(error) = connection.await {
+            tracing::warn!(%error, "the PostgreSQL group writer's connection ended");
+        }
+    });
+    Ok(slot.insert(Connection {
+        client,
+        prepared: HashMap::new(),
+    }))
 }
 
 /// Why a group did not commit.
@@ -467,4 +467,60 @@ impl ToSql for Param<'_> {
     }
 
     to_sql_checked!();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The writer connects where sqlx's pool does: host, port, user, password (percent-decoded),
+    /// database and sqlx's `options[…]` (the tests' and the bench's schema per run); a URL that
+    /// asks for TLS gets no writer.
+    #[test]
+    fn reads_the_connection_from_sqlx_urls() {
+        let config = config(
+            "postgres://capstan:p%40ss%2Fword@db.internal:6543/work?options[search_path]=capstan_t_1&application_name=node-a",
+        )
+        .unwrap()
+        .expect("plain TCP");
+        assert_eq!(
+            config.get_hosts(),
+            &[tokio_postgres::config::Host::Tcp("db.internal".to_owned())]
+        );
+        assert_eq!(config.get_ports(), &[6543]);
+        assert_eq!(config.get_user(), Some("capstan"));
+        assert_eq!(config.get_password(), Some(&b"p@ss/word"[..]));
+        assert_eq!(config.get_dbname(), Some("work"));
+        assert_eq!(config.get_application_name(), Some("node-a"));
+        let options = config.get_options().unwrap();
+        assert!(options.contains("-c lock_timeout=5s"), "{options}");
+        assert!(options.contains("search_path=capstan_t_1"), "{options}");
+
+        for tls in ["require", "verify-ca", "verify-full"] {
+            assert!(
+                config_of(&format!("postgres://u@h/d?sslmode={tls}")).is_none(),
+                "{tls}"
+            );
+        }
+        assert!(config_of("postgres://u@h/d?sslmode=disable").is_some());
+    }
+
+    fn config_of(url: &str) -> Option<tokio_postgres::Config> {
+        config(url).unwrap()
+    }
+
+    /// A guard keeps its text inside the raising wrapper, and only a fence raises for a cancel.
+    #[test]
+    fn wraps_guards_in_the_raising_function() {
+        let fence = raising(
+            "UPDATE runs SET x = $1 RETURNING cancel_requested",
+            Check::Fence,
+        );
+        assert!(
+            fence.starts_with("WITH guard AS (UPDATE runs SET x = $1 RETURNING cancel_requested)")
+        );
+        assert!(fence.ends_with(", true)"), "{fence}");
+        let holds = raising("SELECT 1 FROM t WHERE id = $1", Check::Holds("moved"));
+        assert!(holds.ends_with(", false)"), "{holds}");
+    }
 }

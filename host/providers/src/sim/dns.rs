@@ -90,15 +90,25 @@ impl SimulatedCloud {
                 let Some(zone_name) = exists else {
                     return Err(no_zone(zone_id));
                 };
+                let changes = parse_changes(request)?;
                 if tx.backend() == capstan_store::Backend::Postgres {
                     // READ COMMITTED would let two changes of one record set both read it
-                    // before either wrote it: one change of a zone at a time (SQLite's single
-                    // writer already is).
-                    tx.statement("SELECT pg_advisory_xact_lock(hashtext($1))")
-                        .bind(zone_id.to_owned());
-                    tx.fetch().await.map_err(unavailable)?;
+                    // before either wrote it: one change of a record set at a time (SQLite's
+                    // single writer already is). A change is decided from its own record sets
+                    // only (`ChangePlan`), so changes of other record sets of the zone go on
+                    // meanwhile; the locks are taken in one order, so two batches that share
+                    // record sets cannot deadlock.
+                    let mut sets: Vec<String> = changes
+                        .iter()
+                        .map(|c| format!("{zone_id}\u{1f}{}\u{1f}{}", c.name, c.ty))
+                        .collect();
+                    sets.sort();
+                    for set in sets {
+                        tx.statement("SELECT pg_advisory_xact_lock(hashtext($1))")
+                            .bind(set);
+                        tx.fetch().await.map_err(unavailable)?;
+                    }
                 }
-                let changes = parse_changes(request)?;
                 let mut olds = Vec::new();
                 for c in &changes {
                     tx.statement(
