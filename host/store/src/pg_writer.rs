@@ -342,6 +342,11 @@ impl Connection {
     /// Prepares the statements not prepared yet, pipelined too. A text the server refuses
     /// fails the first job that sent it.
     async fn prepare(&mut self, steps: &[Step<'_>]) -> Result<(), Failed> {
+        // Started over before anything is looked up: every step's statement is prepared
+        // when the pipeline is built.
+        if self.prepared.len() >= CACHED_STATEMENTS {
+            self.prepared.clear();
+        }
         let mut missing: Vec<&Step<'_>> = Vec::new();
         for step in steps {
             if !self.prepared.contains_key(&step.key) && !missing.iter().any(|m| m.key == step.key)
@@ -351,9 +356,6 @@ impl Connection {
         }
         if missing.is_empty() {
             return Ok(());
-        }
-        if self.prepared.len() + missing.len() > CACHED_STATEMENTS {
-            self.prepared.clear();
         }
         let client = &self.client;
         let prepared = futures_util::future::join_all(
