@@ -1252,6 +1252,21 @@ fn terminate(child: &mut Child, grace: Duration) -> ExitStatus {
     child.wait().expect("wait for a killed server")
 }
 
+/// Whether an HTTP server answers `GET path` on 127.0.0.1:`port` (any status). A socket that
+/// connected to itself reads back its own request, which is not an answer.
+fn http_answers(port: u16, path: &str) -> bool {
+    let Ok(mut tcp) = std::net::TcpStream::connect((LOCALHOST, port)) else {
+        return false;
+    };
+    let _ = tcp.set_read_timeout(Some(Duration::from_secs(2)));
+    let request = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n");
+    if tcp.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut head = [0u8; 5];
+    tcp.read_exact(&mut head).is_ok() && &head == b"HTTP/"
+}
+
 /// What a log file got after it was `start` bytes long.
 fn log_since(log: &str, start: usize) -> &str {
     log.get(start..).unwrap_or(log)
@@ -1316,7 +1331,8 @@ fn base64(bytes: &[u8], url_safe: bool) -> String {
 /// `target/venv-moto`): the AWS APIs on 127.0.0.1, state in memory. The tests look at it with
 /// boto3 (`tests/clients/aws_state.py`), the AWS SDK for Python, never through Capstan.
 pub struct Moto {
-    child: Child,
+    /// Behind a lock so that `boto`, which takes `&self`, can say whether moto is still running.
+    child: Mutex<Child>,
     dir: tempfile::TempDir,
     port: u16,
 }
@@ -1333,30 +1349,54 @@ impl Moto {
         path
     }
 
+    /// Starts moto on a free port. A port handed out by `free_port` may be taken by another
+    /// socket before moto binds it, so a moto that exits while starting is started again on
+    /// another port; readiness is an HTTP answer, not a TCP connect (a connect to a closed
+    /// port in the ephemeral range can connect to itself).
     pub fn start() -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
-        let port = free_port();
-        let log = fs::File::create(dir.path().join("moto.log")).expect("moto log");
-        // ACM issues a DNS-validated certificate this many seconds after its request (moto
-        // does not look at DNS).
-        let child = Command::new(Self::venv("moto_server"))
-            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-            .env("MOTO_ACM_VALIDATION_WAIT", "1")
-            .stdout(log.try_clone().expect("log"))
-            .stderr(log)
-            .spawn()
-            .expect("spawn moto_server");
-        let moto = Self { child, dir, port };
-        let deadline = Instant::now() + START_TIMEOUT;
-        while std::net::TcpStream::connect((LOCALHOST, port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "moto did not listen; log:\n{}",
-                moto.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
+        let log_path = dir.path().join("moto.log");
+        let mut failures = Vec::new();
+        for _ in 0..3 {
+            let port = free_port();
+            let log = fs::File::create(&log_path).expect("moto log");
+            // ACM issues a DNS-validated certificate this many seconds after its request (moto
+            // does not look at DNS).
+            let mut child = Command::new(Self::venv("moto_server"))
+                .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+                .env("MOTO_ACM_VALIDATION_WAIT", "1")
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().expect("log"))
+                .stderr(log)
+                .spawn()
+                .expect("spawn moto_server");
+            let deadline = Instant::now() + START_TIMEOUT;
+            loop {
+                if let Ok(Some(status)) = child.try_wait() {
+                    failures.push(format!(
+                        "port {port}: moto exited ({status}); log:\n{}",
+                        fs::read_to_string(&log_path).unwrap_or_default()
+                    ));
+                    break;
+                }
+                if http_answers(port, "/moto-api/") {
+                    return Self {
+                        child: Mutex::new(child),
+                        dir,
+                        port,
+                    };
+                }
+                if Instant::now() > deadline {
+                    terminate(&mut child, Duration::from_secs(5));
+                    panic!(
+                        "moto did not answer on port {port} within {START_TIMEOUT:?}; log:\n{}",
+                        fs::read_to_string(&log_path).unwrap_or_default()
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
         }
-        moto
+        panic!("moto did not start:\n{}", failures.join("\n"));
     }
 
     pub fn endpoint(&self) -> String {
@@ -1383,8 +1423,20 @@ impl Moto {
             .expect("run aws_state.py");
         assert!(
             out.status.success(),
-            "aws_state.py {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
+            "aws_state.py {args:?}: {}\nmoto on port {}: {}; moto log:\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.port,
+            match self
+                .child
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .try_wait()
+            {
+                Ok(Some(status)) => format!("exited ({status})"),
+                Ok(None) => "running".to_owned(),
+                Err(e) => format!("unknown ({e})"),
+            },
+            self.log()
         );
         serde_json::from_slice(&out.stdout).expect("aws_state.py answers JSON")
     }
@@ -1396,8 +1448,9 @@ impl Moto {
 
 impl Drop for Moto {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let child = self.child.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }
 
