@@ -1285,14 +1285,15 @@ async fn a_trigger_starts_its_run_in_a_free_slot_and_the_claimer_takes_the_rest(
 }
 
 /// A provider's write made behind its answer that fails refuses the commits that recorded the
-/// answer (SQLite): nothing of the activation commits, the run is retried a second later,
+/// answer: nothing of the activation commits, the run is retried a second later,
 /// replays the call under the same token, and succeeds once the provider's write commits.
 #[tokio::test]
 async fn a_commit_recording_an_answer_whose_write_behind_failed_is_refused_and_replayed() {
     let w = world().await;
-    if w.store.behind_epoch().is_none() {
-        return; // PostgreSQL writes nothing behind answers
-    }
+    assert!(
+        w.store.behind_epoch().is_some(),
+        "both backends write behind answers"
+    );
     w.cloud.write_behind(&w.store, 1);
     let id = w
         .trigger("fixture-steps", json!({"zone": "Z1", "stages": 2}))

@@ -1,13 +1,13 @@
 //! [`EngineStore`] on both backends: the statements each [`Write`] becomes, gathered per
 //! transaction in a [`Batch`], and the engine's reads.
 //!
-//! On SQLite a batch joins the next group commit (`writer.rs`) rather than taking the single
-//! write lock itself, so under load one transaction carries many activations' writes; a
-//! provider may also queue writes behind an answer it already gave ([`Store::write_behind`]), and
-//! a caller that decided outside a transaction commits guarded statements
-//! ([`Store::commit_guarded`]). On PostgreSQL every batch is a transaction of its own, run claims
-//! skip rows other nodes hold (`FOR UPDATE SKIP LOCKED`), and outbox events are inserted under a
-//! lock so that their sequence follows commit order. `journal` stores a run's journal one row per
+//! A batch joins the node's next group commit (SQLite: `writer.rs`; PostgreSQL: `pg_writer.rs`)
+//! rather than committing alone, so under load one transaction carries many activations'
+//! writes, and a provider may queue writes behind an answer it already gave
+//! ([`Store::write_behind`]). On SQLite a caller that decided outside a transaction commits
+//! guarded statements ([`Store::commit_guarded`]). On PostgreSQL run claims skip rows other
+//! nodes hold (`FOR UPDATE SKIP LOCKED`), and outbox events are inserted under a lock so that
+//! their sequence follows commit order. `journal` stores a run's journal one row per
 //! commit.
 
 use crate::rows::parse_enum;
@@ -838,8 +838,9 @@ impl Store {
         Ok(())
     }
 
-    /// Queues `sql` for the next group commit and returns at once, SQLite only: a write made
-    /// behind an answer the caller gives before it is durable. The caller decided it in memory
+    /// Queues `sql` for the next group commit and returns at once: a write made behind an
+    /// answer the caller gives before it is durable (SQLite, and PostgreSQL with its group
+    /// writer; [`Store::behind_epoch`] is `None` where there is none). The caller decided it in memory
     /// under the epoch `epoch` ([`Store::behind_epoch`]); it is refused unrun if the epoch
     /// has moved by the time it runs, and if it fails, the epoch moves. Whoever records the
     /// answer commits after it (the group writer's queue is first in, first out) under its run's
@@ -847,12 +848,23 @@ impl Store {
     /// ([`RunStore::activation_began`]), so that commit is durable only if this write is, and is
     /// refused if this write failed. Answers the write's number in the queue
     /// ([`Store::behind_answered`] says when it has been answered).
+    ///
+    /// On PostgreSQL other nodes write too, so what the caller decided from may have changed
+    /// meanwhile: its guards (`Sql::guard`) say what must still hold, under the locks it takes
+    /// first, and a guard that fails fails the write like any other error.
     pub fn write_behind(&self, sql: Sql, epoch: u64) -> Result<u64, StoreError> {
-        if self.backend() != Backend::Sqlite {
-            return Err(StoreError::Unavailable(
-                "writes behind answers are SQLite's; PostgreSQL callers use a transaction"
-                    .to_owned(),
-            ));
+        if self.backend() == Backend::Postgres {
+            let Some(group) = self.pg_writer() else {
+                return Err(StoreError::Unavailable(
+                    "writes behind answers need the PostgreSQL group writer".to_owned(),
+                ));
+            };
+            let number = self.inner.behind.queue();
+            if let Err(e) = group.behind(sql.into_statements(), epoch) {
+                self.inner.behind.give_up();
+                return Err(e);
+            }
+            return Ok(number);
         }
         let part = crate::writer::Part::Statements(sql.into_statements());
         // The caller answers before the write is durable, so it cannot wait for room: with the
@@ -880,9 +892,10 @@ impl Store {
     }
 
     /// The epoch of writes made behind their answers: it moves when one of them fails. `None`
-    /// on PostgreSQL, which writes nothing behind answers.
+    /// where nothing is written behind answers (PostgreSQL without its group writer, over TLS).
     pub fn behind_epoch(&self) -> Option<u64> {
-        (self.backend() == Backend::Sqlite).then(|| self.inner.behind.epoch())
+        (self.backend() == Backend::Sqlite || self.pg_writer().is_some())
+            .then(|| self.inner.behind.epoch())
     }
 
     /// How many writes behind answers the group writer has answered (committed or refused), in
@@ -893,17 +906,18 @@ impl Store {
     }
 
     /// Returns once every write behind its answer queued before the call has been answered
-    /// (at once when none is waiting, and on PostgreSQL): what a read through another way than
-    /// the writer's own memory waits for to see them.
+    /// (at once when none is waiting): what a read through another way than the writer's own
+    /// memory waits for to see them.
     pub async fn settle_behind(&self) {
-        if self.backend() == Backend::Sqlite {
-            let nudge = || {
-                if let Ok(writer) = self.group_writer() {
-                    writer.nudge();
-                }
-            };
-            self.inner.behind.settled(nudge).await;
-        }
+        let nudge = || {
+            // PostgreSQL's group writer takes what is queued at once: nothing to nudge.
+            if self.backend() == Backend::Sqlite
+                && let Ok(writer) = self.group_writer()
+            {
+                writer.nudge();
+            }
+        };
+        self.inner.behind.settled(nudge).await;
     }
 
     /// Holds sqlx's writer connection while the group writer commits, session after session,
@@ -997,6 +1011,7 @@ impl Store {
         fence: Option<&Fence>,
         writes: Vec<Write>,
     ) -> Result<(), StoreError> {
+        let requires = fence.and_then(|f| self.inner.behind.required_by(&f.run_id));
         if groupable(&writes)
             && let Some(group) = self.pg_writer()
         {
@@ -1016,12 +1031,10 @@ impl Store {
                 .commit(
                     batch.into_sql().into_statements(),
                     inserts.into_sql().into_statements(),
+                    requires,
                 )
                 .await;
         }
-        let requires = fence
-            .filter(|_| self.backend() == Backend::Sqlite)
-            .and_then(|f| self.inner.behind.required_by(&f.run_id));
         if self.backend() == Backend::Sqlite && groupable(&writes) {
             // Built once here: the group appends it, and runs it alone if the group fails.
             let events = writes.iter().any(|w| matches!(w, Write::Event(_)));
@@ -1123,15 +1136,11 @@ impl RunStore for Store {
     }
 
     fn activation_began(&self, run_id: &str) {
-        if self.backend() == Backend::Sqlite {
-            self.inner.behind.activation_began(run_id);
-        }
+        self.inner.behind.activation_began(run_id);
     }
 
     fn activation_ended(&self, run_id: &str) {
-        if self.backend() == Backend::Sqlite {
-            self.inner.behind.activation_ended(run_id);
-        }
+        self.inner.behind.activation_ended(run_id);
     }
 
     async fn run(&self, id: &str) -> Result<Option<RunRecord>, StoreError> {

@@ -715,6 +715,7 @@ impl Store {
                 config,
                 self.node_id.clone(),
                 self.events.clone(),
+                self.inner.behind.clone(),
             )),
             Ok(None) => {
                 tracing::warn!(

@@ -21,6 +21,7 @@
 //! transaction takes them.
 
 use crate::sql::{Check, Statement};
+use crate::writer::{Behind, REFUSED_BEHIND};
 use capstan_core::store::StoreError;
 use sqlx_core::any::{AnyTypeInfoKind, AnyValueKind};
 use std::collections::HashMap;
@@ -44,7 +45,10 @@ const NOTIFY: &str = "SELECT pg_notify('capstan_events', $1)";
 struct Job {
     body: Vec<Statement>,
     events: Vec<Statement>,
-    done: oneshot::Sender<Result<(), StoreError>>,
+    /// Refused, unrun, unless the epoch of writes behind answers is still this one.
+    requires: Option<u64>,
+    /// Who waits for the answer; `None`: a write behind its answer ([`Behind`]).
+    done: Option<oneshot::Sender<Result<(), StoreError>>>,
 }
 
 /// The handle callers queue their writes on; the writer task ends when the last handle goes.
@@ -60,12 +64,14 @@ impl PgGroupWriter {
         config: tokio_postgres::Config,
         node_id: String,
         events: Arc<watch::Sender<u64>>,
+        behind: Arc<Behind>,
     ) -> Self {
         let (jobs, queue) = mpsc::channel(QUEUE);
         let writer = Writer {
             config,
             node_id: AnyValueKind::Text(Arc::new(node_id)),
             events,
+            behind,
             connection: None,
         };
         tokio::spawn(writer.run(queue));
@@ -78,23 +84,49 @@ impl PgGroupWriter {
     }
 
     /// Commits `body` then `events` atomically with the next group; answers once the group
-    /// has committed (or the caller's part was refused, or the group failed).
+    /// has committed (or the caller's part was refused, or the group failed). `requires`: see
+    /// [`crate::Store::write_behind`].
     pub(crate) async fn commit(
         &self,
         body: Vec<Statement>,
         events: Vec<Statement>,
+        requires: Option<u64>,
     ) -> Result<(), StoreError> {
         let (done, answer) = oneshot::channel();
         self.jobs
-            .send(Job { body, events, done })
+            .send(Job {
+                body,
+                events,
+                requires,
+                done: Some(done),
+            })
             .await
-            .map_err(|_| {
-                StoreError::Unavailable("the PostgreSQL group writer has stopped".to_owned())
-            })?;
+            .map_err(|_| stopped())?;
         answer
             .await
             .unwrap_or_else(|_| Err(crate::engine::interrupted()))
     }
+
+    /// Queues a write behind its answer ([`crate::Store::write_behind`]) without waiting: with
+    /// the queue full it is refused, and the caller takes its ordinary path, which waits.
+    pub(crate) fn behind(&self, body: Vec<Statement>, epoch: u64) -> Result<(), StoreError> {
+        let job = Job {
+            body,
+            events: Vec::new(),
+            requires: Some(epoch),
+            done: None,
+        };
+        self.jobs.try_send(job).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => {
+                StoreError::Unavailable("the PostgreSQL group writer's queue is full".to_owned())
+            }
+            mpsc::error::TrySendError::Closed(_) => stopped(),
+        })
+    }
+}
+
+fn stopped() -> StoreError {
+    StoreError::Unavailable("the PostgreSQL group writer has stopped".to_owned())
 }
 
 /// What the sqlx URL asks of a connection, for `tokio-postgres`; `None` when it asks for TLS,
@@ -149,6 +181,8 @@ struct Writer {
     /// The `NOTIFY` payload: other nodes wake their readers, this node's listener skips it.
     node_id: AnyValueKind,
     events: Arc<watch::Sender<u64>>,
+    /// Writes behind answers: their epoch, and how many the writer has answered.
+    behind: Arc<Behind>,
     connection: Option<Connection>,
 }
 
@@ -157,17 +191,39 @@ impl Writer {
         let mut jobs = Vec::with_capacity(MAX_JOBS);
         while queue.recv_many(&mut jobs, MAX_JOBS).await > 0 {
             let answers = self.commit(&jobs).await;
+            // Writes behind answers are counted answered before anyone is answered: a caller
+            // answered next may look at the count.
+            let mut behind = 0;
+            for (job, answer) in jobs.iter().zip(&answers) {
+                if job.done.is_none() {
+                    if let Err(error) = answer {
+                        tracing::warn!(%error, "a write made behind its answer failed");
+                    }
+                    behind += 1;
+                }
+            }
+            self.behind.count_answered(behind);
             for (job, answer) in jobs.drain(..).zip(answers) {
                 // A caller that went away no longer wants its answer.
-                let _ = job.done.send(answer);
+                if let Some(done) = job.done {
+                    let _ = done.send(answer);
+                }
             }
         }
     }
 
-    /// Commits the group and answers each job; see the module's documentation.
+    /// Commits the group and answers each job; see the module's documentation. A job that
+    /// names an epoch of writes behind answers that has moved is refused unrun; a write behind
+    /// its answer that fails moves the epoch at once, so the jobs after it that named the old
+    /// one — in this group's next run or in later groups — are refused.
     async fn commit(&mut self, jobs: &[Job]) -> Vec<Result<(), StoreError>> {
         let mut answers: Vec<Option<Result<(), StoreError>>> = jobs.iter().map(|_| None).collect();
         loop {
+            for (job, answer) in jobs.iter().zip(answers.iter_mut()) {
+                if answer.is_none() && job.requires.is_some_and(|e| e != self.behind.epoch()) {
+                    *answer = Some(Err(StoreError::Unavailable(REFUSED_BEHIND.to_owned())));
+                }
+            }
             let waiting: Vec<usize> = (0..jobs.len()).filter(|&i| answers[i].is_none()).collect();
             if waiting.is_empty() {
                 break;
@@ -189,10 +245,18 @@ impl Writer {
                     }
                 }
                 // The transaction was rolled back: the group runs again without this job.
-                Err(Failed::Job(i, e)) => answers[i] = Some(Err(e)),
+                Err(Failed::Job(i, e)) => {
+                    if jobs[i].done.is_none() {
+                        self.behind.fail();
+                    }
+                    answers[i] = Some(Err(e));
+                }
                 Err(Failed::Group(e)) => {
                     // Whatever state the connection is in, the next group starts on a new one.
                     self.connection = None;
+                    if waiting.iter().any(|&i| jobs[i].done.is_none()) {
+                        self.behind.fail();
+                    }
                     for i in waiting {
                         answers[i] = Some(Err(e.clone()));
                     }

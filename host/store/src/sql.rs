@@ -163,6 +163,13 @@ impl Sql {
         self
     }
 
+    /// Makes the current statement a guard of a write behind its answer
+    /// ([`crate::Store::write_behind`]): it returns a row while what the caller decided from
+    /// still holds, and the write fails when it returns none.
+    pub fn guard(&mut self) -> &mut Self {
+        self.check(Check::Holds("what a write behind its answer was decided from has changed"))
+    }
+
     /// Makes the first `n` statements guards.
     pub(crate) fn checked(mut self, n: usize, check: Check) -> Self {
         for statement in self.statements.iter_mut().take(n) {

@@ -213,7 +213,7 @@ impl Behind {
         let _ = answered.wait_for(|n| *n >= target).await;
     }
 
-    fn fail(&self) {
+    pub(crate) fn fail(&self) {
         self.epoch.fetch_add(1, Ordering::AcqRel);
     }
 
@@ -223,7 +223,7 @@ impl Behind {
         self.count_answered(1);
     }
 
-    fn count_answered(&self, n: u64) {
+    pub(crate) fn count_answered(&self, n: u64) {
         if n > 0 {
             self.answered.send_modify(|a| *a += n);
         }

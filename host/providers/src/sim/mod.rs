@@ -294,16 +294,16 @@ impl Seed {
     }
 }
 
-/// The simulated cloud on the engine's SQLite database.
+/// The simulated cloud, in the engine's database.
 #[derive(Debug, Clone)]
 pub struct SimulatedCloud {
     /// The store's writer.
     pool: AnyPool,
-    /// For reads on the calling thread and writes behind answers (SQLite, `write_behind.rs`).
+    /// For reads outside a transaction and writes behind answers (`write_behind.rs`).
     store: capstan_store::Store,
     clock: Arc<dyn Clock>,
     settings: SimulationSettings,
-    /// The DNS as decided in memory, written behind its answers (SQLite, `write_behind.rs`).
+    /// The DNS as decided in memory, written behind its answers (`write_behind.rs`).
     memory: Arc<write_behind::Memory>,
 }
 

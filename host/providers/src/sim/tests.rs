@@ -68,9 +68,9 @@ async fn dns_changes_go_insync_after_the_propagation_delay_and_repeat_tokens_cha
     assert_eq!(missing.code, "not-found");
 }
 
-/// Concurrent changes of one record set each see the state just before them (on SQLite each DNS
-/// change is decided in memory under one lock and written behind its answer; on PostgreSQL in a
-/// transaction), and a batch that names one record set twice is refused.
+/// Concurrent changes of one record set each see the state just before them (each DNS change is
+/// decided in memory under one lock and written behind its answer), and a batch that names one
+/// record set twice is refused.
 #[tokio::test]
 async fn concurrent_changes_of_one_record_set_each_see_the_state_before_them() {
     let (cloud, _clock, _dir) = cloud().await;
@@ -104,7 +104,7 @@ async fn concurrent_changes_of_one_record_set_each_see_the_state_before_them() {
     assert_eq!(e.code, "invalid-change-batch");
 }
 
-/// A DNS change is decided in memory and answered before its writes commit (SQLite): the next
+/// A DNS change is decided in memory and answered before its writes commit: the next
 /// change of the record set sees it, polling it answers at once, the ordinary path and the
 /// snapshot see it (they wait for the writes behind answers), and once those are committed a
 /// simulation with an empty memory (a restart) gives its token the same answer and sees its
@@ -243,7 +243,7 @@ async fn fast_and_ordinary_changes_of_one_record_set_form_one_chain() {
     assert_eq!(cloud.snapshot().await.unwrap()["effects"], 37);
 }
 
-/// A change asked as the first use of its token skips the token's lookup (SQLite). Were the
+/// A change asked as the first use of its token skips the token's lookup. Were the
 /// engine wrong about that, the token's primary key catches it: the second write behind an answer
 /// for the token fails, the epoch moves (so no commit recording that answer lands), and the
 /// token then answers what it answered the first time.
@@ -278,25 +278,78 @@ async fn a_token_asked_first_twice_is_caught_by_its_key() {
         .await
         .unwrap();
     cloud.store.settle_behind().await;
-    if let Some(epoch) = epoch {
-        assert_ne!(
-            wrong["change_id"], first["change_id"],
-            "decided again, unread"
-        );
-        assert_eq!(
-            cloud.store.behind_epoch(),
-            Some(epoch + 1),
-            "its write failed on the key"
-        );
-    } else {
-        assert_eq!(wrong, first, "PostgreSQL looks every token up");
-    }
+    assert_ne!(
+        wrong["change_id"], first["change_id"],
+        "decided again, unread"
+    );
+    assert_eq!(
+        cloud.store.behind_epoch(),
+        epoch.map(|e| e + 1),
+        "its write failed on the key"
+    );
     assert_eq!(
         ok(&fresh, "dns.change-records", request, "first-1").await,
         first,
         "the token answers what it answered first"
     );
     assert_eq!(fresh.snapshot().await.unwrap()["effects"], 1);
+}
+
+/// Two nodes on one PostgreSQL database, each deciding DNS changes in its own memory: a change
+/// decided from a record set the other node has changed since fails its write (its guard finds
+/// the record set changed), the node's epoch moves so nothing recording that answer commits, and
+/// the change asked again under its token (the run's replay) is decided from the record set as
+/// the other node left it. Always on PostgreSQL: several nodes are PostgreSQL's.
+#[tokio::test]
+async fn a_change_decided_from_a_record_set_another_node_changed_is_decided_again() {
+    let url = capstan_testdb::fresh_postgres_url().await;
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let mut nodes = Vec::new();
+    for _ in 0..2 {
+        let store = capstan_store::Store::open(&url).await.unwrap();
+        let cloud = SimulatedCloud::new(&store, clock.clone(), SimulationSettings::default())
+            .await
+            .unwrap();
+        nodes.push(cloud);
+    }
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let zone = ok(a, "dns.find-zone", json!({"domain": "example.com"}), "").await;
+    let change = |v: &str| json!({"zone_id": zone["id"], "changes": [{"Upsert": {"name": "two.example.com", "type_": "Txt", "ttl": 60, "values": [v], "alias_target": null}}]});
+    let values = |answer: &Value| answer["prior"][0]["values"].clone();
+
+    ok(a, "dns.change-records", change("a1"), "a-1").await;
+    a.store.settle_behind().await;
+    let epoch = a.store.behind_epoch().expect("the group writer writes behind answers");
+    let by_b = ok(b, "dns.change-records", change("b1"), "b-1").await;
+    assert_eq!(values(&by_b), json!(["a1"]), "b read what a committed");
+    b.store.settle_behind().await;
+
+    // a's memory still says a1.
+    let stale = ok(a, "dns.change-records", change("a2"), "a-2").await;
+    assert_eq!(values(&stale), json!(["a1"]), "decided in a's memory");
+    a.store.settle_behind().await;
+    assert_eq!(
+        a.store.behind_epoch(),
+        Some(epoch + 1),
+        "its write found the record set changed"
+    );
+    assert_eq!(b.store.behind_epoch(), Some(epoch), "b's epoch is b's own");
+    let records = json!({"zone_id": zone["id"], "name": "two.example.com"});
+    assert_eq!(
+        ok(a, "dns.list-records", records.clone(), "").await[0]["values"],
+        json!(["b1"]),
+        "the failed write changed nothing"
+    );
+
+    let again = ok(a, "dns.change-records", change("a2"), "a-2").await;
+    assert_eq!(values(&again), json!(["b1"]), "decided again from b's value");
+    a.store.settle_behind().await;
+    assert_eq!(a.store.behind_epoch(), Some(epoch + 1));
+    assert_eq!(
+        ok(b, "dns.list-records", records, "").await[0]["values"],
+        json!(["a2"])
+    );
+    assert_eq!(a.snapshot().await.unwrap()["effects"], 3);
 }
 
 /// The answers of concurrent changes of one record set form one chain: exactly one came first,

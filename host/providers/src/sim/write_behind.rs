@@ -1,4 +1,4 @@
-//! The hot calls, decided in memory and written behind their answers (SQLite).
+//! The hot calls, decided in memory and written behind their answers.
 //!
 //! A ten-stage workflow makes ten DNS changes. Decided inside a group commit and answered after
 //! it, each one cost its caller a commit's wait and the writer a commit of its own: ten of an
@@ -16,16 +16,24 @@
 //! an earlier process or by the ordinary path), unless the engine says no earlier attempt can
 //! have used it ([`capstan_core::Providers::call_first`]); the zone and record sets, the first
 //! time. Anything unusual (a fault rule fits the call, a token already answered in the
-//! database, an error to report, PostgreSQL) takes the ordinary path: one transaction that reads
-//! and writes, which first waits for the writes queued behind answers and afterwards empties
-//! memory, while the fast path steps aside ([`Memory::exclusive`]).
+//! database, an error to report, no group writer to write behind answers) takes the ordinary
+//! path: one transaction that reads and writes, which first waits for the writes queued behind
+//! answers and afterwards empties memory, while the fast path steps aside
+//! ([`Memory::exclusive`]).
+//!
+//! On PostgreSQL other nodes change the same tables, so memory may be out of date. The writes
+//! therefore carry what they were decided from: under the record sets' locks (the ones the
+//! ordinary path takes, in the same order), each record set must still hold what memory said,
+//! and the zone must still exist. If another node changed one meanwhile, the write fails like
+//! any other: the epoch moves, memory is emptied, and the runs that may have recorded the
+//! answer replay the call, which then reads the record set as it is.
 //!
 //! If a write behind an answer fails, the store's epoch moves
 //! ([`capstan_store::Store::write_behind`]): the commits of activations begun under the old epoch
 //! are refused (their runs replay their calls), and memory, which decided on what the failed
 //! write said, is emptied before the next decision.
 
-use super::dns::{ChangePlan, parse_changes};
+use super::dns::{ChangePlan, parse_changes, record_set_lock};
 use super::{SimulatedCloud, s};
 use capstan_core::CapabilityError;
 use capstan_store::{Backend, Sql};
@@ -46,7 +54,7 @@ const MAX_QUEUED: usize = 100_000;
 /// that has seen many names holds no more of them than this.
 const MAX_RECORDS: usize = 100_000;
 
-/// The simulated DNS as decided in memory (SQLite); see the module's text.
+/// The simulated DNS as decided in memory; see the module's text.
 #[derive(Debug, Default)]
 pub(super) struct Memory {
     state: Mutex<State>,
@@ -194,7 +202,7 @@ impl SimulatedCloud {
         first: bool,
     ) -> Option<Result<Value, CapabilityError>> {
         // A call that a fault rule fits takes the ordinary path, which counts and applies faults.
-        if self.store.backend() != Backend::Sqlite
+        if self.store.behind_epoch().is_none()
             || self.settings.faults.iter().any(|f| f.fits(op, request))
         {
             return None;
@@ -374,6 +382,31 @@ impl SimulatedCloud {
                 ChangePlan::new(&zone_id, &zone_name, changes, &olds, change_id.clone()).ok()?;
             let answer = plan.answer(propagation_ms);
             let mut sql = Sql::default();
+            if self.store.backend() == Backend::Postgres {
+                sql.push_statement("SELECT 1 FROM sim_zones WHERE id = $1 FOR SHARE")
+                    .bind(zone_id.clone())
+                    .guard();
+                let mut held: Vec<(String, &(String, String, String), &Option<String>)> = keys
+                    .iter()
+                    .zip(&olds)
+                    .map(|(key, old)| (record_set_lock(&key.0, &key.1, &key.2), key, old))
+                    .collect();
+                held.sort_by(|a, b| a.0.cmp(&b.0));
+                for (lock, (zone, name, ty), old) in held {
+                    sql.push_statement("SELECT pg_advisory_xact_lock(hashtext($1))")
+                        .bind(lock);
+                    // A statement after the lock: its snapshot sees what the lock's last holder
+                    // committed (READ COMMITTED).
+                    sql.push_statement(
+                        "SELECT 1 WHERE (SELECT body FROM sim_records WHERE zone_id = $1 AND name = $2 AND type = $3) IS NOT DISTINCT FROM $4",
+                    )
+                    .bind(zone.clone())
+                    .bind(name.clone())
+                    .bind(ty.clone())
+                    .bind(old.clone())
+                    .guard();
+                }
+            }
             for statement in plan.writes(now, propagation_ms) {
                 sql.extend(statement);
             }
