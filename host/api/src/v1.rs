@@ -428,10 +428,10 @@ async fn get_execution(
     }
     let wait = query.get("wait").map(|w| parse_wait(w)).transpose()?;
     let deadline = tokio::time::Instant::now() + wait.unwrap_or_default();
-    // Every commit that moves an execution publishes its event, which wakes this execution's
-    // waiters (not every waiter); subscribed before the read, so a move between the read and the
-    // wait wakes it.
-    let mut moved = state.store.wake_for(Some(&id));
+    // The commit that takes the execution out of `queued`/`running` wakes this execution's
+    // waiters for that (not every waiter, nor at each stage); subscribed before the read, so a
+    // move between the read and the wait wakes it.
+    let mut moved = state.store.wake_when_stopped(&id);
     let mut allowed = false;
     loop {
         moved.mark_seen();
@@ -451,10 +451,7 @@ async fn get_execution(
             execution => authorize(&state, &caller, &id, execution, None).await?,
         };
         allowed = true;
-        let moving = matches!(
-            execution.status,
-            ExecutionStatus::Queued | ExecutionStatus::Running
-        );
+        let moving = execution.status.is_moving();
         let now = tokio::time::Instant::now();
         if wait.is_none() || !moving || now >= deadline {
             return Ok(Json(views::execution(&execution, &stages)));

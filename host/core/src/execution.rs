@@ -54,6 +54,12 @@ impl ExecutionStatus {
         )
     }
 
+    /// The engine moves it on by itself (no wait, approval, pause or end in the way): what a
+    /// long poll of the execution waits out.
+    pub fn is_moving(self) -> bool {
+        matches!(self, Self::Queued | Self::Running)
+    }
+
     /// A run is in flight: the engine may still act on it.
     pub fn is_active(self) -> bool {
         matches!(self, Self::Queued | Self::Running | Self::Waiting)

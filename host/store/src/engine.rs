@@ -1127,10 +1127,24 @@ impl RunStore for Store {
             })
             .collect();
         moved.dedup();
+        // And those it takes out of `queued`/`running`, whose long polls answer.
+        let stopped: Vec<String> = writes
+            .iter()
+            .filter_map(|w| match w {
+                Write::UpdateExecution(p) if p.status.is_some_and(|s| !s.is_moving()) => {
+                    Some(p.id.clone())
+                }
+                Write::InsertExecution(e) if !e.status.is_moving() => Some(e.id.clone()),
+                _ => None,
+            })
+            .collect();
         let applied = self.apply_coalesced(fence, writes).await;
         if applied.is_ok() {
             counted.record();
-            self.wakes.wake(moved.iter().map(String::as_str));
+            self.wakes.wake(
+                moved.iter().map(String::as_str),
+                stopped.iter().map(String::as_str),
+            );
         }
         applied
     }

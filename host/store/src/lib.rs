@@ -26,7 +26,7 @@ pub mod subscriptions;
 mod wakes;
 mod writer;
 
-pub use wakes::Wake;
+pub use wakes::{Wake, WakeOn};
 
 pub use sql::Sql;
 use sqlx::any::{AnyPoolOptions, AnyRow};
@@ -449,12 +449,30 @@ impl Store {
     }
 
     /// What a reader of events waits on: every commit that wrote events (`None`), or only
-    /// those that wrote events of one execution (and events this node cannot attribute).
+    /// those that wrote events of one execution (and events this node cannot attribute); see
+    /// [`Store::wake_when_stopped`] for a waiter of its outcome.
     pub fn wake_for(&self, execution_id: Option<&str>) -> Wake {
         match execution_id {
             None => Wake::All(self.events.subscribe()),
-            Some(id) => Wake::execution(&self.wakes, id, self.foreign_events.subscribe()),
+            Some(id) => Wake::execution(
+                &self.wakes,
+                id,
+                WakeOn::Events,
+                self.foreign_events.subscribe(),
+            ),
         }
+    }
+
+    /// What a waiter for one execution to stop moving waits on (out of `queued`/`running`:
+    /// ended, waiting, paused): the commit that moved it so, and events this node cannot
+    /// attribute.
+    pub fn wake_when_stopped(&self, execution_id: &str) -> Wake {
+        Wake::execution(
+            &self.wakes,
+            execution_id,
+            WakeOn::Stopped,
+            self.foreign_events.subscribe(),
+        )
     }
 
     /// Changes after every commit that wrote outbox events on this node (and, on PostgreSQL,
@@ -1719,13 +1737,36 @@ mod tests {
         let mut mine = store.wake_for(Some("e1"));
         let mut other = store.wake_for(Some("e2"));
         let mut all = store.wake_for(None);
+        let mut outcome = store.wake_when_stopped("e1");
         mine.mark_seen();
         other.mark_seen();
         all.mark_seen();
+        outcome.mark_seen();
         let woken = |w: &mut Wake| futures_util::FutureExt::now_or_never(w.changed()).is_some();
         store.apply(None, vec![event("e1")]).await.unwrap();
         assert!(woken(&mut mine), "its execution's commit wakes it");
         assert!(!woken(&mut other), "another execution's commit does not");
+        assert!(
+            !woken(&mut outcome),
+            "an event that leaves the status alone does not wake a waiter for the outcome"
+        );
+        let stop = |status| {
+            Write::UpdateExecution(ExecutionPatch {
+                id: "e1".to_owned(),
+                status: Some(status),
+                ..ExecutionPatch::default()
+            })
+        };
+        store
+            .apply(None, vec![stop(capstan_core::ExecutionStatus::Running)])
+            .await
+            .unwrap();
+        assert!(!woken(&mut outcome), "still moving");
+        store
+            .apply(None, vec![stop(capstan_core::ExecutionStatus::Waiting), event("e1")])
+            .await
+            .unwrap();
+        assert!(woken(&mut outcome), "it stopped moving");
         assert!(
             woken(&mut all),
             "a reader of every event is woken by every commit"

@@ -4,31 +4,64 @@
 //! that wrote events. A waiter for one execution (`GET /v1/executions/{id}?wait=`, the
 //! execution's own event feed) is woken only by commits that wrote that execution's events:
 //! with 32 clients each awaiting its own execution, a commit wakes one of them, not all 32, and
-//! the others do not read their execution again for nothing. Events this node cannot attribute
-//! (another node's `NOTIFY`, a redelivery) wake every waiter.
+//! the others do not read their execution again for nothing. A waiter for the execution to stop
+//! moving (the long poll) is woken only by the commit that takes it out of `queued`/`running`,
+//! not by each of the stage events before. Events this node cannot attribute (another node's
+//! `NOTIFY`, a redelivery) wake every waiter.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::watch;
 
+/// What a waiter of one execution is woken by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WakeOn {
+    /// Every commit that wrote the execution's events (its event feed).
+    Events,
+    /// The commit that took it out of `queued`/`running` ([`ExecutionStatus::is_moving`]).
+    ///
+    /// [`ExecutionStatus::is_moving`]: capstan_core::ExecutionStatus::is_moving
+    Stopped,
+}
+
+/// One execution's channels, and how many waiters use them.
+#[derive(Debug)]
+struct Channels {
+    events: watch::Sender<u64>,
+    stopped: watch::Sender<u64>,
+    waiters: usize,
+}
+
 /// The per-execution channels of waiters present now.
 #[derive(Debug, Default)]
 pub(crate) struct ExecutionWakes {
-    waiting: Mutex<HashMap<String, (watch::Sender<u64>, usize)>>,
+    waiting: Mutex<HashMap<String, Channels>>,
     /// How many executions have waiters: commits skip the lookup when none has.
     executions: AtomicUsize,
 }
 
 impl ExecutionWakes {
     /// A channel for one waiter of `execution_id`.
-    fn subscribe(self: &Arc<Self>, execution_id: &str) -> (watch::Receiver<u64>, Registered) {
+    fn subscribe(
+        self: &Arc<Self>,
+        execution_id: &str,
+        on: WakeOn,
+    ) -> (watch::Receiver<u64>, Registered) {
         let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
-        let (sender, count) = waiting.entry(execution_id.to_owned()).or_insert_with(|| {
+        let channels = waiting.entry(execution_id.to_owned()).or_insert_with(|| {
             self.executions.fetch_add(1, Ordering::SeqCst);
-            (watch::Sender::new(0), 0)
+            Channels {
+                events: watch::Sender::new(0),
+                stopped: watch::Sender::new(0),
+                waiters: 0,
+            }
         });
-        *count += 1;
+        channels.waiters += 1;
+        let sender = match on {
+            WakeOn::Events => &channels.events,
+            WakeOn::Stopped => &channels.stopped,
+        };
         (
             sender.subscribe(),
             Registered {
@@ -38,15 +71,26 @@ impl ExecutionWakes {
         )
     }
 
-    /// Wakes the waiters of each of `execution_ids` (a commit that wrote their events).
-    pub(crate) fn wake<'a>(&self, execution_ids: impl IntoIterator<Item = &'a str>) {
+    /// Wakes the waiters of the executions a commit wrote events of (`moved`) and of those it
+    /// took out of `queued`/`running` (`stopped`).
+    pub(crate) fn wake<'a>(
+        &self,
+        moved: impl IntoIterator<Item = &'a str>,
+        stopped: impl IntoIterator<Item = &'a str>,
+    ) {
         if self.executions.load(Ordering::SeqCst) == 0 {
             return;
         }
         let waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
-        for id in execution_ids {
-            if let Some((sender, _)) = waiting.get(id) {
-                sender.send_modify(|n| *n = n.wrapping_add(1));
+        let bump = |sender: &watch::Sender<u64>| sender.send_modify(|n| *n = n.wrapping_add(1));
+        for id in moved {
+            if let Some(channels) = waiting.get(id) {
+                bump(&channels.events);
+            }
+        }
+        for id in stopped {
+            if let Some(channels) = waiting.get(id) {
+                bump(&channels.stopped);
             }
         }
     }
@@ -66,9 +110,9 @@ impl Drop for Registered {
             .waiting
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if let Some((_, count)) = waiting.get_mut(&self.execution_id) {
-            *count -= 1;
-            if *count == 0 {
+        if let Some(channels) = waiting.get_mut(&self.execution_id) {
+            channels.waiters -= 1;
+            if channels.waiters == 0 {
                 waiting.remove(&self.execution_id);
                 self.wakes.executions.fetch_sub(1, Ordering::SeqCst);
             }
@@ -92,9 +136,10 @@ impl Wake {
     pub(crate) fn execution(
         wakes: &Arc<ExecutionWakes>,
         execution_id: &str,
+        on: WakeOn,
         foreign: watch::Receiver<u64>,
     ) -> Self {
-        let (own, registered) = wakes.subscribe(execution_id);
+        let (own, registered) = wakes.subscribe(execution_id, on);
         Self::Execution {
             own,
             foreign,
@@ -140,26 +185,33 @@ mod tests {
     fn a_waiter_is_woken_by_its_execution_only_and_leaves_nothing_behind() {
         let wakes = Arc::new(ExecutionWakes::default());
         let foreign = watch::Sender::new(0u64);
-        let mut a = Wake::execution(&wakes, "a", foreign.subscribe());
-        let mut b = Wake::execution(&wakes, "b", foreign.subscribe());
+        let mut a = Wake::execution(&wakes, "a", WakeOn::Events, foreign.subscribe());
+        let mut b = Wake::execution(&wakes, "b", WakeOn::Events, foreign.subscribe());
+        let mut a_stops = Wake::execution(&wakes, "a", WakeOn::Stopped, foreign.subscribe());
         let changed = |w: &Wake| match w {
             Wake::Execution { own, foreign, .. } => {
                 own.has_changed().unwrap_or(false) || foreign.has_changed().unwrap_or(false)
             }
             Wake::All(rx) => rx.has_changed().unwrap_or(false),
         };
-        wakes.wake(["a", "c"]);
+        wakes.wake(["a", "c"], []);
         assert!(changed(&a));
         assert!(!changed(&b), "another execution's commit does not wake b");
+        assert!(!changed(&a_stops), "a stage's events do not wake a long poll");
         a.mark_seen();
         assert!(!changed(&a));
+        wakes.wake(["a"], ["a"]);
+        assert!(changed(&a) && changed(&a_stops), "its end wakes both");
+        a.mark_seen();
+        a_stops.mark_seen();
         // Events of no known execution wake everyone.
         foreign.send_modify(|n| *n += 1);
         assert!(changed(&a) && changed(&b));
         b.mark_seen();
-        // Two waiters of one execution share its channel; it goes with the last of them.
-        let a2 = Wake::execution(&wakes, "a", foreign.subscribe());
+        // Waiters of one execution share its channels; they go with the last of them.
+        let a2 = Wake::execution(&wakes, "a", WakeOn::Events, foreign.subscribe());
         drop(a);
+        drop(a_stops);
         assert_eq!(wakes.executions.load(Ordering::SeqCst), 2);
         drop(a2);
         drop(b);
