@@ -909,12 +909,16 @@ impl Store {
     /// (at once when none is waiting): what a read through another way than the writer's own
     /// memory waits for to see them.
     pub async fn settle_behind(&self) {
-        let nudge = || {
-            // PostgreSQL's group writer takes what is queued at once: nothing to nudge.
-            if self.backend() == Backend::Sqlite
-                && let Ok(writer) = self.group_writer()
-            {
-                writer.nudge();
+        let nudge = || match self.backend() {
+            Backend::Sqlite => {
+                if let Ok(writer) = self.group_writer() {
+                    writer.nudge();
+                }
+            }
+            Backend::Postgres => {
+                if let Some(writer) = self.pg_writer() {
+                    writer.nudge();
+                }
             }
         };
         self.inner.behind.settled(nudge).await;

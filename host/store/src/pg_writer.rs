@@ -21,7 +21,7 @@
 //! transaction takes them.
 
 use crate::sql::{Check, Statement};
-use crate::writer::{Behind, REFUSED_BEHIND};
+use crate::writer::{BEHIND_COMPANY, Behind, REFUSED_BEHIND};
 use capstan_core::store::StoreError;
 use sqlx_core::any::{AnyTypeInfoKind, AnyValueKind};
 use std::collections::HashMap;
@@ -55,6 +55,8 @@ struct Job {
 #[derive(Debug, Clone)]
 pub(crate) struct PgGroupWriter {
     jobs: mpsc::Sender<Job>,
+    /// Ends a wait of writes behind answers for company ([`PgGroupWriter::nudge`]).
+    nudge: Arc<tokio::sync::Notify>,
 }
 
 impl PgGroupWriter {
@@ -67,15 +69,22 @@ impl PgGroupWriter {
         behind: Arc<Behind>,
     ) -> Self {
         let (jobs, queue) = mpsc::channel(QUEUE);
+        let nudge = Arc::new(tokio::sync::Notify::new());
         let writer = Writer {
             config,
             node_id: AnyValueKind::Text(Arc::new(node_id)),
             events,
             behind,
+            nudge: nudge.clone(),
             connection: None,
         };
         tokio::spawn(writer.run(queue));
-        Self { jobs }
+        Self { jobs, nudge }
+    }
+
+    /// Commits the writes behind answers waiting for company now (a caller settles them).
+    pub(crate) fn nudge(&self) {
+        self.nudge.notify_one();
     }
 
     /// Whether the writer task is gone (its runtime shut down): a new one is needed.
@@ -183,6 +192,7 @@ struct Writer {
     events: Arc<watch::Sender<u64>>,
     /// Writes behind answers: their epoch, and how many the writer has answered.
     behind: Arc<Behind>,
+    nudge: Arc<tokio::sync::Notify>,
     connection: Option<Connection>,
 }
 
@@ -190,6 +200,7 @@ impl Writer {
     async fn run(mut self, mut queue: mpsc::Receiver<Job>) {
         let mut jobs = Vec::with_capacity(MAX_JOBS);
         while queue.recv_many(&mut jobs, MAX_JOBS).await > 0 {
+            self.wait_for_company(&mut queue, &mut jobs).await;
             let answers = self.commit(&jobs).await;
             // Writes behind answers are counted answered before anyone is answered: a caller
             // answered next may look at the count.
@@ -212,12 +223,32 @@ impl Writer {
         }
     }
 
+    /// When only writes behind answers are here, waits up to [`BEHIND_COMPANY`] for a job
+    /// someone waits for (in practice the activation's own commit) to commit them with: nobody
+    /// waits for them, and committing each alone costs a WAL flush apiece (ten per execution
+    /// alone). A caller settling them ends the wait.
+    async fn wait_for_company(&self, queue: &mut mpsc::Receiver<Job>, jobs: &mut Vec<Job>) {
+        let deadline = tokio::time::Instant::now() + BEHIND_COMPANY;
+        while jobs.len() < MAX_JOBS
+            && jobs.iter().all(|job| job.done.is_none())
+            && !self.behind.settling()
+        {
+            let room = MAX_JOBS - jobs.len();
+            tokio::select! {
+                received = queue.recv_many(jobs, room) => if received == 0 { return },
+                () = tokio::time::sleep_until(deadline) => return,
+                () = self.nudge.notified() => return,
+            }
+        }
+    }
+
     /// Commits the group and answers each job; see the module's documentation. A job that
     /// names an epoch of writes behind answers that has moved is refused unrun; a write behind
     /// its answer that fails moves the epoch at once, so the jobs after it that named the old
     /// one — in this group's next run or in later groups — are refused.
     async fn commit(&mut self, jobs: &[Job]) -> Vec<Result<(), StoreError>> {
         let mut answers: Vec<Option<Result<(), StoreError>>> = jobs.iter().map(|_| None).collect();
+        let mut merge = true;
         loop {
             for (job, answer) in jobs.iter().zip(answers.iter_mut()) {
                 if answer.is_none() && job.requires.is_some_and(|e| e != self.behind.epoch()) {
@@ -231,7 +262,7 @@ impl Writer {
             let started = std::time::Instant::now();
             crate::count_write();
             let outcome = match connect(&mut self.connection, &self.config).await {
-                Ok(connection) => connection.run(jobs, &waiting, &self.node_id).await,
+                Ok(connection) => connection.run(jobs, &waiting, &self.node_id, merge).await,
                 Err(e) => Err(Failed::Group(e)),
             };
             match outcome {
@@ -244,6 +275,8 @@ impl Writer {
                         answers[i] = Some(Ok(()));
                     }
                 }
+                // The transaction was rolled back: the group runs again, unmerged.
+                Err(Failed::Merged) => merge = false,
                 // The transaction was rolled back: the group runs again without this job.
                 Err(Failed::Job(i, e)) => {
                     if jobs[i].done.is_none() {
@@ -299,6 +332,8 @@ enum Failed {
     Job(usize, StoreError),
     /// The transaction or the connection failed: every job still waiting gets the error.
     Group(StoreError),
+    /// A merged insert failed: the group runs again unmerged, to find whose row it was.
+    Merged,
 }
 
 /// A prepared statement's key: its text as sent (a guard's, wrapped) and its parameter types.
@@ -314,13 +349,15 @@ struct Connection {
 enum Owner {
     Group,
     Job(usize, Option<Check>),
+    /// Rows of several consecutive inserts, maybe of several jobs ([`merge_inserts`]).
+    Merged,
 }
 
 /// One statement of the pipeline.
 struct Step<'a> {
     owner: Owner,
     key: Key,
-    values: &'a [AnyValueKind],
+    values: Vec<&'a AnyValueKind>,
 }
 
 impl<'a> Step<'a> {
@@ -328,7 +365,7 @@ impl<'a> Step<'a> {
         Self {
             owner: Owner::Group,
             key: (text.to_owned(), values.iter().map(pg_type).collect()),
-            values,
+            values: values.iter().collect(),
         }
     }
 
@@ -341,19 +378,110 @@ impl<'a> Step<'a> {
         Self {
             owner: Owner::Job(job, statement.check),
             key: (text, values.iter().map(pg_type).collect()),
-            values,
+            values: values.iter().collect(),
         }
     }
+}
+
+/// Rows one merged insert carries at most. Runs are cut into pieces of a power of two rows, so
+/// the texts to prepare stay few (a run of 13 is 8 + 4 + 1).
+const MERGED_ROWS: usize = 64;
+
+/// An insert of one row whose text can take more (`INSERT INTO t (…) VALUES ($1, …, $n)`, every
+/// value a placeholder in order, nothing after the row): the text up to the row, and how many
+/// values the row has.
+fn single_row_insert(text: &str) -> Option<(&str, usize)> {
+    if !text.starts_with("INSERT INTO ") {
+        return None;
+    }
+    let open = text.rfind("VALUES (")? + "VALUES ".len();
+    let row = text[open..].strip_prefix('(')?.strip_suffix(')')?;
+    let mut n = 0;
+    for (i, value) in row.split(',').enumerate() {
+        if value.trim() != format!("${}", i + 1) {
+            return None;
+        }
+        n += 1;
+    }
+    Some((&text[..open], n))
+}
+
+/// The pipeline with every run of consecutive single-row inserts of one text and types, from
+/// jobs without guards, sent as multi-row inserts: the rows go in in the same order, in fewer
+/// statements (an execution's outbox events, stages and receipts are dozens of rows, and the
+/// group's events are consecutive by construction). A merged statement that fails cannot say
+/// whose row failed; the group then runs again unmerged, which says.
+fn merge_inserts(steps: Vec<Step<'_>>) -> Vec<Step<'_>> {
+    let mergeable = |step: &Step<'_>| {
+        matches!(step.owner, Owner::Job(_, None)) && single_row_insert(&step.key.0).is_some()
+    };
+    let mut out: Vec<Step<'_>> = Vec::with_capacity(steps.len());
+    let mut steps = steps.into_iter().peekable();
+    while let Some(first) = steps.next() {
+        if !mergeable(&first) {
+            out.push(first);
+            continue;
+        }
+        let mut run = vec![first];
+        while let Some(next) = steps.next_if(|s| mergeable(s) && s.key == run[0].key) {
+            run.push(next);
+        }
+        let mut rest = &mut run[..];
+        while !rest.is_empty() {
+            let size = MERGED_ROWS.min(1 << rest.len().ilog2());
+            let (piece, after) = rest.split_at_mut(size);
+            rest = after;
+            if size == 1 {
+                out.push(std::mem::replace(
+                    &mut piece[0],
+                    Step {
+                        owner: Owner::Group,
+                        key: (String::new(), Vec::new()),
+                        values: Vec::new(),
+                    },
+                ));
+                continue;
+            }
+            let Some((head, width)) = single_row_insert(&piece[0].key.0) else {
+                unreachable!("mergeable steps are single-row inserts")
+            };
+            let mut text = String::with_capacity(head.len() + size * width * 5);
+            text.push_str(head);
+            let mut types = Vec::with_capacity(size * width);
+            let mut values = Vec::with_capacity(size * width);
+            for (row, step) in piece.iter_mut().enumerate() {
+                text.push_str(if row == 0 { "(" } else { ", (" });
+                for column in 0..width {
+                    if column > 0 {
+                        text.push_str(", ");
+                    }
+                    text.push('$');
+                    text.push_str(&(row * width + column + 1).to_string());
+                }
+                text.push(')');
+                types.extend(step.key.1.iter().cloned());
+                values.append(&mut step.values);
+            }
+            out.push(Step {
+                owner: Owner::Merged,
+                key: (text, types),
+                values,
+            });
+        }
+    }
+    out
 }
 
 impl Connection {
     /// One run of the group: `BEGIN`, every waiting job's statements, the outbox lock and the
     /// notification when events follow, the events, `COMMIT`, all sent before any answer is read.
+    /// `merge`: see [`merge_inserts`].
     async fn run(
         &mut self,
         jobs: &[Job],
         waiting: &[usize],
         node_id: &AnyValueKind,
+        merge: bool,
     ) -> Result<(), Failed> {
         let mut steps = vec![Step::group("BEGIN", &[])];
         for &i in waiting {
@@ -367,13 +495,16 @@ impl Connection {
             }
         }
         steps.push(Step::group("COMMIT", &[]));
+        if merge {
+            steps = merge_inserts(steps);
+        }
         self.prepare(&steps).await?;
 
         let statements: Vec<&tokio_postgres::Statement> =
             steps.iter().map(|s| &self.prepared[&s.key]).collect();
         let params: Vec<Vec<Param<'_>>> = steps
             .iter()
-            .map(|s| s.values.iter().map(Param).collect())
+            .map(|s| s.values.iter().map(|v| Param(v)).collect())
             .collect();
         let refs: Vec<Vec<&(dyn ToSql + Sync)>> = params
             .iter()
@@ -399,6 +530,7 @@ impl Connection {
             Some((Owner::Job(i, check), e)) if e.as_db_error().is_some() => {
                 Err(Failed::Job(i, job_error(&e, check)))
             }
+            Some((Owner::Merged, e)) if e.as_db_error().is_some() => Err(Failed::Merged),
             Some((_, e)) => Err(Failed::Group(unavailable(&e))),
         }
     }
@@ -438,6 +570,7 @@ impl Connection {
                         Owner::Job(i, _) if e.as_db_error().is_some() => {
                             Failed::Job(i, unavailable(&e))
                         }
+                        Owner::Merged if e.as_db_error().is_some() => Failed::Merged,
                         _ => Failed::Group(unavailable(&e)),
                     });
                 }
@@ -573,6 +706,80 @@ mod tests {
 
     fn config_of(url: &str) -> Option<tokio_postgres::Config> {
         config(url).unwrap()
+    }
+
+    /// Consecutive single-row inserts of one text and types become multi-row inserts in
+    /// power-of-two pieces, their values in order; guards, other statements and a different text
+    /// or types end a run; what is not a plain single-row insert is never merged.
+    #[test]
+    fn merges_runs_of_single_row_inserts_in_order() {
+        const INSERT: &str = "INSERT INTO t (a, b) VALUES ($1, $2)";
+        assert_eq!(
+            single_row_insert(INSERT),
+            Some(("INSERT INTO t (a, b) VALUES ", 2))
+        );
+        for not in [
+            "INSERT INTO t (a, b) VALUES ($1, $2) ON CONFLICT (a) DO NOTHING",
+            "INSERT INTO t (a, b) VALUES ($2, $1)",
+            "INSERT INTO t (a, b) VALUES ($1, now())",
+            "UPDATE t SET a = $1",
+        ] {
+            assert_eq!(single_row_insert(not), None, "{not}");
+        }
+        let values: Vec<AnyValueKind> = (0..40).map(AnyValueKind::BigInt).collect();
+        let insert = |job: usize, i: usize| Step {
+            owner: Owner::Job(job, None),
+            key: (INSERT.to_owned(), vec![Type::INT8, Type::INT8]),
+            values: vec![&values[2 * i], &values[2 * i + 1]],
+        };
+        let mut steps = vec![Step::group("BEGIN", &[])];
+        // Thirteen rows of two jobs, a guard, three more rows, one with other types.
+        steps.extend((0..13).map(|i| insert(i / 7, i)));
+        steps.push(Step {
+            owner: Owner::Job(1, Some(Check::Holds("x"))),
+            key: ("SELECT 1".to_owned(), Vec::new()),
+            values: Vec::new(),
+        });
+        steps.extend((13..16).map(|i| insert(2, i)));
+        steps[17].key.1 = vec![Type::TEXT, Type::INT8];
+        let merged = merge_inserts(steps);
+        let shape: Vec<(usize, bool)> = merged
+            .iter()
+            .map(|s| (s.values.len() / 2, matches!(s.owner, Owner::Merged)))
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                (0, false),
+                (8, true),
+                (4, true),
+                (1, false),
+                (0, false),
+                (2, true),
+                (1, false)
+            ]
+        );
+        assert!(
+            merged[2]
+                .key
+                .0
+                .ends_with("VALUES ($1, $2), ($3, $4), ($5, $6), ($7, $8)"),
+            "{}",
+            merged[2].key.0
+        );
+        let order: Vec<i64> = merged
+            .iter()
+            .flat_map(|s| s.values.iter())
+            .map(|v| match v {
+                AnyValueKind::BigInt(n) => *n,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            order,
+            (0..32).collect::<Vec<i64>>(),
+            "every value, in order"
+        );
     }
 
     /// A guard keeps its text inside the raising wrapper, and only a fence raises for a cancel.

@@ -167,7 +167,9 @@ impl Sql {
     /// ([`crate::Store::write_behind`]): it returns a row while what the caller decided from
     /// still holds, and the write fails when it returns none.
     pub fn guard(&mut self) -> &mut Self {
-        self.check(Check::Holds("what a write behind its answer was decided from has changed"))
+        self.check(Check::Holds(
+            "what a write behind its answer was decided from has changed",
+        ))
     }
 
     /// Makes the first `n` statements guards.

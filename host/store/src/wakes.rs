@@ -197,7 +197,10 @@ mod tests {
         wakes.wake(["a", "c"], []);
         assert!(changed(&a));
         assert!(!changed(&b), "another execution's commit does not wake b");
-        assert!(!changed(&a_stops), "a stage's events do not wake a long poll");
+        assert!(
+            !changed(&a_stops),
+            "a stage's events do not wake a long poll"
+        );
         a.mark_seen();
         assert!(!changed(&a));
         wakes.wake(["a"], ["a"]);

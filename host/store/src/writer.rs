@@ -49,7 +49,7 @@ const LINGER: Duration = Duration::from_millis(1);
 /// someone waits for to commit with: nobody waits for them, so committing each on its own (a
 /// `COMMIT` and its WAL pages apiece: ten per execution alone) buys nothing. A part someone waits
 /// for, a transaction waiting for the writer pool, or a caller settling them ends the wait.
-const BEHIND_COMPANY: Duration = Duration::from_millis(2);
+pub(crate) const BEHIND_COMPANY: Duration = Duration::from_millis(2);
 
 /// The longest a session keeps the writer pool's connection while callers keep coming. A
 /// transaction waiting for that connection ([`crate::Store::begin_write`]) ends the session at the
@@ -215,6 +215,11 @@ impl Behind {
 
     pub(crate) fn fail(&self) {
         self.epoch.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Whether a caller waits for the writes behind answers ([`Behind::settled`]).
+    pub(crate) fn settling(&self) -> bool {
+        self.settling.load(Ordering::Acquire) > 0
     }
 
     /// A write counted by [`Behind::queue`] that could not be queued: it failed.

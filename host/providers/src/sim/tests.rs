@@ -319,7 +319,10 @@ async fn a_change_decided_from_a_record_set_another_node_changed_is_decided_agai
 
     ok(a, "dns.change-records", change("a1"), "a-1").await;
     a.store.settle_behind().await;
-    let epoch = a.store.behind_epoch().expect("the group writer writes behind answers");
+    let epoch = a
+        .store
+        .behind_epoch()
+        .expect("the group writer writes behind answers");
     let by_b = ok(b, "dns.change-records", change("b1"), "b-1").await;
     assert_eq!(values(&by_b), json!(["a1"]), "b read what a committed");
     b.store.settle_behind().await;
@@ -342,7 +345,11 @@ async fn a_change_decided_from_a_record_set_another_node_changed_is_decided_agai
     );
 
     let again = ok(a, "dns.change-records", change("a2"), "a-2").await;
-    assert_eq!(values(&again), json!(["b1"]), "decided again from b's value");
+    assert_eq!(
+        values(&again),
+        json!(["b1"]),
+        "decided again from b's value"
+    );
     a.store.settle_behind().await;
     assert_eq!(a.store.behind_epoch(), Some(epoch + 1));
     assert_eq!(

@@ -386,7 +386,7 @@ impl SimulatedCloud {
                 sql.push_statement("SELECT 1 FROM sim_zones WHERE id = $1 FOR SHARE")
                     .bind(zone_id.clone())
                     .guard();
-                let mut held: Vec<(String, &(String, String, String), &Option<String>)> = keys
+                let mut held: Vec<_> = keys
                     .iter()
                     .zip(&olds)
                     .map(|(key, old)| (record_set_lock(&key.0, &key.1, &key.2), key, old))
