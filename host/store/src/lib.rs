@@ -16,6 +16,7 @@
 pub mod auth;
 mod engine;
 pub mod event_versions;
+mod pg_tls;
 mod pg_writer;
 mod reader;
 pub mod retention;
@@ -729,18 +730,12 @@ impl Store {
             *slot = None;
         }
         slot.get_or_insert_with(|| match pg_writer::config(&self.url) {
-            Ok(Some(config)) => Some(pg_writer::PgGroupWriter::start(
-                config,
+            Ok(target) => Some(pg_writer::PgGroupWriter::start(
+                target,
                 self.node_id.clone(),
                 self.events.clone(),
                 self.inner.behind.clone(),
             )),
-            Ok(None) => {
-                tracing::warn!(
-                    "the database URL asks for TLS, which the PostgreSQL group writer does not speak: each durable point commits in a transaction of its own (slower)"
-                );
-                None
-            }
             Err(error) => {
                 tracing::warn!(%error, "cannot configure the PostgreSQL group writer: each durable point commits in a transaction of its own");
                 None
@@ -1652,6 +1647,42 @@ mod tests {
             };
             assert_eq!(record.status, expected, "e{i:02}");
         }
+    }
+
+    /// The group writer speaks TLS when the URL asks for it (`sslmode=require`): its
+    /// connection, named apart from the pool's, shows as encrypted in `pg_stat_ssl`, and the
+    /// commit it carried landed. Always on PostgreSQL; the test server serves TLS (Debian's
+    /// PostgreSQL does by default, with its snakeoil certificate).
+    #[tokio::test]
+    async fn the_group_writer_connects_over_tls_when_the_url_asks() {
+        use capstan_core::store::RunStore as _;
+        let url = capstan_testdb::fresh_postgres_url().await;
+        let name = format!("capstan-tls-{}", &capstan_core::ids::new_id()[..8]);
+        let separator = if url.contains('?') { '&' } else { '?' };
+        let store = Store::open(&format!(
+            "{url}{separator}sslmode=require&application_name={name}"
+        ))
+        .await
+        .unwrap();
+        assert!(store.behind_epoch().is_some(), "the group writer runs");
+        store
+            .apply(None, vec![succeeded("ev-tls", "e-tls")])
+            .await
+            .unwrap();
+        let (writers, encrypted): (i64, i64) = sqlx::query_as(
+            "SELECT count(*), count(*) FILTER (WHERE s.ssl) FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid) WHERE a.application_name = $1",
+        )
+        .bind(format!("{name} (group writer)"))
+        .fetch_one(&mut *store.read().await.unwrap())
+        .await
+        .unwrap();
+        assert_eq!((writers, encrypted), (1, 1));
+        let events: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM outbox WHERE event_id = 'ev-tls'")
+                .fetch_one(&mut *store.read().await.unwrap())
+                .await
+                .unwrap();
+        assert_eq!(events, 1);
     }
 
     /// An `ExecutionSucceeded` outbox event `event_id` of `execution_id`.

@@ -63,7 +63,7 @@ impl PgGroupWriter {
     /// Starts the writer task on the current tokio runtime. It connects when the first group
     /// comes, and again after a connection is lost.
     pub(crate) fn start(
-        config: tokio_postgres::Config,
+        target: Target,
         node_id: String,
         events: Arc<watch::Sender<u64>>,
         behind: Arc<Behind>,
@@ -71,7 +71,7 @@ impl PgGroupWriter {
         let (jobs, queue) = mpsc::channel(QUEUE);
         let nudge = Arc::new(tokio::sync::Notify::new());
         let writer = Writer {
-            config,
+            target,
             node_id: AnyValueKind::Text(Arc::new(node_id)),
             events,
             behind,
@@ -138,18 +138,34 @@ fn stopped() -> StoreError {
     StoreError::Unavailable("the PostgreSQL group writer has stopped".to_owned())
 }
 
-/// What the sqlx URL asks of a connection, for `tokio-postgres`; `None` when it asks for TLS,
-/// which this writer does not speak (writes then take sqlx's path, one transaction each).
-pub(crate) fn config(url: &str) -> Result<Option<tokio_postgres::Config>, String> {
+/// Where and how the writer connects: the server, and TLS when the URL's `sslmode` asks for it.
+#[derive(Clone)]
+pub(crate) struct Target {
+    pub(crate) config: tokio_postgres::Config,
+    pub(crate) tls: Option<crate::pg_tls::MakeRustls>,
+}
+
+/// What the sqlx URL asks of a connection, for `tokio-postgres`: the server, the user, the
+/// options, and TLS as `sslmode` means it to sqlx (`prefer`, the default, tries TLS without
+/// checking the certificate and falls back to plain; `disable` and `allow` connect plain).
+pub(crate) fn config(url: &str) -> Result<Target, String> {
+    use crate::pg_tls::{MakeRustls, Verify};
     use sqlx::postgres::{PgConnectOptions, PgSslMode};
+    use tokio_postgres::config::SslMode;
     let options: PgConnectOptions = url.parse().map_err(|e: sqlx::Error| e.to_string())?;
-    if matches!(
-        options.get_ssl_mode(),
-        PgSslMode::Require | PgSslMode::VerifyCa | PgSslMode::VerifyFull
-    ) {
-        return Ok(None);
-    }
+    let (ssl_mode, verify) = match options.get_ssl_mode() {
+        PgSslMode::Disable | PgSslMode::Allow => (SslMode::Disable, None),
+        PgSslMode::Prefer => (SslMode::Prefer, Some(Verify::Nothing)),
+        PgSslMode::Require => (SslMode::Require, Some(Verify::Nothing)),
+        PgSslMode::VerifyCa => (SslMode::Require, Some(Verify::Authority)),
+        PgSslMode::VerifyFull => (SslMode::Require, Some(Verify::Full)),
+    };
+    let tls = match verify {
+        Some(verify) => Some(MakeRustls::new(verify, root_cert(url).as_deref())?),
+        None => None,
+    };
     let mut config = tokio_postgres::Config::new();
+    config.ssl_mode(ssl_mode);
     match options.get_socket() {
         Some(directory) => config.host_path(directory),
         None => config.host(options.get_host()),
@@ -158,9 +174,11 @@ pub(crate) fn config(url: &str) -> Result<Option<tokio_postgres::Config>, String
     if let Some(database) = options.get_database() {
         config.dbname(database);
     }
-    if let Some(name) = options.get_application_name() {
-        config.application_name(name);
-    }
+    // Told apart from the pool's connections in `pg_stat_activity`.
+    config.application_name(&match options.get_application_name() {
+        Some(name) => format!("{name} (group writer)"),
+        None => "capstan group writer".to_owned(),
+    });
     // As the pool's connections (`Store::connect_postgres`): a lock is waited for 5 s at most.
     let mut server_options = "-c lock_timeout=5s".to_owned();
     if let Some(more) = options.get_options() {
@@ -182,11 +200,24 @@ pub(crate) fn config(url: &str) -> Result<Option<tokio_postgres::Config>, String
     if let Some(password) = password {
         config.password(password);
     }
-    Ok(Some(config))
+    Ok(Target { config, tls })
+}
+
+/// The PEM file of the authorities to trust, where sqlx reads it: the URL's `sslrootcert`
+/// (or `ssl-root-cert`, `ssl-ca`), then `PGSSLROOTCERT`.
+fn root_cert(url: &str) -> Option<String> {
+    url::Url::parse(url)
+        .ok()
+        .and_then(|u| {
+            u.query_pairs()
+                .find(|(k, _)| matches!(k.as_ref(), "sslrootcert" | "ssl-root-cert" | "ssl-ca"))
+                .map(|(_, v)| v.into_owned())
+        })
+        .or_else(|| std::env::var("PGSSLROOTCERT").ok())
 }
 
 struct Writer {
-    config: tokio_postgres::Config,
+    target: Target,
     /// The `NOTIFY` payload: other nodes wake their readers, this node's listener skips it.
     node_id: AnyValueKind,
     events: Arc<watch::Sender<u64>>,
@@ -261,7 +292,7 @@ impl Writer {
             }
             let started = std::time::Instant::now();
             crate::count_write();
-            let outcome = match connect(&mut self.connection, &self.config).await {
+            let outcome = match connect(&mut self.connection, &self.target).await {
                 Ok(connection) => connection.run(jobs, &waiting, &self.node_id, merge).await,
                 Err(e) => Err(Failed::Group(e)),
             };
@@ -303,7 +334,7 @@ impl Writer {
 /// The writer's connection, opened (again) when there is none or it was lost.
 async fn connect<'a>(
     slot: &'a mut Option<Connection>,
-    config: &tokio_postgres::Config,
+    target: &Target,
 ) -> Result<&'a mut Connection, StoreError> {
     if slot.as_ref().is_some_and(|c| c.client.is_closed()) {
         *slot = None;
@@ -311,15 +342,31 @@ async fn connect<'a>(
     if let Some(connection) = slot {
         return Ok(connection);
     }
-    let (client, connection) = config
-        .connect(tokio_postgres::NoTls)
-        .await
-        .map_err(|e| unavailable(&e))?;
-    tokio::spawn(async move {
-        if let Err(error) = connection.await {
+    let ended = |result: Result<(), tokio_postgres::Error>| {
+        if let Err(error) = result {
             tracing::warn!(%error, "the PostgreSQL group writer's connection ended");
         }
-    });
+    };
+    let client = match &target.tls {
+        Some(tls) => {
+            let (client, connection) = target
+                .config
+                .connect(tls.clone())
+                .await
+                .map_err(|e| unavailable(&e))?;
+            tokio::spawn(async move { ended(connection.await) });
+            client
+        }
+        None => {
+            let (client, connection) = target
+                .config
+                .connect(tokio_postgres::NoTls)
+                .await
+                .map_err(|e| unavailable(&e))?;
+            tokio::spawn(async move { ended(connection.await) });
+            client
+        }
+    };
     Ok(slot.insert(Connection {
         client,
         prepared: HashMap::new(),
@@ -673,15 +720,15 @@ mod tests {
     use super::*;
 
     /// The writer connects where sqlx's pool does: host, port, user, password (percent-decoded),
-    /// database and sqlx's `options[…]` (the tests' and the bench's schema per run); a URL that
-    /// asks for TLS gets no writer.
+    /// database and sqlx's `options[…]` (the tests' and the bench's schema per run), with TLS
+    /// as `sslmode` says.
     #[test]
     fn reads_the_connection_from_sqlx_urls() {
-        let config = config(
+        let target = config(
             "postgres://capstan:p%40ss%2Fword@db.internal:6543/work?options[search_path]=capstan_t_1&application_name=node-a",
         )
-        .unwrap()
-        .expect("plain TCP");
+        .unwrap();
+        let config = &target.config;
         assert_eq!(
             config.get_hosts(),
             &[tokio_postgres::config::Host::Tcp("db.internal".to_owned())]
@@ -690,21 +737,29 @@ mod tests {
         assert_eq!(config.get_user(), Some("capstan"));
         assert_eq!(config.get_password(), Some(&b"p@ss/word"[..]));
         assert_eq!(config.get_dbname(), Some("work"));
-        assert_eq!(config.get_application_name(), Some("node-a"));
+        assert_eq!(config.get_application_name(), Some("node-a (group writer)"));
         let options = config.get_options().unwrap();
         assert!(options.contains("-c lock_timeout=5s"), "{options}");
         assert!(options.contains("search_path=capstan_t_1"), "{options}");
 
-        for tls in ["require", "verify-ca", "verify-full"] {
-            assert!(
-                config_of(&format!("postgres://u@h/d?sslmode={tls}")).is_none(),
-                "{tls}"
-            );
+        use tokio_postgres::config::SslMode;
+        for (mode, ssl, tls) in [
+            ("disable", SslMode::Disable, false),
+            ("prefer", SslMode::Prefer, true),
+            ("require", SslMode::Require, true),
+            ("verify-ca", SslMode::Require, true),
+            ("verify-full", SslMode::Require, true),
+        ] {
+            let target = config_of(&format!("postgres://u@h/d?sslmode={mode}"));
+            assert_eq!(target.config.get_ssl_mode(), ssl, "{mode}");
+            assert_eq!(target.tls.is_some(), tls, "{mode}");
         }
-        assert!(config_of("postgres://u@h/d?sslmode=disable").is_some());
+        let missing =
+            super::config("postgres://u@h/d?sslmode=verify-full&sslrootcert=/no/such.pem");
+        assert!(missing.is_err_and(|e| e.contains("/no/such.pem")));
     }
 
-    fn config_of(url: &str) -> Option<tokio_postgres::Config> {
+    fn config_of(url: &str) -> Target {
         config(url).unwrap()
     }
 
