@@ -455,7 +455,7 @@ fn single_row_insert(text: &str) -> Option<(&str, usize)> {
 
 /// The pipeline with every run of consecutive single-row inserts of one text and types, from
 /// jobs without guards, sent as multi-row inserts: the rows go in in the same order, in fewer
-/// statements (an execution's outbox events, stages and receipts are dozens of rows, and the
+/// statements (an execution's outbox events and receipts are dozens of rows, and the
 /// group's events are consecutive by construction). A merged statement that fails cannot say
 /// whose row failed; the group then runs again unmerged, which says.
 fn merge_inserts(steps: Vec<Step<'_>>) -> Vec<Step<'_>> {
