@@ -154,6 +154,8 @@ pub(crate) fn config(url: &str) -> Result<Target, String> {
     use tokio_postgres::config::SslMode;
     let options: PgConnectOptions = url.parse().map_err(|e: sqlx::Error| e.to_string())?;
     let (ssl_mode, verify) = match options.get_ssl_mode() {
+        // Nothing to encrypt on a Unix socket (libpq does not either).
+        _ if options.get_socket().is_some() => (SslMode::Disable, None),
         PgSslMode::Disable | PgSslMode::Allow => (SslMode::Disable, None),
         PgSslMode::Prefer => (SslMode::Prefer, Some(Verify::Nothing)),
         PgSslMode::Require => (SslMode::Require, Some(Verify::Nothing)),
@@ -754,6 +756,9 @@ mod tests {
             assert_eq!(target.config.get_ssl_mode(), ssl, "{mode}");
             assert_eq!(target.tls.is_some(), tls, "{mode}");
         }
+        let socket = config_of("postgres://u@localhost/d?host=/var/run/postgresql&sslmode=require");
+        assert_eq!(socket.config.get_ssl_mode(), SslMode::Disable);
+        assert!(socket.tls.is_none(), "no TLS on a Unix socket");
         let missing =
             super::config("postgres://u@h/d?sslmode=verify-full&sslrootcert=/no/such.pem");
         assert!(missing.is_err_and(|e| e.contains("/no/such.pem")));
