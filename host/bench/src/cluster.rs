@@ -2,7 +2,7 @@
 //! PostgreSQL database, next to one node on SQLite.
 //!
 //! Each configuration gets a fresh database (SQLite file, or a new schema on
-//! `CAPSTAN_BENCH_POSTGRES_URL`, default `postgres://postgres@127.0.0.1:5432/test`), the
+//! `CAPSTAN_BENCH_POSTGRES_URL`, default `postgres://postgres@127.0.0.1:5432/test?sslmode=disable`), the
 //! ten-stage `fixture-steps` component on the simulated cloud at zero latency, and `N` executions
 //! triggered over HTTP at concurrency 32, spread round-robin over the nodes. The figure is
 //! completed executions per second from the first trigger until the last execution is terminal
@@ -32,15 +32,27 @@ const CONFIG: &str = "workers = 8\n[rate_limit]\nrequests_per_second = 0.0\nburs
 const CONCURRENCY: usize = 32;
 const STAGES: usize = 10;
 
-/// The PostgreSQL server the bench uses: `CAPSTAN_BENCH_POSTGRES_URL`, or the local test server.
+/// The PostgreSQL server the bench uses: `CAPSTAN_BENCH_POSTGRES_URL`, or the local test server
+/// without TLS, as docs/operating.md advises for a server on the same machine (the engine
+/// section's `postgres-tls` row prices TLS on this link: [`with_tls`]).
 pub(crate) fn postgres_server() -> String {
     std::env::var("CAPSTAN_BENCH_POSTGRES_URL")
-        .unwrap_or_else(|_| capstan_testdb::DEFAULT_POSTGRES_URL.to_owned())
+        .unwrap_or_else(|_| format!("{}?sslmode=disable", capstan_testdb::DEFAULT_POSTGRES_URL))
 }
 
-/// A fresh schema on [`postgres_server`]; the URL that selects it.
-pub(crate) async fn postgres_schema() -> anyhow::Result<String> {
-    let base = postgres_server();
+/// `url` with `sslmode=require` in place of any `sslmode` it has.
+pub(crate) fn with_tls(url: &str) -> String {
+    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    let mut pairs: Vec<&str> = query
+        .split('&')
+        .filter(|p| !p.is_empty() && !p.starts_with("sslmode="))
+        .collect();
+    pairs.push("sslmode=require");
+    format!("{base}?{}", pairs.join("&"))
+}
+
+/// A fresh schema on `base` (a URL of [`postgres_server`]); the URL that selects it.
+pub(crate) async fn postgres_schema(base: String) -> anyhow::Result<String> {
     let schema = format!(
         "capstan_bench_{}",
         capstan_core::ids::new_id().replace('-', "")
@@ -86,7 +98,7 @@ async fn one(
     let home = Arc::new(Server::home(&[fixture], CONFIG)?);
     let database = match backend {
         "sqlite" => format!("sqlite://{}/capstan.db", home.path().display()),
-        _ => postgres_schema().await?,
+        _ => postgres_schema(postgres_server()).await?,
     };
     // `capstan migrate` first, so the nodes do not race to create the schema.
     let store = capstan_store::Store::open(&database).await?;

@@ -227,7 +227,13 @@ async fn one(
             "sqlite://{}/capstan.db?synchronous=normal",
             home.path().display()
         ),
-        _ => crate::cluster::postgres_schema().await?,
+        "postgres-tls" => {
+            crate::cluster::postgres_schema(crate::cluster::with_tls(
+                &crate::cluster::postgres_server(),
+            ))
+            .await?
+        }
+        _ => crate::cluster::postgres_schema(crate::cluster::postgres_server()).await?,
     };
     capstan_store::Store::open(&database).await?;
     let server = Server::start_node(home, database).await?;
@@ -370,8 +376,9 @@ async fn one(
 }
 
 /// SQLite (`synchronous=full`, the default), SQLite with `synchronous=normal`, then PostgreSQL
-/// (skipped with a note when it cannot be reached), each awaited the three ways; 32 in flight,
-/// then 1.
+/// (skipped with a note when it cannot be reached) without TLS and with it (`postgres-tls`, every
+/// connection encrypted), each awaited the three ways but for the weaker SQLite mode and TLS,
+/// which price one cost each on the shared stream; 32 in flight, then 1.
 pub async fn run(
     fixture: &Path,
     quick: bool,
@@ -386,27 +393,32 @@ pub async fn run(
     let wanted = |backend: &str| only.is_empty() || only.iter().any(|o| o == backend);
     for o in only {
         anyhow::ensure!(
-            ["sqlite", "sqlite-normal", "postgres"].contains(&o.as_str()),
-            "--backend {o}: the engine section's stores are sqlite, sqlite-normal and postgres"
+            ["sqlite", "sqlite-normal", "postgres", "postgres-tls"].contains(&o.as_str()),
+            "--backend {o}: the engine section's stores are sqlite, sqlite-normal, postgres and postgres-tls"
         );
     }
     let mut backends: Vec<&'static str> = ["sqlite", "sqlite-normal"]
         .into_iter()
         .filter(|b| wanted(b))
         .collect();
-    if wanted("postgres") {
+    if wanted("postgres") || wanted("postgres-tls") {
         let server = crate::cluster::postgres_server();
         match <sqlx::PgConnection as sqlx::Connection>::connect(&server).await {
-            Ok(_) => backends.push("postgres"),
+            // TLS is priced in full runs only (or when asked for).
+            Ok(_) => backends.extend(
+                ["postgres", "postgres-tls"]
+                    .into_iter()
+                    .filter(|b| wanted(b) && (!quick || !only.is_empty() || *b == "postgres")),
+            ),
             Err(e) => println!("(skipping the PostgreSQL engine runs: {server}: {e})"),
         }
     }
-    // Each store with the three ways users wait; the weaker SQLite durability mode with the
-    // shared stream only, to price the default's fsyncs.
+    // Each store with the three ways users wait; the weaker SQLite durability mode and TLS with
+    // the shared stream only, to price the default's fsyncs and the encryption.
     let mut plan: Vec<(&'static str, Waiter)> = Vec::new();
     for backend in &backends {
         plan.push((backend, Waiter::Stream));
-        if *backend != "sqlite-normal" {
+        if !matches!(*backend, "sqlite-normal" | "postgres-tls") {
             plan.push((backend, Waiter::LongPoll));
             plan.push((backend, Waiter::Feed));
         }

@@ -21,7 +21,7 @@ struct Args {
     /// Run only this section.
     #[arg(long, value_enum, value_name = "SECTION")]
     only: Option<capstan_bench::Section>,
-    /// The engine section's stores to run (`sqlite`, `sqlite-normal`, `postgres`; repeat the
+    /// The engine section's stores to run (`sqlite`, `sqlite-normal`, `postgres`, `postgres-tls`; repeat the
     /// flag for several); all of them when absent.
     #[arg(long = "backend", value_name = "STORE")]
     backends: Vec<String>,

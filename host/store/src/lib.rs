@@ -17,6 +17,7 @@ pub mod auth;
 mod engine;
 pub mod event_versions;
 mod pg_tls;
+mod pg_wire;
 mod pg_writer;
 mod reader;
 pub mod retention;

@@ -4,13 +4,8 @@
 //! trusted authority issued it, `verify-full` checks that and the host name too. The trusted
 //! authorities are the URL's `sslrootcert` (or `PGSSLROOTCERT`) if given, else the Web PKI's.
 
-use std::future::Future;
 use std::io;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio_postgres::tls::{ChannelBinding, MakeTlsConnect, TlsConnect};
 use tokio_rustls::rustls;
 use tokio_rustls::rustls::client::danger::{
     HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier,
@@ -29,7 +24,7 @@ pub(crate) enum Verify {
     Full,
 }
 
-/// Makes the writer's TLS connections ([`MakeTlsConnect`] for `tokio-postgres`).
+/// Makes the writer's TLS sessions (`crate::pg_wire`).
 #[derive(Clone)]
 pub(crate) struct MakeRustls {
     config: Arc<rustls::ClientConfig>,
@@ -76,6 +71,20 @@ impl MakeRustls {
         Ok(Self {
             config: Arc::new(config),
         })
+    }
+
+    /// The TLS session over `stream`, to `host` (the name `verify-full` checks). No channel
+    /// binding: SCRAM then authenticates without it, as it does for sqlx's connections.
+    pub(crate) async fn handshake(
+        &self,
+        host: &str,
+        stream: tokio::net::TcpStream,
+    ) -> io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+        let name = ServerName::try_from(host.to_owned())
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        tokio_rustls::TlsConnector::from(self.config.clone())
+            .connect(name, stream)
+            .await
     }
 }
 
@@ -147,86 +156,5 @@ impl ServerCertVerifier for Lenient {
         self.provider
             .signature_verification_algorithms
             .supported_schemes()
-    }
-}
-
-impl<S> MakeTlsConnect<S> for MakeRustls
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    type Stream = RustlsStream<S>;
-    type TlsConnect = RustlsConnect;
-    type Error = io::Error;
-
-    fn make_tls_connect(&mut self, host: &str) -> io::Result<RustlsConnect> {
-        let name = ServerName::try_from(host.to_owned())
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        Ok(RustlsConnect {
-            connector: tokio_rustls::TlsConnector::from(self.config.clone()),
-            name,
-        })
-    }
-}
-
-/// One connection's handshake.
-pub(crate) struct RustlsConnect {
-    connector: tokio_rustls::TlsConnector,
-    name: ServerName<'static>,
-}
-
-impl<S> TlsConnect<S> for RustlsConnect
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    type Stream = RustlsStream<S>;
-    type Error = io::Error;
-    type Future = Pin<Box<dyn Future<Output = io::Result<RustlsStream<S>>> + Send>>;
-
-    fn connect(self, stream: S) -> Self::Future {
-        Box::pin(async move {
-            let stream = self.connector.connect(self.name, stream).await?;
-            Ok(RustlsStream(stream))
-        })
-    }
-}
-
-/// The encrypted stream. No channel binding: SCRAM then authenticates without it, as it does
-/// for sqlx's connections.
-pub(crate) struct RustlsStream<S>(tokio_rustls::client::TlsStream<S>);
-
-impl<S> tokio_postgres::tls::TlsStream for RustlsStream<S>
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
-    fn channel_binding(&self) -> ChannelBinding {
-        ChannelBinding::none()
-    }
-}
-
-impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for RustlsStream<S> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_read(cx, buf)
-    }
-}
-
-impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for RustlsStream<S> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_shutdown(cx)
     }
 }

@@ -1,11 +1,12 @@
 //! PostgreSQL's group commit: one connection per node commits the durable points of many
 //! executions in one transaction, its statements pipelined (sent one after the other without
-//! waiting for each answer, `tokio-postgres`) and prepared once per connection.
+//! waiting for each answer, with one `Sync` at the end: `crate::pg_wire`) and prepared once per
+//! connection.
 //!
 //! Through sqlx every statement of an activation's commit waited for its own round trip, and
 //! every commit was a transaction of its own with its own WAL flush, outbox lock and `NOTIFY`.
 //! Here a group of any number of callers costs one flush, one lock and one notification, and
-//! about one round trip.
+//! one round trip.
 //!
 //! A guard ([`Check`]) cannot stop statements already sent, so each is sent as a statement that
 //! raises when its condition fails (`capstan_guard`, PostgreSQL migration 0011). The error aborts
@@ -20,6 +21,7 @@
 //! from there to the commit only, and is taken after the row locks, in the order every other
 //! transaction takes them.
 
+use crate::pg_wire::{Request, Wire, WireError};
 use crate::sql::{Check, Statement};
 use crate::writer::{BEHIND_COMPANY, Behind, REFUSED_BEHIND};
 use capstan_core::store::StoreError;
@@ -33,9 +35,6 @@ use tokio_postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 const MAX_JOBS: usize = 256;
 /// Callers waiting for the writer at most; more wait for room (back-pressure).
 const QUEUE: usize = 1024;
-/// Prepared statements kept per connection; past this the cache starts over (the texts are a
-/// fixed set but for the lengths of `IN (…)` lists and journal chunks).
-const CACHED_STATEMENTS: usize = 1024;
 
 /// The statement that serialises outbox inserts across nodes (`crate::engine::outbox_lock`).
 const OUTBOX_LOCK: &str = "SELECT pg_advisory_xact_lock(7310112206040913001)";
@@ -226,7 +225,7 @@ struct Writer {
     /// Writes behind answers: their epoch, and how many the writer has answered.
     behind: Arc<Behind>,
     nudge: Arc<tokio::sync::Notify>,
-    connection: Option<Connection>,
+    connection: Option<Wire>,
 }
 
 impl Writer {
@@ -295,7 +294,7 @@ impl Writer {
             let started = std::time::Instant::now();
             crate::count_write();
             let outcome = match connect(&mut self.connection, &self.target).await {
-                Ok(connection) => connection.run(jobs, &waiting, &self.node_id, merge).await,
+                Ok(wire) => run(wire, jobs, &waiting, &self.node_id, merge).await,
                 Err(e) => Err(Failed::Group(e)),
             };
             match outcome {
@@ -335,44 +334,20 @@ impl Writer {
 
 /// The writer's connection, opened (again) when there is none or it was lost.
 async fn connect<'a>(
-    slot: &'a mut Option<Connection>,
+    slot: &'a mut Option<Wire>,
     target: &Target,
-) -> Result<&'a mut Connection, StoreError> {
-    if slot.as_ref().is_some_and(|c| c.client.is_closed()) {
+) -> Result<&'a mut Wire, StoreError> {
+    if slot.as_mut().is_some_and(|wire| !wire.is_open()) {
         *slot = None;
     }
-    if let Some(connection) = slot {
-        return Ok(connection);
+    if let Some(wire) = slot {
+        return Ok(wire);
     }
-    let ended = |result: Result<(), tokio_postgres::Error>| {
-        if let Err(error) = result {
-            tracing::warn!(%error, "the PostgreSQL group writer's connection ended");
-        }
-    };
-    let client = match &target.tls {
-        Some(tls) => {
-            let (client, connection) = target
-                .config
-                .connect(tls.clone())
-                .await
-                .map_err(|e| unavailable(&e))?;
-            tokio::spawn(async move { ended(connection.await) });
-            client
-        }
-        None => {
-            let (client, connection) = target
-                .config
-                .connect(tokio_postgres::NoTls)
-                .await
-                .map_err(|e| unavailable(&e))?;
-            tokio::spawn(async move { ended(connection.await) });
-            client
-        }
-    };
-    Ok(slot.insert(Connection {
-        client,
-        prepared: HashMap::new(),
-    }))
+    let wire = Wire::connect(target).await.map_err(|e| {
+        tracing::warn!(error = %e, "the PostgreSQL group writer cannot connect");
+        unavailable(&e)
+    })?;
+    Ok(slot.insert(wire))
 }
 
 /// Why a group did not commit.
@@ -387,11 +362,6 @@ enum Failed {
 
 /// A prepared statement's key: its text as sent (a guard's, wrapped) and its parameter types.
 type Key = (String, Vec<Type>);
-
-struct Connection {
-    client: tokio_postgres::Client,
-    prepared: HashMap<Key, tokio_postgres::Statement>,
-}
 
 /// Who a statement of the pipeline answers for.
 #[derive(Clone, Copy)]
@@ -436,65 +406,83 @@ impl<'a> Step<'a> {
 /// the texts to prepare stay few (a run of 13 is 8 + 4 + 1).
 const MERGED_ROWS: usize = 64;
 
-/// An insert of one row whose text can take more (`INSERT INTO t (…) VALUES ($1, …, $n)`, every
-/// value a placeholder in order, nothing after the row): the text up to the row, and how many
-/// values the row has.
-fn single_row_insert(text: &str) -> Option<(&str, usize)> {
+/// An insert of one row whose text can take more (`INSERT INTO t (…) VALUES ($1, …, $n) …`,
+/// every value a placeholder in order, no placeholder after the row): the text before the row,
+/// how many values the row has, and the text after it (an `ON CONFLICT` clause).
+fn single_row_insert(text: &str) -> Option<(&str, usize, &str)> {
     if !text.starts_with("INSERT INTO ") {
         return None;
     }
     let open = text.rfind("VALUES (")? + "VALUES ".len();
-    let row = text[open..].strip_prefix('(')?.strip_suffix(')')?;
+    let close = open + text[open..].find(')')?;
+    let tail = &text[close + 1..];
+    if tail.contains('$') || tail.contains("RETURNING") {
+        return None;
+    }
     let mut n = 0;
-    for (i, value) in row.split(',').enumerate() {
+    for (i, value) in text[open + 1..close].split(',').enumerate() {
         if value.trim() != format!("${}", i + 1) {
             return None;
         }
         n += 1;
     }
-    Some((&text[..open], n))
+    Some((&text[..open], n, tail))
 }
 
-/// The pipeline with every run of consecutive single-row inserts of one text and types, from
-/// jobs without guards, sent as multi-row inserts: the rows go in in the same order, in fewer
-/// statements (an execution's outbox events and receipts are dozens of rows, and the
-/// group's events are consecutive by construction). A merged statement that fails cannot say
-/// whose row failed; the group then runs again unmerged, which says.
+/// The pipeline with the single-row inserts of jobs sent as multi-row inserts: within each run
+/// of consecutive unguarded single-row inserts (an activation's stages, receipts and journal
+/// come interleaved; a group's events are consecutive by construction), the rows of one text
+/// and types go together, at the place of the first of them, in their order. Inserts into one
+/// table keep their order, so their conflicts resolve as they would one by one; inserts into
+/// different tables commute (no triggers), but for foreign keys: a row moved before the row it
+/// references fails its statement. Any failure of a merged statement (that, a duplicate key,
+/// an upsert meeting its own row twice) makes the group run again unmerged, which names the
+/// caller whose row failed.
 fn merge_inserts(steps: Vec<Step<'_>>) -> Vec<Step<'_>> {
     let mergeable = |step: &Step<'_>| {
         matches!(step.owner, Owner::Job(_, None)) && single_row_insert(&step.key.0).is_some()
     };
     let mut out: Vec<Step<'_>> = Vec::with_capacity(steps.len());
-    let mut steps = steps.into_iter().peekable();
-    while let Some(first) = steps.next() {
-        if !mergeable(&first) {
-            out.push(first);
-            continue;
+    let mut run: Vec<Step<'_>> = Vec::new();
+    for step in steps {
+        if mergeable(&step) {
+            run.push(step);
+        } else {
+            merge_run(std::mem::take(&mut run), &mut out);
+            out.push(step);
         }
-        let mut run = vec![first];
-        while let Some(next) = steps.next_if(|s| mergeable(s) && s.key == run[0].key) {
-            run.push(next);
+    }
+    merge_run(run, &mut out);
+    out
+}
+
+/// One run of [`merge_inserts`]: its rows gathered by text and types, in pieces.
+fn merge_run<'a>(run: Vec<Step<'a>>, out: &mut Vec<Step<'a>>) {
+    let mut kinds: Vec<Vec<Step<'a>>> = Vec::new();
+    let mut index: HashMap<Key, usize> = HashMap::new();
+    for step in run {
+        match index.get(&step.key) {
+            Some(&i) => kinds[i].push(step),
+            None => {
+                index.insert(step.key.clone(), kinds.len());
+                kinds.push(vec![step]);
+            }
         }
-        let mut rest = &mut run[..];
-        while !rest.is_empty() {
-            let size = MERGED_ROWS.min(1 << rest.len().ilog2());
-            let (piece, after) = rest.split_at_mut(size);
-            rest = after;
+    }
+    for mut rows in kinds {
+        while !rows.is_empty() {
+            let size = MERGED_ROWS.min(1 << rows.len().ilog2());
+            let rest = rows.split_off(size);
+            let mut piece = std::mem::replace(&mut rows, rest);
             if size == 1 {
-                out.push(std::mem::replace(
-                    &mut piece[0],
-                    Step {
-                        owner: Owner::Group,
-                        key: (String::new(), Vec::new()),
-                        values: Vec::new(),
-                    },
-                ));
+                out.extend(piece.pop());
                 continue;
             }
-            let Some((head, width)) = single_row_insert(&piece[0].key.0) else {
+            let first = piece[0].key.0.clone();
+            let Some((head, width, tail)) = single_row_insert(&first) else {
                 unreachable!("mergeable steps are single-row inserts")
             };
-            let mut text = String::with_capacity(head.len() + size * width * 5);
+            let mut text = String::with_capacity(head.len() + size * width * 5 + tail.len());
             text.push_str(head);
             let mut types = Vec::with_capacity(size * width);
             let mut values = Vec::with_capacity(size * width);
@@ -511,6 +499,7 @@ fn merge_inserts(steps: Vec<Step<'_>>) -> Vec<Step<'_>> {
                 types.extend(step.key.1.iter().cloned());
                 values.append(&mut step.values);
             }
+            text.push_str(tail);
             out.push(Step {
                 owner: Owner::Merged,
                 key: (text, types),
@@ -518,114 +507,60 @@ fn merge_inserts(steps: Vec<Step<'_>>) -> Vec<Step<'_>> {
             });
         }
     }
-    out
 }
 
-impl Connection {
-    /// One run of the group: `BEGIN`, every waiting job's statements, the outbox lock and the
-    /// notification when events follow, the events, `COMMIT`, all sent before any answer is read.
-    /// `merge`: see [`merge_inserts`].
-    async fn run(
-        &mut self,
-        jobs: &[Job],
-        waiting: &[usize],
-        node_id: &AnyValueKind,
-        merge: bool,
-    ) -> Result<(), Failed> {
-        let mut steps = vec![Step::group("BEGIN", &[])];
+/// One run of the group on `wire`: every waiting job's statements, the outbox lock and the
+/// notification when events follow, the events; one implicit transaction, sent and answered in
+/// one exchange (`crate::pg_wire`). `merge`: see [`merge_inserts`].
+async fn run(
+    wire: &mut Wire,
+    jobs: &[Job],
+    waiting: &[usize],
+    node_id: &AnyValueKind,
+    merge: bool,
+) -> Result<(), Failed> {
+    let mut steps = Vec::new();
+    for &i in waiting {
+        steps.extend(jobs[i].body.iter().map(|s| Step::job(i, s)));
+    }
+    if waiting.iter().any(|&i| !jobs[i].events.is_empty()) {
+        steps.push(Step::group(OUTBOX_LOCK, &[]));
+        steps.push(Step::group(NOTIFY, std::slice::from_ref(node_id)));
         for &i in waiting {
-            steps.extend(jobs[i].body.iter().map(|s| Step::job(i, s)));
-        }
-        if waiting.iter().any(|&i| !jobs[i].events.is_empty()) {
-            steps.push(Step::group(OUTBOX_LOCK, &[]));
-            steps.push(Step::group(NOTIFY, std::slice::from_ref(node_id)));
-            for &i in waiting {
-                steps.extend(jobs[i].events.iter().map(|s| Step::job(i, s)));
-            }
-        }
-        steps.push(Step::group("COMMIT", &[]));
-        if merge {
-            steps = merge_inserts(steps);
-        }
-        self.prepare(&steps).await?;
-
-        let statements: Vec<&tokio_postgres::Statement> =
-            steps.iter().map(|s| &self.prepared[&s.key]).collect();
-        let params: Vec<Vec<Param<'_>>> = steps
-            .iter()
-            .map(|s| s.values.iter().map(|v| Param(v)).collect())
-            .collect();
-        let refs: Vec<Vec<&(dyn ToSql + Sync)>> = params
-            .iter()
-            .map(|p| p.iter().map(|v| v as &(dyn ToSql + Sync)).collect())
-            .collect();
-        // Each request is sent when its future is first polled, in order; `join_all` polls them
-        // all before any answer comes back.
-        let results = futures_util::future::join_all(
-            statements
-                .iter()
-                .zip(&refs)
-                .map(|(statement, params)| self.client.execute(*statement, params)),
-        )
-        .await;
-        // The first error decides: those after it only say the transaction was aborted (and
-        // `COMMIT` of an aborted transaction rolls it back).
-        match steps
-            .iter()
-            .zip(results)
-            .find_map(|(step, result)| result.err().map(|e| (step.owner, e)))
-        {
-            None => Ok(()),
-            Some((Owner::Job(i, check), e)) if e.as_db_error().is_some() => {
-                Err(Failed::Job(i, job_error(&e, check)))
-            }
-            Some((Owner::Merged, e)) if e.as_db_error().is_some() => Err(Failed::Merged),
-            Some((_, e)) => Err(Failed::Group(unavailable(&e))),
+            steps.extend(jobs[i].events.iter().map(|s| Step::job(i, s)));
         }
     }
-
-    /// Prepares the statements not prepared yet, pipelined too. A text the server refuses
-    /// fails the first job that sent it.
-    async fn prepare(&mut self, steps: &[Step<'_>]) -> Result<(), Failed> {
-        // Started over before anything is looked up: every step's statement is prepared
-        // when the pipeline is built.
-        if self.prepared.len() >= CACHED_STATEMENTS {
-            self.prepared.clear();
-        }
-        let mut missing: Vec<&Step<'_>> = Vec::new();
-        for step in steps {
-            if !self.prepared.contains_key(&step.key) && !missing.iter().any(|m| m.key == step.key)
-            {
-                missing.push(step);
+    if merge {
+        steps = merge_inserts(steps);
+    }
+    let params: Vec<Vec<Param<'_>>> = steps
+        .iter()
+        .map(|s| s.values.iter().map(|v| Param(v)).collect())
+        .collect();
+    let refs: Vec<Vec<&(dyn ToSql + Sync)>> = params
+        .iter()
+        .map(|p| p.iter().map(|v| v as &(dyn ToSql + Sync)).collect())
+        .collect();
+    let requests: Vec<Request<'_>> = steps
+        .iter()
+        .zip(&refs)
+        .map(|(step, values)| Request {
+            text: &step.key.0,
+            types: &step.key.1,
+            values,
+        })
+        .collect();
+    match wire.run(&requests).await {
+        Err(e) => Err(Failed::Group(unavailable(&e))),
+        Ok(Ok(())) => Ok(()),
+        Ok(Err((at, e))) => {
+            let refused = matches!(e, WireError::Db { .. } | WireError::Encode(_));
+            match at.map(|i| steps[i].owner) {
+                Some(Owner::Job(i, check)) if refused => Err(Failed::Job(i, job_error(&e, check))),
+                Some(Owner::Merged) if refused => Err(Failed::Merged),
+                _ => Err(Failed::Group(unavailable(&e))),
             }
         }
-        if missing.is_empty() {
-            return Ok(());
-        }
-        let client = &self.client;
-        let prepared = futures_util::future::join_all(
-            missing
-                .iter()
-                .map(|step| client.prepare_typed(&step.key.0, &step.key.1)),
-        )
-        .await;
-        for (step, result) in missing.into_iter().zip(prepared) {
-            match result {
-                Ok(statement) => {
-                    self.prepared.insert(step.key.clone(), statement);
-                }
-                Err(e) => {
-                    return Err(match step.owner {
-                        Owner::Job(i, _) if e.as_db_error().is_some() => {
-                            Failed::Job(i, unavailable(&e))
-                        }
-                        Owner::Merged if e.as_db_error().is_some() => Failed::Merged,
-                        _ => Failed::Group(unavailable(&e)),
-                    });
-                }
-            }
-        }
-        Ok(())
     }
 }
 
@@ -641,8 +576,11 @@ fn raising(text: &str, check: Check) -> String {
 }
 
 /// A job's failed statement as the caller's error: a guard's verdict, or the server's refusal.
-fn job_error(e: &tokio_postgres::Error, check: Option<Check>) -> StoreError {
-    let code = e.as_db_error().map(|db| db.code().code());
+fn job_error(e: &WireError, check: Option<Check>) -> StoreError {
+    let code = match e {
+        WireError::Db { code, .. } => Some(code.as_str()),
+        _ => None,
+    };
     match (check, code) {
         (Some(check), Some("CP001")) => check.verdict(None).err(),
         (Some(check), Some("CP002")) => check.verdict(Some(1)).err(),
@@ -651,11 +589,8 @@ fn job_error(e: &tokio_postgres::Error, check: Option<Check>) -> StoreError {
     .unwrap_or_else(|| unavailable(e))
 }
 
-fn unavailable(e: &tokio_postgres::Error) -> StoreError {
-    StoreError::Unavailable(match e.as_db_error() {
-        Some(db) => format!("{} ({})", db.message(), db.code().code()),
-        None => e.to_string(),
-    })
+fn unavailable(e: &WireError) -> StoreError {
+    StoreError::Unavailable(e.to_string())
 }
 
 /// The type sqlx's PostgreSQL driver binds each value as, so a statement means here what it
@@ -776,10 +711,19 @@ mod tests {
         const INSERT: &str = "INSERT INTO t (a, b) VALUES ($1, $2)";
         assert_eq!(
             single_row_insert(INSERT),
-            Some(("INSERT INTO t (a, b) VALUES ", 2))
+            Some(("INSERT INTO t (a, b) VALUES ", 2, ""))
+        );
+        assert_eq!(
+            single_row_insert("INSERT INTO t (a, b) VALUES ($1, $2) ON CONFLICT (a) DO NOTHING"),
+            Some((
+                "INSERT INTO t (a, b) VALUES ",
+                2,
+                " ON CONFLICT (a) DO NOTHING"
+            ))
         );
         for not in [
-            "INSERT INTO t (a, b) VALUES ($1, $2) ON CONFLICT (a) DO NOTHING",
+            "INSERT INTO t (a, b) VALUES ($1, $2) ON CONFLICT (a) DO UPDATE SET b = $3",
+            "INSERT INTO t (a, b) VALUES ($1, $2) RETURNING a",
             "INSERT INTO t (a, b) VALUES ($2, $1)",
             "INSERT INTO t (a, b) VALUES ($1, now())",
             "UPDATE t SET a = $1",
@@ -839,6 +783,61 @@ mod tests {
             order,
             (0..32).collect::<Vec<i64>>(),
             "every value, in order"
+        );
+    }
+
+    /// Within a run, the rows of each text go together at the place of the first of them, in
+    /// their order, their clause after the rows kept: interleaved stages and receipts become one
+    /// statement each.
+    #[test]
+    fn gathers_interleaved_inserts_by_text_keeping_each_texts_order() {
+        const A: &str =
+            "INSERT INTO a (x) VALUES ($1) ON CONFLICT (x) DO UPDATE SET x = excluded.x";
+        const B: &str = "INSERT INTO b (x) VALUES ($1)";
+        let values: Vec<AnyValueKind> = (0..6).map(AnyValueKind::BigInt).collect();
+        let step = |text: &str, i: usize| Step {
+            owner: Owner::Job(i % 2, None),
+            key: (text.to_owned(), vec![Type::INT8]),
+            values: vec![&values[i]],
+        };
+        // a0 b1 a2 b3 a4 | guard | b5
+        let mut steps: Vec<Step<'_>> = (0..5)
+            .map(|i| step(if i % 2 == 0 { A } else { B }, i))
+            .collect();
+        steps.push(Step {
+            owner: Owner::Job(0, Some(Check::Holds("x"))),
+            key: ("SELECT 1".to_owned(), Vec::new()),
+            values: Vec::new(),
+        });
+        steps.push(step(B, 5));
+        let merged = merge_inserts(steps);
+        let shape: Vec<(String, Vec<i64>)> = merged
+            .iter()
+            .map(|s| {
+                let rows = s
+                    .values
+                    .iter()
+                    .map(|v| match v {
+                        AnyValueKind::BigInt(n) => *n,
+                        other => panic!("{other:?}"),
+                    })
+                    .collect();
+                (s.key.0.clone(), rows)
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                (
+                    "INSERT INTO a (x) VALUES ($1), ($2) ON CONFLICT (x) DO UPDATE SET x = excluded.x"
+                        .to_owned(),
+                    vec![0, 2]
+                ),
+                (A.to_owned(), vec![4]),
+                ("INSERT INTO b (x) VALUES ($1), ($2)".to_owned(), vec![1, 3]),
+                ("SELECT 1".to_owned(), vec![]),
+                (B.to_owned(), vec![5]),
+            ]
         );
     }
 
