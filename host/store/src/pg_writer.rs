@@ -509,19 +509,27 @@ fn merge_run<'a>(run: Vec<Step<'a>>, out: &mut Vec<Step<'a>>) {
     }
 }
 
-/// One run of the group on `wire`: every waiting job's statements, the outbox lock and the
-/// notification when events follow, the events; one implicit transaction, sent and answered in
-/// one exchange (`crate::pg_wire`). `merge`: see [`merge_inserts`].
-async fn run(
-    wire: &mut Wire,
-    jobs: &[Job],
+/// The statements of one run of the group, in order: every waiting job's body, then, when
+/// events follow, the outbox lock, the notification and the events. A statement that holds to
+/// the end of its transaction once run ([`Statement::once`]: a zone's lock, taken by each of
+/// its changes written behind answers) is run once per group. `merge`: see [`merge_inserts`].
+fn pipeline<'a>(
+    jobs: &'a [Job],
     waiting: &[usize],
-    node_id: &AnyValueKind,
+    node_id: &'a AnyValueKind,
     merge: bool,
-) -> Result<(), Failed> {
+) -> Vec<Step<'a>> {
     let mut steps = Vec::new();
+    let mut once: std::collections::HashSet<(&str, String)> = std::collections::HashSet::new();
     for &i in waiting {
-        steps.extend(jobs[i].body.iter().map(|s| Step::job(i, s)));
+        for statement in &jobs[i].body {
+            if statement.once
+                && !once.insert((&statement.text, format!("{:?}", statement.values())))
+            {
+                continue;
+            }
+            steps.push(Step::job(i, statement));
+        }
     }
     if waiting.iter().any(|&i| !jobs[i].events.is_empty()) {
         steps.push(Step::group(OUTBOX_LOCK, &[]));
@@ -533,6 +541,20 @@ async fn run(
     if merge {
         steps = merge_inserts(steps);
     }
+    steps
+}
+
+/// One run of the group on `wire`: every waiting job's statements, the outbox lock and the
+/// notification when events follow, the events; one implicit transaction, sent and answered in
+/// one exchange (`crate::pg_wire`). `merge`: see [`merge_inserts`].
+async fn run(
+    wire: &mut Wire,
+    jobs: &[Job],
+    waiting: &[usize],
+    node_id: &AnyValueKind,
+    merge: bool,
+) -> Result<(), Failed> {
+    let steps = pipeline(jobs, waiting, node_id, merge);
     let params: Vec<Vec<Param<'_>>> = steps
         .iter()
         .map(|s| s.values.iter().map(|v| Param(v)).collect())
@@ -839,6 +861,46 @@ mod tests {
                 (B.to_owned(), vec![5]),
             ]
         );
+    }
+
+    /// A statement marked `once` runs at its first place in the group only, when its text and
+    /// values repeat; with other values, or unmarked, it runs each time.
+    #[test]
+    fn a_once_statement_runs_once_per_group() {
+        let job = |zones: &[&str]| {
+            let mut sql = crate::Sql::default();
+            for zone in zones {
+                sql.push_statement("SELECT 1 FROM z WHERE id = $1 FOR SHARE")
+                    .bind(zone.to_string())
+                    .once();
+                sql.push_statement("INSERT INTO r (z) VALUES ($1) RETURNING z")
+                    .bind(zone.to_string());
+            }
+            Job {
+                body: sql.into_statements(),
+                events: Vec::new(),
+                requires: None,
+                done: None,
+            }
+        };
+        let jobs = [job(&["a"]), job(&["a", "b"]), job(&["b"])];
+        let node = AnyValueKind::Text(Arc::new("n".to_owned()));
+        let steps = pipeline(&jobs, &[0, 1, 2], &node, true);
+        let shape: Vec<(usize, &str)> = steps
+            .iter()
+            .map(|s| match (s.owner, s.values.first()) {
+                (Owner::Job(i, _), Some(AnyValueKind::Text(z))) => (i, z.as_str()),
+                _ => panic!("only job statements"),
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            [(0, "a"), (0, "a"), (1, "a"), (1, "b"), (1, "b"), (2, "b")],
+            "each zone locked once, every insert kept"
+        );
+        // Without job 0, job 1 takes the lock on `a` itself.
+        let steps = pipeline(&jobs, &[1, 2], &node, true);
+        assert_eq!(steps.len(), 5);
     }
 
     /// A guard keeps its text inside the raising wrapper, and only a fence raises for a cancel.

@@ -26,6 +26,10 @@ pub(crate) struct Statement {
     args: AnyArguments,
     /// A guard: what the statement returns decides whether its transaction goes on.
     pub(crate) check: Option<Check>,
+    /// Once run, holds to the end of its transaction (a lock, a guard under a lock it takes):
+    /// the same text with the same values later in the same transaction may be skipped
+    /// ([`Sql::once`]).
+    pub(crate) once: bool,
 }
 
 /// What a guard statement must return for its transaction to go on.
@@ -89,6 +93,7 @@ impl Clone for Statement {
             text: self.text.clone(),
             args,
             check: self.check,
+            once: self.once,
         }
     }
 }
@@ -170,6 +175,14 @@ impl Sql {
         self.check(Check::Holds(
             "what a write behind its answer was decided from has changed",
         ))
+    }
+
+    /// Marks the current statement as one whose repeat later in the same transaction (same text,
+    /// same values) changes nothing: a lock, or a guard under a lock it takes itself (`FOR
+    /// SHARE`). PostgreSQL's group writer then runs it once per group.
+    pub fn once(&mut self) -> &mut Self {
+        self.last().once = true;
+        self
     }
 
     /// Makes the first `n` statements guards.

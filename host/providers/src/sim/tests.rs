@@ -359,6 +359,105 @@ async fn a_change_decided_from_a_record_set_another_node_changed_is_decided_agai
     assert_eq!(a.snapshot().await.unwrap()["effects"], 3);
 }
 
+/// A zone is read whole the first time a change needs it, so a later change of another name
+/// decides without reading: a record set already in the database is its prior, one nobody made
+/// has none. A name another node adds after the zone was read is missing from memory; the
+/// write's guard finds it, and the change asked again is decided from it. Always on PostgreSQL.
+#[tokio::test]
+async fn a_zone_read_whole_knows_every_name_and_one_added_by_another_node_is_caught() {
+    let url = capstan_testdb::fresh_postgres_url().await;
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let mut nodes = Vec::new();
+    for _ in 0..2 {
+        let store = capstan_store::Store::open(&url).await.unwrap();
+        let cloud = SimulatedCloud::new(&store, clock.clone(), SimulationSettings::default())
+            .await
+            .unwrap();
+        nodes.push(cloud);
+    }
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let zone = ok(a, "dns.find-zone", json!({"domain": "example.com"}), "").await;
+    let change = |name: &str, v: &str| json!({"zone_id": zone["id"], "changes": [{"Upsert": {"name": name, "type_": "Txt", "ttl": 60, "values": [v], "alias_target": null}}]});
+    let values = |answer: &Value| answer["prior"][0]["values"].clone();
+
+    // In the database before a's memory holds anything of the zone.
+    ok(
+        b,
+        "dns.change-records",
+        change("old.example.com", "b0"),
+        "b-0",
+    )
+    .await;
+    b.store.settle_behind().await;
+    ok(
+        a,
+        "dns.change-records",
+        change("one.example.com", "a1"),
+        "a-1",
+    )
+    .await;
+    let old = ok(
+        a,
+        "dns.change-records",
+        change("old.example.com", "a0"),
+        "a-0",
+    )
+    .await;
+    assert_eq!(
+        values(&old),
+        json!(["b0"]),
+        "the zone's other names came with it"
+    );
+    a.store.settle_behind().await;
+    let epoch = a.store.behind_epoch().unwrap();
+
+    ok(
+        b,
+        "dns.change-records",
+        change("new.example.com", "b1"),
+        "b-1",
+    )
+    .await;
+    b.store.settle_behind().await;
+    let stale = ok(
+        a,
+        "dns.change-records",
+        change("new.example.com", "a2"),
+        "a-2",
+    )
+    .await;
+    assert_eq!(
+        stale["prior"],
+        json!([]),
+        "a's memory of the zone predates b's name"
+    );
+    a.store.settle_behind().await;
+    assert_eq!(
+        a.store.behind_epoch(),
+        Some(epoch + 1),
+        "the guard found b's record set"
+    );
+    let again = ok(
+        a,
+        "dns.change-records",
+        change("new.example.com", "a2"),
+        "a-2",
+    )
+    .await;
+    assert_eq!(
+        values(&again),
+        json!(["b1"]),
+        "decided again from b's value"
+    );
+    a.store.settle_behind().await;
+    assert_eq!(a.store.behind_epoch(), Some(epoch + 1));
+    let records = json!({"zone_id": zone["id"], "name": "new.example.com"});
+    assert_eq!(
+        ok(b, "dns.list-records", records, "").await[0]["values"],
+        json!(["a2"])
+    );
+}
+
 /// The answers of concurrent changes of one record set form one chain: exactly one came first,
 /// every other replaced a value another wrote, no value was replaced twice, and the value left is
 /// one nobody replaced.

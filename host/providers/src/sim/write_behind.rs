@@ -54,6 +54,12 @@ const MAX_QUEUED: usize = 100_000;
 /// that has seen many names holds no more of them than this.
 const MAX_RECORDS: usize = 100_000;
 
+/// A zone with at most this many record sets is read whole the first time a change needs it:
+/// afterwards memory knows that a name it lacks has no record set, and a change of a new name
+/// (the common case: a workflow adds the records of its own domain) reads nothing. A larger
+/// zone is read a record set at a time, as each change needs it.
+const ZONE_READ: usize = 10_000;
+
 /// The simulated DNS as decided in memory; see the module's text.
 #[derive(Debug, Default)]
 pub(super) struct Memory {
@@ -70,6 +76,12 @@ struct State {
     generation: u64,
     /// Zone id → its name (`None`: no such zone), as read.
     zones: HashMap<String, Option<String>>,
+    /// Zones read whole: every record set of theirs is in `records`, so one missing from it
+    /// has none. (On PostgreSQL another node may add one meanwhile; the write's guard, which
+    /// checks what memory decided from, then fails, and the call is decided again from a read.)
+    whole: std::collections::HashSet<String>,
+    /// Zones found larger than [`ZONE_READ`]: read a record set at a time.
+    large: std::collections::HashSet<String>,
     /// (zone id, name, type) → the record set's body (`None`: none), as read or decided.
     records: HashMap<(String, String, String), Option<String>>,
     /// Token → (request, answer), for changes whose writes the writer has not answered yet.
@@ -109,6 +121,8 @@ impl State {
         self.generation += 1;
         self.epoch = None;
         self.zones.clear();
+        self.whole.clear();
+        self.large.clear();
         self.records.clear();
         self.tokens.clear();
         self.changes.clear();
@@ -262,7 +276,7 @@ impl SimulatedCloud {
         for _ in 0..READ_TRIES {
             // What memory lacks, read before deciding: the token always, the zone and the
             // record sets the first time.
-            let (reading, generation, zone_known, missing) = {
+            let (reading, generation, zone_known, missing, read_whole) = {
                 let mut state = self.memory.lock();
                 let answered = self.store.behind_answered();
                 if !state.ready(self.store.behind_epoch()?, answered)
@@ -279,15 +293,17 @@ impl SimulatedCloud {
                     memory: &self.memory,
                     answered,
                 };
+                let whole = state.whole.contains(&zone_id);
                 let missing: Vec<&(String, String, String)> = keys
                     .iter()
-                    .filter(|k| !state.records.contains_key(*k))
+                    .filter(|k| !whole && !state.records.contains_key(*k))
                     .collect();
                 (
                     reading,
                     state.generation,
                     state.zones.contains_key(&zone_id),
                     missing,
+                    !whole && !state.large.contains(&zone_id),
                 )
             };
             // One statement, its parts told apart by their first column.
@@ -314,6 +330,17 @@ impl SimulatedCloud {
                 );
                 read.push_bind(zone_id.clone());
             }
+            if read_whole && !missing.is_empty() {
+                // One more than fits, to tell a zone that fits from one that does not.
+                part(
+                    &mut read,
+                    "SELECT 'all', body, name, type FROM (SELECT body, name, type FROM sim_records WHERE zone_id = ",
+                );
+                read.push_bind(zone_id.clone())
+                    .push(" LIMIT ")
+                    .push_bind(ZONE_READ as i64 + 1)
+                    .push(") AS zone_records");
+            }
             for (zone, name, ty) in &missing {
                 part(
                     &mut read,
@@ -331,13 +358,15 @@ impl SimulatedCloud {
             };
             let mut zone_name = None;
             let mut found: HashMap<(String, String), String> = HashMap::new();
+            let mut whole_rows = 0;
             for row in &rows {
                 let kind: String = row.try_get(0).ok()?;
                 match kind.as_str() {
                     // Answered before, in the database: the ordinary path answers it again.
                     "done" => return None,
                     "zone" => zone_name = row.try_get::<Option<String>, _>(1).ok()?,
-                    _ => {
+                    kind => {
+                        whole_rows += usize::from(kind == "all");
                         let body: String = row.try_get(1).ok()?;
                         let name: String = row.try_get(2).ok()?;
                         let ty: String = row.try_get(3).ok()?;
@@ -369,6 +398,19 @@ impl SimulatedCloud {
                 let body = found.remove(&(key.1.clone(), key.2.clone()));
                 state.records.entry((*key).clone()).or_insert(body);
             }
+            if read_whole && !missing.is_empty() {
+                if whole_rows <= ZONE_READ {
+                    for ((name, ty), body) in found.drain() {
+                        state
+                            .records
+                            .entry((zone_id.clone(), name, ty))
+                            .or_insert(Some(body));
+                    }
+                    state.whole.insert(zone_id.clone());
+                } else {
+                    state.large.insert(zone_id.clone());
+                }
+            }
             let zone_name = state.zones.get(&zone_id).cloned().flatten()?;
             let olds: Vec<Option<String>> = keys
                 .iter()
@@ -385,7 +427,8 @@ impl SimulatedCloud {
             if self.store.backend() == Backend::Postgres {
                 sql.push_statement("SELECT 1 FROM sim_zones WHERE id = $1 FOR SHARE")
                     .bind(zone_id.clone())
-                    .guard();
+                    .guard()
+                    .once();
                 let mut held: Vec<_> = keys
                     .iter()
                     .zip(&olds)
@@ -394,7 +437,8 @@ impl SimulatedCloud {
                 held.sort_by(|a, b| a.0.cmp(&b.0));
                 for (lock, (zone, name, ty), old) in held {
                     sql.push_statement("SELECT pg_advisory_xact_lock(hashtext($1))")
-                        .bind(lock);
+                        .bind(lock)
+                        .once();
                     // A statement after the lock: its snapshot sees what the lock's last holder
                     // committed (READ COMMITTED).
                     sql.push_statement(
