@@ -432,9 +432,9 @@ async fn open(
             }
             c.wake.mark_seen();
             match c.state.store.events_after(c.after, &c.filter, 200).await {
-                Ok(events) if !events.is_empty() => {
+                Ok((events, cursor)) if !events.is_empty() => {
+                    c.after = cursor;
                     for e in events {
-                        c.after = e.seq;
                         let data = serde_json::to_string(&views::event(&e)).unwrap_or_default();
                         c.pending.push_back(
                             Event::default()
@@ -444,7 +444,8 @@ async fn open(
                         );
                     }
                 }
-                Ok(_) => {
+                Ok((_, cursor)) => {
+                    c.after = cursor;
                     tokio::select! {
                         // A closed channel disables its branch; a gone closer means closing.
                         () = c.wake.changed() => {}

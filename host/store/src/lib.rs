@@ -1705,6 +1705,53 @@ mod tests {
         })
     }
 
+    /// A stream's page ends past every event there was when fewer than its limit passed the
+    /// filter, so the next read starts after the events that did not pass; a full page ends at
+    /// its last event, and an empty outbox leaves the cursor where it was.
+    #[tokio::test]
+    async fn a_stream_page_moves_the_cursor_past_the_events_it_filtered_out() {
+        use crate::streams::StreamFilter;
+        use capstan_core::store::*;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&capstan_testdb::fresh_database_url(dir.path()).await)
+            .await
+            .unwrap();
+        let filter = StreamFilter {
+            workflows: vec!["w".into()],
+            events: vec![("ExecutionSucceeded".into(), "1".into())],
+            execution_id: None,
+            principal_id: None,
+        };
+        assert_eq!(store.events_after(0, &filter, 10).await.unwrap().1, 0);
+        let other = |id: &str| match succeeded(id, "e1") {
+            capstan_core::store::Write::Event(mut e) => {
+                e.event_type = "ExecutionQueued".into();
+                capstan_core::store::Write::Event(e)
+            }
+            _ => unreachable!(),
+        };
+        store
+            .apply(None, vec![succeeded("s1", "e1"), other("q1"), other("q2")])
+            .await
+            .unwrap();
+        let (events, cursor) = store.events_after(0, &filter, 10).await.unwrap();
+        let ids: Vec<&str> = events.iter().map(|e| e.event_id.as_str()).collect();
+        assert_eq!(ids, ["s1"]);
+        let newest = store.last_event_seq().await.unwrap();
+        assert_eq!(cursor, newest, "past the two queued events");
+        assert!(store.events_after(cursor, &filter, 10).await.unwrap().0.is_empty());
+
+        store
+            .apply(None, vec![succeeded("s2", "e2"), succeeded("s3", "e3")])
+            .await
+            .unwrap();
+        let (events, cursor) = store.events_after(newest, &filter, 1).await.unwrap();
+        assert_eq!(events.len(), 1);
+        assert_eq!(cursor, events[0].seq, "a full page ends at its last event");
+        let (events, _) = store.events_after(cursor, &filter, 10).await.unwrap();
+        assert_eq!(events[0].event_id, "s3");
+    }
+
     /// A subscription starts after the outbox's last event at its creation: of the events the
     /// relay has not passed yet, it is routed only those committed after it.
     #[tokio::test]

@@ -18,19 +18,26 @@ pub struct StreamFilter {
 }
 
 impl Store {
-    /// Up to `limit` events with `seq > after` that pass `filter`, in order.
+    /// Up to `limit` events with `seq > after` that pass `filter`, in order, and the cursor to
+    /// ask from next: past the last of them, or, when fewer than `limit` passed, past every
+    /// event there was — so a stream waiting for rare events does not read again, at each wake,
+    /// every event that did not pass since the last one that did. (Sequence order is commit
+    /// order, `engine::outbox_lock`: nothing will commit below the newest event seen.) One
+    /// statement, so the newest event and the page are read from one snapshot.
     pub async fn events_after(
         &self,
         after: i64,
         filter: &StreamFilter,
         limit: i64,
-    ) -> Result<Vec<OutboxRecord>, StoreError> {
+    ) -> Result<(Vec<OutboxRecord>, i64), StoreError> {
         if filter.workflows.is_empty() {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), after));
         }
-        let mut q = Sql::new("SELECT * FROM outbox WHERE seq > ");
+        let mut q = Sql::new(
+            "SELECT o.*, t.top FROM (SELECT MAX(seq) AS top FROM outbox) AS t LEFT JOIN outbox AS o ON o.seq > ",
+        );
         q.push_bind(after)
-            .push(" AND workflow IN (")
+            .push(" AND o.seq <= t.top AND o.workflow IN (")
             .push_binds(filter.workflows.iter().cloned())
             .push(")");
         if !filter.events.is_empty() {
@@ -39,27 +46,48 @@ impl Store {
                 if i > 0 {
                     q.push(" OR ");
                 }
-                q.push("(event_type = ")
+                q.push("(o.event_type = ")
                     .push_bind(ty.clone())
-                    .push(" AND event_version = ")
+                    .push(" AND o.event_version = ")
                     .push_bind(version.clone())
                     .push(")");
             }
             q.push(")");
         }
         if let Some(id) = &filter.execution_id {
-            q.push(" AND execution_id = ").push_bind(id.clone());
+            q.push(" AND o.execution_id = ").push_bind(id.clone());
         }
         if let Some(p) = &filter.principal_id {
-            q.push(" AND principal_id = ").push_bind(p.clone());
+            q.push(" AND o.principal_id = ").push_bind(p.clone());
         }
-        q.push(" ORDER BY seq").push_limit(limit);
+        q.push(" ORDER BY o.seq").push_limit(limit);
         let rows = q
             .build()
             .fetch_all(&mut *self.read().await.map_err(unavailable)?)
             .await
             .map_err(unavailable)?;
-        rows.iter().map(outbox_row).collect()
+        let mut top = after;
+        let mut events = Vec::with_capacity(rows.len());
+        for row in &rows {
+            top = top.max(
+                row.try_get::<Option<i64>, _>("top")
+                    .map_err(unavailable)?
+                    .unwrap_or(after),
+            );
+            // The one row of an empty page has no event.
+            if row
+                .try_get::<Option<i64>, _>("seq")
+                .map_err(unavailable)?
+                .is_some()
+            {
+                events.push(outbox_row(row)?);
+            }
+        }
+        let cursor = match events.last() {
+            Some(last) if events.len() as i64 >= limit => last.seq,
+            _ => top,
+        };
+        Ok((events, cursor))
     }
 
     /// The newest event's cursor (0 when there is none).
