@@ -1739,7 +1739,14 @@ mod tests {
         assert_eq!(ids, ["s1"]);
         let newest = store.last_event_seq().await.unwrap();
         assert_eq!(cursor, newest, "past the two queued events");
-        assert!(store.events_after(cursor, &filter, 10).await.unwrap().0.is_empty());
+        assert!(
+            store
+                .events_after(cursor, &filter, 10)
+                .await
+                .unwrap()
+                .0
+                .is_empty()
+        );
 
         store
             .apply(None, vec![succeeded("s2", "e2"), succeeded("s3", "e3")])

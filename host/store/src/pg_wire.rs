@@ -4,9 +4,9 @@
 //!
 //! `tokio-postgres` pipelines too, but ends every statement with a `Sync`
 //! (rust-postgres/rust-postgres#1213), and the server flushes its answers at each `Sync`: a
-//! group of a few thousand statements cost the server as many `send` calls, and their loopback
-//! delivery, about a third of its CPU in the engine bench. Here the server reads the group,
-//! runs it, and answers in a few large writes.
+//! group of hundreds of statements cost the server as many `send` calls and their loopback
+//! delivery: over a quarter of its CPU in the engine bench (`perf record -a`). Here the server
+//! reads the group, runs it, and answers in a few large writes.
 //!
 //! Without `BEGIN`/`COMMIT` the statements up to the `Sync` are one implicit transaction, which
 //! the `Sync` commits, or rolls back when a statement failed (the server then skips the rest
