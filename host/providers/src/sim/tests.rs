@@ -302,16 +302,7 @@ async fn a_token_asked_first_twice_is_caught_by_its_key() {
 /// the other node left it. Always on PostgreSQL: several nodes are PostgreSQL's.
 #[tokio::test]
 async fn a_change_decided_from_a_record_set_another_node_changed_is_decided_again() {
-    let url = capstan_testdb::fresh_postgres_url().await;
-    let clock = Arc::new(ManualClock::new(1_000_000));
-    let mut nodes = Vec::new();
-    for _ in 0..2 {
-        let store = capstan_store::Store::open(&url).await.unwrap();
-        let cloud = SimulatedCloud::new(&store, clock.clone(), SimulationSettings::default())
-            .await
-            .unwrap();
-        nodes.push(cloud);
-    }
+    let nodes = two_nodes_on_one_postgres().await;
     let (a, b) = (&nodes[0], &nodes[1]);
     let zone = ok(a, "dns.find-zone", json!({"domain": "example.com"}), "").await;
     let change = |v: &str| json!({"zone_id": zone["id"], "changes": [{"Upsert": {"name": "two.example.com", "type_": "Txt", "ttl": 60, "values": [v], "alias_target": null}}]});
@@ -365,16 +356,7 @@ async fn a_change_decided_from_a_record_set_another_node_changed_is_decided_agai
 /// write's guard finds it, and the change asked again is decided from it. Always on PostgreSQL.
 #[tokio::test]
 async fn a_zone_read_whole_knows_every_name_and_one_added_by_another_node_is_caught() {
-    let url = capstan_testdb::fresh_postgres_url().await;
-    let clock = Arc::new(ManualClock::new(1_000_000));
-    let mut nodes = Vec::new();
-    for _ in 0..2 {
-        let store = capstan_store::Store::open(&url).await.unwrap();
-        let cloud = SimulatedCloud::new(&store, clock.clone(), SimulationSettings::default())
-            .await
-            .unwrap();
-        nodes.push(cloud);
-    }
+    let nodes = two_nodes_on_one_postgres().await;
     let (a, b) = (&nodes[0], &nodes[1]);
     let zone = ok(a, "dns.find-zone", json!({"domain": "example.com"}), "").await;
     let change = |name: &str, v: &str| json!({"zone_id": zone["id"], "changes": [{"Upsert": {"name": name, "type_": "Txt", "ttl": 60, "values": [v], "alias_target": null}}]});
@@ -456,6 +438,21 @@ async fn a_zone_read_whole_knows_every_name_and_one_added_by_another_node_is_cau
         ok(b, "dns.list-records", records, "").await[0]["values"],
         json!(["a2"])
     );
+}
+
+/// Two simulated clouds, as two nodes have, on one fresh PostgreSQL schema.
+async fn two_nodes_on_one_postgres() -> Vec<SimulatedCloud> {
+    let url = capstan_testdb::fresh_postgres_url().await;
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let mut nodes = Vec::new();
+    for _ in 0..2 {
+        let store = capstan_store::Store::open(&url).await.unwrap();
+        let cloud = SimulatedCloud::new(&store, clock.clone(), SimulationSettings::default())
+            .await
+            .unwrap();
+        nodes.push(cloud);
+    }
+    nodes
 }
 
 /// The answers of concurrent changes of one record set form one chain: exactly one came first,
