@@ -383,13 +383,14 @@ pub async fn run(
     fixture: &Path,
     quick: bool,
     only: &[String],
+    executions: Option<usize>,
 ) -> anyhow::Result<Vec<EngineHttpRun>> {
     anyhow::ensure!(
         fixture.is_file(),
         "{} is missing: run `just build-guests`",
         fixture.display()
     );
-    let executions = if quick { 100 } else { 2_000 };
+    let executions = executions.unwrap_or(if quick { 100 } else { 2_000 });
     let wanted = |backend: &str| only.is_empty() || only.iter().any(|o| o == backend);
     for o in only {
         anyhow::ensure!(

@@ -328,6 +328,7 @@ pub async fn run(
     quick: bool,
     only: Option<Section>,
     backends: &[String],
+    executions: Option<usize>,
 ) -> anyhow::Result<()> {
     let runs = |section: Section| only.is_none_or(|o| o == section);
     let (components, hello) = if runs(Section::Runtime) {
@@ -339,7 +340,7 @@ pub async fn run(
     let fixture = Path::new("target/guest-fixtures/fixture-steps.wasm");
     let (mut engine, mut engine_runs) = (Vec::new(), Vec::new());
     if runs(Section::Engine) {
-        engine = crate::engine::run(fixture, quick, backends).await?;
+        engine = crate::engine::run(fixture, quick, backends, executions).await?;
         engine_runs.push(engine_run(fixture, if quick { 25 } else { 300 }, 1).await?);
     }
     let api = if runs(Section::Api) {

@@ -25,12 +25,24 @@ struct Args {
     /// flag for several); all of them when absent.
     #[arg(long = "backend", value_name = "STORE")]
     backends: Vec<String>,
+    /// Executions per row of the engine section (default 2,000; 100 with `--quick`): more for a
+    /// longer steady state to profile.
+    #[arg(long, value_name = "N")]
+    executions: Option<usize>,
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = Args::parse();
-    match capstan_bench::run(&args.workflows, args.quick, args.only, &args.backends).await {
+    match capstan_bench::run(
+        &args.workflows,
+        args.quick,
+        args.only,
+        &args.backends,
+        args.executions,
+    )
+    .await
+    {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("capstan-bench: {e:#}");

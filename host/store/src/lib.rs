@@ -373,7 +373,21 @@ impl Store {
     async fn connect_postgres(url: &str) -> Result<Self, OpenError> {
         // A statement waits at most 5 s for a lock (as SQLite's busy timeout), then fails with
         // 55P03 and the request answers 503 instead of hanging.
+        // sqlx pings a connection when it goes back to the pool, which drops one the server
+        // closed. Pinging again at each checkout doubles that round trip for every read (5 %
+        // of the server's CPU in the engine bench, `perf record`), so only a connection idle
+        // long enough for the server to have gone away meanwhile is pinged (as HikariCP does).
         let pool = AnyPoolOptions::new()
+            .test_before_acquire(false)
+            .before_acquire(|conn, meta| {
+                Box::pin(async move {
+                    if meta.idle_for >= IDLE_BEFORE_PING {
+                        use sqlx::Connection as _;
+                        conn.ping().await?;
+                    }
+                    Ok(true)
+                })
+            })
             .after_connect(|conn, _| {
                 Box::pin(async move {
                     use sqlx::Executor as _;
@@ -798,6 +812,10 @@ pub fn is_unavailable(e: &sqlx::Error) -> bool {
 
 /// SQLite read connections [`Store::read`] keeps open at most.
 pub const READERS: usize = 8;
+
+/// A PostgreSQL connection idle at least this long is pinged before it is lent out; one used
+/// more recently was answered by the server moments ago (and pinged when it came back).
+const IDLE_BEFORE_PING: Duration = Duration::from_secs(1);
 
 enum Reader {
     Own(sqlx::AnyConnection),

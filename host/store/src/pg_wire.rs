@@ -71,8 +71,11 @@ pub(crate) struct Wire {
     stream: Stream,
     /// Answers read and not parsed yet.
     read: BytesMut,
-    /// Statement text and parameter types → the name it was prepared under.
-    prepared: HashMap<(String, Vec<Type>), String>,
+    /// Statement text → its parameter types and the name it was prepared under with them
+    /// (keyed by text alone so that a lookup borrows the request's text instead of copying it).
+    prepared: HashMap<String, Vec<(Vec<Type>, String)>>,
+    /// How many statements `prepared` holds.
+    cached: usize,
     /// Names given so far (each statement gets a new one: a name is never reused).
     named: u64,
 }
@@ -134,6 +137,7 @@ impl Wire {
             stream,
             read: BytesMut::with_capacity(8192),
             prepared: HashMap::new(),
+            cached: 0,
             named: 0,
         };
         wire.start_up(target).await?;
@@ -271,23 +275,26 @@ impl Wire {
     /// cannot stall with both sides writing.
     pub(crate) async fn run(&mut self, requests: &[Request<'_>]) -> Result<Outcome, WireError> {
         let mut out = BytesMut::with_capacity(64 * requests.len());
-        if self.prepared.len() >= CACHED_STATEMENTS {
+        if self.cached >= CACHED_STATEMENTS {
             // Closing a statement that does not exist is no error; the answers are skipped.
-            for name in std::mem::take(&mut self.prepared).into_values() {
+            for (_, name) in std::mem::take(&mut self.prepared).into_values().flatten() {
                 frontend::close(b'S', &name, &mut out).map_err(io_error)?;
             }
+            self.cached = 0;
         }
         // For each request, the name to prepare it under when it is new here.
         let mut parsed: Vec<Option<String>> = Vec::with_capacity(requests.len());
         let mut sent: HashMap<(&str, &[Type]), String> = HashMap::new();
         for (i, request) in requests.iter().enumerate() {
             let key = (request.text, request.types);
-            let (name, new) = match self
+            let known = self
                 .prepared
-                .get(&(request.text.to_owned(), request.types.to_vec()))
-                .or_else(|| sent.get(&key))
-            {
-                Some(name) => (name.clone(), None),
+                .get(request.text)
+                .and_then(|kinds| kinds.iter().find(|(types, _)| types == request.types))
+                .map(|(_, name)| name)
+                .or_else(|| sent.get(&key));
+            let (name, new) = match known {
+                Some(name) => (name.as_str(), None),
                 None => {
                     self.named += 1;
                     let name = format!("capstan_{}", self.named);
@@ -298,14 +305,14 @@ impl Wire {
                         &mut out,
                     )
                     .map_err(io_error)?;
-                    sent.insert(key, name.clone());
-                    (name.clone(), Some(name))
+                    let name: &str = sent.entry(key).or_insert(name);
+                    (name, Some(name.to_owned()))
                 }
             };
             parsed.push(new);
             let bound = frontend::bind(
                 "",
-                &name,
+                name,
                 std::iter::repeat_n(1, request.values.len()),
                 request.values.iter().zip(request.types),
                 |(value, ty), buf| {
@@ -339,6 +346,7 @@ impl Wire {
             &mut self.read,
             &parsed,
             &mut self.prepared,
+            &mut self.cached,
             requests,
         );
         let (written, outcome) = tokio::join!(write, read);
@@ -352,7 +360,8 @@ async fn read_answers(
     reader: &mut (impl AsyncRead + Unpin),
     read: &mut BytesMut,
     parsed: &[Option<String>],
-    prepared: &mut HashMap<(String, Vec<Type>), String>,
+    prepared: &mut HashMap<String, Vec<(Vec<Type>, String)>>,
+    cached: &mut usize,
     requests: &[Request<'_>],
 ) -> Result<Outcome, WireError> {
     // The request whose answers come next.
@@ -370,10 +379,11 @@ async fn read_answers(
         match message {
             Message::ParseComplete => {
                 if let (Some(Some(name)), Some(request)) = (parsed.get(at), requests.get(at)) {
-                    prepared.insert(
-                        (request.text.to_owned(), request.types.to_vec()),
-                        name.clone(),
-                    );
+                    prepared
+                        .entry(request.text.to_owned())
+                        .or_default()
+                        .push((request.types.to_vec(), name.clone()));
+                    *cached += 1;
                 }
             }
             Message::CommandComplete(_) | Message::EmptyQueryResponse => at += 1,

@@ -26,7 +26,8 @@ use crate::sql::{Check, Statement};
 use crate::writer::{BEHIND_COMPANY, Behind, REFUSED_BEHIND};
 use capstan_core::store::StoreError;
 use sqlx_core::any::{AnyTypeInfoKind, AnyValueKind};
-use std::collections::HashMap;
+use std::borrow::Cow;
+use std::fmt::Write as _;
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_postgres::types::{IsNull, ToSql, Type, to_sql_checked};
@@ -360,8 +361,9 @@ enum Failed {
     Merged,
 }
 
-/// A prepared statement's key: its text as sent (a guard's, wrapped) and its parameter types.
-type Key = (String, Vec<Type>);
+/// A prepared statement's key: its text as sent (a guard's, wrapped; a job's own text is
+/// borrowed, not copied) and its parameter types.
+type Key<'a> = (Cow<'a, str>, Vec<Type>);
 
 /// Who a statement of the pipeline answers for.
 #[derive(Clone, Copy)]
@@ -375,23 +377,23 @@ enum Owner {
 /// One statement of the pipeline.
 struct Step<'a> {
     owner: Owner,
-    key: Key,
+    key: Key<'a>,
     values: Vec<&'a AnyValueKind>,
 }
 
 impl<'a> Step<'a> {
-    fn group(text: &str, values: &'a [AnyValueKind]) -> Self {
+    fn group(text: &'a str, values: &'a [AnyValueKind]) -> Self {
         Self {
             owner: Owner::Group,
-            key: (text.to_owned(), values.iter().map(pg_type).collect()),
+            key: (Cow::Borrowed(text), values.iter().map(pg_type).collect()),
             values: values.iter().collect(),
         }
     }
 
     fn job(job: usize, statement: &'a Statement) -> Self {
         let text = match statement.check {
-            Some(check) => raising(&statement.text, check),
-            None => statement.text.clone(),
+            Some(check) => Cow::Owned(raising(&statement.text, check)),
+            None => Cow::Borrowed(statement.text.as_str()),
         };
         let values = statement.values();
         Self {
@@ -421,7 +423,11 @@ fn single_row_insert(text: &str) -> Option<(&str, usize, &str)> {
     }
     let mut n = 0;
     for (i, value) in text[open + 1..close].split(',').enumerate() {
-        if value.trim() != format!("${}", i + 1) {
+        let number = value
+            .trim()
+            .strip_prefix('$')
+            .and_then(|n| n.parse::<usize>().ok());
+        if number != Some(i + 1) {
             return None;
         }
         n += 1;
@@ -458,15 +464,12 @@ fn merge_inserts(steps: Vec<Step<'_>>) -> Vec<Step<'_>> {
 
 /// One run of [`merge_inserts`]: its rows gathered by text and types, in pieces.
 fn merge_run<'a>(run: Vec<Step<'a>>, out: &mut Vec<Step<'a>>) {
+    // A run holds a few texts (an activation's stages, receipts, journal chunk, events).
     let mut kinds: Vec<Vec<Step<'a>>> = Vec::new();
-    let mut index: HashMap<Key, usize> = HashMap::new();
     for step in run {
-        match index.get(&step.key) {
-            Some(&i) => kinds[i].push(step),
-            None => {
-                index.insert(step.key.clone(), kinds.len());
-                kinds.push(vec![step]);
-            }
+        match kinds.iter_mut().find(|kind| kind[0].key == step.key) {
+            Some(kind) => kind.push(step),
+            None => kinds.push(vec![step]),
         }
     }
     for mut rows in kinds {
@@ -492,8 +495,8 @@ fn merge_run<'a>(run: Vec<Step<'a>>, out: &mut Vec<Step<'a>>) {
                     if column > 0 {
                         text.push_str(", ");
                     }
-                    text.push('$');
-                    text.push_str(&(row * width + column + 1).to_string());
+                    // Writing to a `String` cannot fail.
+                    let _ = write!(text, "${}", row * width + column + 1);
                 }
                 text.push(')');
                 types.extend(step.key.1.iter().cloned());
@@ -502,7 +505,7 @@ fn merge_run<'a>(run: Vec<Step<'a>>, out: &mut Vec<Step<'a>>) {
             text.push_str(tail);
             out.push(Step {
                 owner: Owner::Merged,
-                key: (text, types),
+                key: (Cow::Owned(text), types),
                 values,
             });
         }
@@ -755,7 +758,7 @@ mod tests {
         let values: Vec<AnyValueKind> = (0..40).map(AnyValueKind::BigInt).collect();
         let insert = |job: usize, i: usize| Step {
             owner: Owner::Job(job, None),
-            key: (INSERT.to_owned(), vec![Type::INT8, Type::INT8]),
+            key: (INSERT.into(), vec![Type::INT8, Type::INT8]),
             values: vec![&values[2 * i], &values[2 * i + 1]],
         };
         let mut steps = vec![Step::group("BEGIN", &[])];
@@ -763,7 +766,7 @@ mod tests {
         steps.extend((0..13).map(|i| insert(i / 7, i)));
         steps.push(Step {
             owner: Owner::Job(1, Some(Check::Holds("x"))),
-            key: ("SELECT 1".to_owned(), Vec::new()),
+            key: ("SELECT 1".into(), Vec::new()),
             values: Vec::new(),
         });
         steps.extend((13..16).map(|i| insert(2, i)));
@@ -817,9 +820,9 @@ mod tests {
             "INSERT INTO a (x) VALUES ($1) ON CONFLICT (x) DO UPDATE SET x = excluded.x";
         const B: &str = "INSERT INTO b (x) VALUES ($1)";
         let values: Vec<AnyValueKind> = (0..6).map(AnyValueKind::BigInt).collect();
-        let step = |text: &str, i: usize| Step {
+        let step = |text: &'static str, i: usize| Step {
             owner: Owner::Job(i % 2, None),
-            key: (text.to_owned(), vec![Type::INT8]),
+            key: (text.into(), vec![Type::INT8]),
             values: vec![&values[i]],
         };
         // a0 b1 a2 b3 a4 | guard | b5
@@ -828,7 +831,7 @@ mod tests {
             .collect();
         steps.push(Step {
             owner: Owner::Job(0, Some(Check::Holds("x"))),
-            key: ("SELECT 1".to_owned(), Vec::new()),
+            key: ("SELECT 1".into(), Vec::new()),
             values: Vec::new(),
         });
         steps.push(step(B, 5));
@@ -844,7 +847,7 @@ mod tests {
                         other => panic!("{other:?}"),
                     })
                     .collect();
-                (s.key.0.clone(), rows)
+                (s.key.0.to_string(), rows)
             })
             .collect();
         assert_eq!(

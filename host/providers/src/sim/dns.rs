@@ -292,6 +292,14 @@ impl ChangePlan {
         out
     }
 
+    pub(super) fn zone_id(&self) -> &str {
+        &self.zone_id
+    }
+
+    pub(super) fn change_id(&self) -> &str {
+        &self.change_id
+    }
+
     /// Each change's record set as [`ChangePlan::writes`] leaves it (its stored body), `None`
     /// where it is deleted.
     pub(super) fn bodies(&self) -> Vec<Option<String>> {

@@ -344,10 +344,36 @@ async fn a_change_decided_from_a_record_set_another_node_changed_is_decided_agai
     a.store.settle_behind().await;
     assert_eq!(a.store.behind_epoch(), Some(epoch + 1));
     assert_eq!(
-        ok(b, "dns.list-records", records, "").await[0]["values"],
+        ok(a, "dns.list-records", records.clone(), "").await[0]["values"],
         json!(["a2"])
     );
     assert_eq!(a.snapshot().await.unwrap()["effects"], 3);
+
+    // b's memory still says b1: a delete decided from it deletes nothing, and asked again it
+    // is decided from a2.
+    let delete = json!({"zone_id": zone["id"], "changes": [{"Delete": {"name": "two.example.com", "type_": "Txt"}}]});
+    let stale = ok(b, "dns.change-records", delete.clone(), "b-2").await;
+    assert_eq!(values(&stale), json!(["b1"]), "decided in b's memory");
+    b.store.settle_behind().await;
+    assert_eq!(
+        b.store.behind_epoch(),
+        Some(epoch + 1),
+        "its delete found the record set changed"
+    );
+    assert_eq!(
+        ok(a, "dns.list-records", records.clone(), "").await[0]["values"],
+        json!(["a2"]),
+        "the failed delete deleted nothing"
+    );
+    let again = ok(b, "dns.change-records", delete, "b-2").await;
+    assert_eq!(
+        values(&again),
+        json!(["a2"]),
+        "decided again from a's value"
+    );
+    b.store.settle_behind().await;
+    assert_eq!(b.store.behind_epoch(), Some(epoch + 1));
+    assert_eq!(ok(a, "dns.list-records", records, "").await, json!([]));
 }
 
 /// A zone is read whole the first time a change needs it, so a later change of another name
