@@ -57,6 +57,8 @@ pub(crate) struct Request<'a> {
     pub(crate) text: &'a str,
     pub(crate) types: &'a [Type],
     pub(crate) values: &'a [&'a (dyn ToSql + Sync)],
+    /// About how many bytes the values take, to size the pipeline's buffer.
+    pub(crate) bytes: usize,
 }
 
 /// How a pipeline went: every statement ran and the transaction committed, or the first
@@ -274,7 +276,13 @@ impl Wire {
     /// the writing and the reading overlap, so a pipeline larger than the sockets' buffers
     /// cannot stall with both sides writing.
     pub(crate) async fn run(&mut self, requests: &[Request<'_>]) -> Result<Outcome, WireError> {
-        let mut out = BytesMut::with_capacity(64 * requests.len());
+        // Sized for the whole pipeline up front: a group of large values (journal chunks,
+        // event payloads) otherwise grows the buffer, and copies it, several times.
+        let size: usize = requests
+            .iter()
+            .map(|r| 32 + r.text.len() + r.values.len() * 12 + r.bytes)
+            .sum();
+        let mut out = BytesMut::with_capacity(size);
         if self.cached >= CACHED_STATEMENTS {
             // Closing a statement that does not exist is no error; the answers are skipped.
             for (_, name) in std::mem::take(&mut self.prepared).into_values().flatten() {

@@ -22,7 +22,7 @@
 //! transaction takes them.
 
 use crate::pg_wire::{Request, Wire, WireError};
-use crate::sql::{Check, Statement};
+use crate::sql::{Check, Statement, value_bytes};
 use crate::writer::{BEHIND_COMPANY, Behind, REFUSED_BEHIND};
 use capstan_core::store::StoreError;
 use sqlx_core::any::{AnyTypeInfoKind, AnyValueKind};
@@ -573,6 +573,7 @@ async fn run(
             text: &step.key.0,
             types: &step.key.1,
             values,
+            bytes: step.values.iter().map(|v| 8 + value_bytes(v)).sum(),
         })
         .collect();
     match wire.run(&requests).await {
@@ -593,11 +594,16 @@ async fn run(
 /// rows the guard returned and the first column of the first (as `jsonb`), and raises `CP001`
 /// for none and, for a run's fence, `CP002` for a cancel request (see [`Check::verdict`]).
 fn raising(text: &str, check: Check) -> String {
-    let fence = matches!(check, Check::Fence);
-    format!(
-        "WITH guard AS ({text}) SELECT capstan_guard((SELECT count(*) FROM guard), \
-         (SELECT first.value FROM guard, jsonb_each(to_jsonb(guard)) AS first LIMIT 1), {fence})"
-    )
+    match check {
+        Check::Fence => format!(
+            "WITH guard AS ({text}) SELECT capstan_guard((SELECT count(*) FROM guard), \
+             (SELECT first.value FROM guard, jsonb_each(to_jsonb(guard)) AS first LIMIT 1), true)"
+        ),
+        // Only a fence's first column means anything: the others skip turning a row to jsonb.
+        Check::Holds(_) => format!(
+            "WITH guard AS ({text}) SELECT capstan_guard((SELECT count(*) FROM guard), NULL, false)"
+        ),
+    }
 }
 
 /// A job's failed statement as the caller's error: a guard's verdict, or the server's refusal.

@@ -56,6 +56,16 @@ impl Check {
     }
 }
 
+/// The bytes a text or blob value holds beyond its `AnyValueKind` (none for the rest).
+pub(crate) fn value_bytes(value: &AnyValueKind) -> usize {
+    match value {
+        AnyValueKind::Text(text) => text.len(),
+        AnyValueKind::TextSlice(text) => text.len(),
+        AnyValueKind::Blob(bytes) => bytes.len(),
+        _ => 0,
+    }
+}
+
 impl Statement {
     pub(crate) fn values(&self) -> &[AnyValueKind] {
         &self.args.values.0
@@ -67,12 +77,7 @@ impl Statement {
         let values: usize = self
             .values()
             .iter()
-            .map(|value| match value {
-                AnyValueKind::Text(text) => text.len(),
-                AnyValueKind::TextSlice(text) => text.len(),
-                AnyValueKind::Blob(bytes) => bytes.len(),
-                _ => 0,
-            } + std::mem::size_of::<AnyValueKind>())
+            .map(|value| value_bytes(value) + std::mem::size_of::<AnyValueKind>())
             .sum();
         self.text.len() + values
     }
