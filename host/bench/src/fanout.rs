@@ -603,7 +603,8 @@ async fn sse_fanout(hello: &Path, sizes: Sizes, clients: usize) -> anyhow::Resul
     let server = Server::start(
         hello,
         &format!(
-            "workers = 4\nstream_connections = {}\n[rate_limit]\nrequests_per_second = 0.0\nburst = 1\n",
+            // Every client is one principal's (the bench's key): its share is the node's.
+            "workers = 4\nstream_connections = {0}\nstream_connections_per_principal = {0}\n[rate_limit]\nrequests_per_second = 0.0\nburst = 1\n",
             clients + 8
         ),
     )
