@@ -244,6 +244,50 @@ async fn a_key_changed_meanwhile_is_read_again_and_nothing_is_overwritten() {
     );
 }
 
+/// A change left running (its caller gave up, as a killed node does) and another execution's
+/// change of the same key: the pending change lands first, so the second one's etag is stale and
+/// it reads again; the first one's repeat then finds its referrer. Neither replaces the other.
+#[tokio::test]
+async fn a_change_left_running_lands_before_a_later_one_and_neither_is_lost() {
+    let google = GoogleApiKeys::start(PROJECT);
+    google.add_key("web", "Web", &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let maps = adapter(
+        Capability::Maps,
+        apikeys_settings(&google, dir.path(), json!({"operation_timeout_ms": 300})),
+        dir.path(),
+    )
+    .await;
+    google.set_polls_until_done(1000);
+    let first = json!({"key_id": "web", "referrer": "*.first.example/*"});
+    let pending = maps
+        .call("maps.add-referrer", &first, "t1")
+        .await
+        .unwrap_err();
+    assert_eq!(pending.code, "operation-pending");
+    google.set_polls_until_done(1);
+    let second = json!({"key_id": "web", "referrer": "*.second.example/*"});
+    let stale = maps
+        .call("maps.add-referrer", &second, "t2")
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (stale.code.as_str(), stale.is_transient()),
+        ("precondition-failed", true),
+        "the key changed under the second change's etag"
+    );
+    assert_eq!(google.referrers("web"), ["*.first.example/*"]);
+    let added = maps.call("maps.add-referrer", &second, "t2").await.unwrap();
+    assert_eq!(added["changed"], true);
+    let repeated = maps.call("maps.add-referrer", &first, "t1").await.unwrap();
+    assert_eq!(repeated["changed"], true, "the first attempt's change");
+    assert_eq!(
+        google.referrers("web"),
+        ["*.first.example/*", "*.second.example/*"]
+    );
+    assert_eq!(google.patches().len(), 3, "{:#?}", google.patches());
+}
+
 #[tokio::test]
 async fn a_bad_service_account_key_stops_the_adapter_naming_the_setting() {
     let dir = tempfile::tempdir().unwrap();

@@ -16,7 +16,11 @@
 //!   expect its project id back.
 //! - **Changes** are long-running operations: a PATCH answers `{"name": "operations/..."}`
 //!   (no `done` while pending: proto3 JSON leaves false out), and the key changes only when
-//!   the operation completes, on the k-th `GET` of it ([`GoogleApiKeys::set_polls_until_done`]).
+//!   the operation completes, on the k-th `GET` of it ([`GoogleApiKeys::set_polls_until_done`]),
+//!   or before the next PATCH of its key is judged, whichever comes first. Writes to one key
+//!   take effect in the order they were accepted, as on any linearizable store: an operation
+//!   nobody polls (its writer was killed) is not left to land later over changes accepted
+//!   after it.
 //! - **Stricter than the reference** where it is silent or permissive: `updateMask` is
 //!   required (Google would imply one from the body), and a `name` in the PATCH body must be
 //!   the key's own.
@@ -113,6 +117,8 @@ struct Change {
 
 struct Operation {
     key_id: String,
+    /// When it was accepted, among all operations: pending ones complete in this order.
+    accepted: usize,
     change: Change,
     /// GETs of the operation so far.
     polls: usize,
@@ -800,6 +806,7 @@ impl State {
                 "The key's name '{name}' is not the name in the URL."
             ));
         }
+        self.complete_pending(id);
         if let Some(referrers) = self.races.remove(id)
             && let Some(key) = self.keys.iter_mut().find(|k| k.id == id)
         {
@@ -857,6 +864,7 @@ impl State {
             name.clone(),
             Operation {
                 key_id: id.to_owned(),
+                accepted: self.operations.len(),
                 change,
                 polls: 0,
                 response: None,
@@ -866,6 +874,21 @@ impl State {
             self.complete(&name);
         }
         json_answer(StatusCode::OK, self.render_operation(&name), None)
+    }
+
+    /// Completes the key's pending operations, oldest first, so a PATCH is judged against
+    /// every change accepted before it.
+    fn complete_pending(&mut self, key_id: &str) {
+        let mut pending: Vec<(usize, String)> = self
+            .operations
+            .iter()
+            .filter(|(_, op)| op.key_id == key_id && op.response.is_none())
+            .map(|(name, op)| (op.accepted, name.clone()))
+            .collect();
+        pending.sort_unstable();
+        for (_, name) in pending {
+            self.complete(&name);
+        }
     }
 
     /// Applies a pending operation's change to its key.
