@@ -268,7 +268,7 @@ async fn trigger(
         })?;
         // Stored, hashed and validated as the workflow declares it (defaults, trimming, case).
         let input = crate::input::normalize(&workflow.descriptor.input_schema, input);
-        validate(&workflow.descriptor.input_schema, &input)?;
+        validate(&workflow.input_validator, &input)?;
         let body_sha = hex::encode(Sha256::digest(input.to_string().as_bytes()));
         let traceparent = headers
             .get("traceparent")
@@ -313,10 +313,8 @@ async fn trigger(
     Ok((status, Json(body)))
 }
 
-/// Validates `input` against `schema`, with one issue per problem and its JSON pointer.
-fn validate(schema: &Value, input: &Value) -> Result<(), ApiError> {
-    let validator = jsonschema::validator_for(schema)
-        .map_err(|e| ApiError::internal(format!("the workflow's input schema is invalid: {e}")))?;
+/// Validates `input` with a compiled schema, with one issue per problem and its JSON pointer.
+fn validate(validator: &jsonschema::Validator, input: &Value) -> Result<(), ApiError> {
     let issues: Vec<Value> = validator
         .iter_errors(input)
         .map(|e| json!({"path": e.instance_path().to_string(), "message": e.to_string()}))
@@ -589,12 +587,19 @@ async fn approve_plan(
     let body: Value = serde_json::from_slice(&body).map_err(|e| {
         ApiError::bad_request("invalid_json", format!("the body is not valid JSON: {e}"))
     })?;
-    let schema = json!({
-        "type": "object",
-        "required": ["planHash"],
-        "properties": {"planHash": {"type": "string", "pattern": "^[a-f0-9]{64}$"}},
-    });
-    validate(&schema, &body)?;
+    static PLAN_APPROVAL: std::sync::LazyLock<Result<jsonschema::Validator, String>> =
+        std::sync::LazyLock::new(|| {
+            jsonschema::validator_for(&json!({
+                "type": "object",
+                "required": ["planHash"],
+                "properties": {"planHash": {"type": "string", "pattern": "^[a-f0-9]{64}$"}},
+            }))
+            .map_err(|e| e.to_string())
+        });
+    let validator = PLAN_APPROVAL
+        .as_ref()
+        .map_err(|e| ApiError::internal(format!("the plan approval schema is invalid: {e}")))?;
+    validate(validator, &body)?;
     let hash = body["planHash"].as_str().unwrap_or_default();
     let execution = state.engine.approve(&id, hash, body.clone()).await?;
     Ok((

@@ -94,6 +94,8 @@ pub struct LoadedWorkflow {
     /// sha256 of the component's bytes: runs are pinned to it.
     pub digest: String,
     pub descriptor: WorkflowDescriptor,
+    /// `descriptor.input_schema`, compiled once: every trigger body is validated with it.
+    pub input_validator: jsonschema::Validator,
     /// Every interface the component imports.
     pub imports: Vec<String>,
     /// The capabilities it uses (all granted).
@@ -337,6 +339,7 @@ impl Runtime {
             }
         };
 
+        let input_validator = input_validator(&descriptor.input_schema)?;
         let granted = grants.get(&descriptor.name).cloned().unwrap_or_default();
         let mut capabilities = BTreeSet::new();
         for import in &imports {
@@ -368,6 +371,7 @@ impl Runtime {
             file: path.to_owned(),
             digest,
             descriptor,
+            input_validator,
             imports,
             capabilities,
             stats,
@@ -425,6 +429,13 @@ impl Runtime {
         }
         report
     }
+}
+
+/// The trigger body's validator. A schema that does not compile refuses the component at load,
+/// where the operator sees it, rather than failing every trigger.
+fn input_validator(schema: &serde_json::Value) -> Result<jsonschema::Validator, LoadError> {
+    jsonschema::validator_for(schema)
+        .map_err(|e| LoadError::Describe(format!("input schema is not a valid JSON Schema: {e}")))
 }
 
 fn descriptor(
@@ -485,4 +496,33 @@ fn descriptor(
         point_of_no_return: d.point_of_no_return,
         rollback_requires_terminal: d.rollback_requires_terminal,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn an_input_schema_that_does_not_compile_refuses_the_component() {
+        let schema = json!({"type": "object", "properties": {"domain": {"type": 12}}});
+        let Err(LoadError::Describe(why)) = input_validator(&schema) else {
+            panic!("a schema whose type is a number compiled");
+        };
+        assert!(
+            why.starts_with("input schema is not a valid JSON Schema"),
+            "{why}"
+        );
+        let valid = input_validator(&json!({
+            "type": "object",
+            "required": ["domain"],
+            "properties": {"domain": {"type": "string"}},
+        }))
+        .map_err(|e| e.to_string());
+        let Ok(valid) = valid else {
+            panic!("{valid:?}");
+        };
+        assert!(valid.is_valid(&json!({"domain": "example.com"})));
+        assert!(!valid.is_valid(&json!({})));
+    }
 }
