@@ -66,6 +66,9 @@ pub(crate) struct Request<'a> {
 /// in particular). Either way the transaction is over.
 pub(crate) type Outcome = Result<(), (Option<usize>, WireError)>;
 
+/// A pipeline buffer larger than this (a group of unusually large values) is not kept.
+const KEPT_WRITE_BUFFER: usize = 4 << 20;
+
 /// Prepared statements kept per connection; past this the cache starts over.
 const CACHED_STATEMENTS: usize = 1024;
 
@@ -73,6 +76,10 @@ pub(crate) struct Wire {
     stream: Stream,
     /// Answers read and not parsed yet.
     read: BytesMut,
+    /// The last pipeline's buffer, emptied, for the next: a fresh one of a group's size is
+    /// memory the allocator hands back to the kernel between groups and takes again, page by
+    /// zeroed page.
+    write: BytesMut,
     /// Statement text → its parameter types and the name it was prepared under with them
     /// (keyed by text alone so that a lookup borrows the request's text instead of copying it).
     prepared: HashMap<String, Vec<(Vec<Type>, String)>>,
@@ -138,6 +145,7 @@ impl Wire {
         let mut wire = Wire {
             stream,
             read: BytesMut::with_capacity(8192),
+            write: BytesMut::new(),
             prepared: HashMap::new(),
             cached: 0,
             named: 0,
@@ -282,7 +290,9 @@ impl Wire {
             .iter()
             .map(|r| 32 + r.text.len() + r.values.len() * 12 + r.bytes)
             .sum();
-        let mut out = BytesMut::with_capacity(size);
+        let mut out = std::mem::take(&mut self.write);
+        out.clear();
+        out.reserve(size);
         if self.cached >= CACHED_STATEMENTS {
             // Closing a statement that does not exist is no error; the answers are skipped.
             for (_, name) in std::mem::take(&mut self.prepared).into_values().flatten() {
@@ -358,6 +368,9 @@ impl Wire {
             requests,
         );
         let (written, outcome) = tokio::join!(write, read);
+        if out.capacity() <= KEPT_WRITE_BUFFER {
+            self.write = out;
+        }
         written?;
         outcome
     }
