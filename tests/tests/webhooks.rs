@@ -6,7 +6,7 @@
 //! loopback address — two settings that are off by default.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use capstan_e2e::{Server, WebhookReceiver as Receiver, home_with, key_for};
+use capstan_e2e::{Server, WebhookReceiver as Receiver, home_with, key_for, until_status};
 use reqwest::{Client, StatusCode};
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -507,4 +507,88 @@ async fn slow_receivers_hold_only_their_owners_share_and_subscriptions_are_cappe
         .filter(|e| is_slow(&e))
         .collect();
     assert_eq!(slow.len(), 16, "one owner's share of attempts: {slow:#?}");
+}
+
+/// A subscription is owed only what commits while it is active: nothing from before it was
+/// created, nothing from while it was inactive (however far the relay had got; it leaves its
+/// cursor behind while no subscription is active), and everything after it is made active again.
+#[tokio::test]
+async fn a_subscription_is_owed_only_what_commits_while_it_is_active() {
+    let dir = tempfile::tempdir().unwrap();
+    let receiver = Receiver::start(dir.path(), "");
+    let home = home_with(
+        &["guest-fixtures/fixture-steps.wasm"],
+        "[grants]\nfixture-steps = [\"dns\", \"convergence\"]\n[simulator]\ndns_propagation_ms = 0\n[webhooks]\nallow_loopback = true\nallow_http = true\n",
+    );
+    let key = key_for(
+        home.path(),
+        "ops",
+        &["workflows:fixture-steps", "subscriptions:manage"],
+    );
+    let server = Server::start(home.path());
+    let base = server.base.clone();
+    let c = Client::new();
+    let run = |n: u32| {
+        let (c, base, key) = (c.clone(), base.clone(), key.clone());
+        async move {
+            let e: Value = c
+                .post(format!("{base}/v1/workflows/fixture-steps"))
+                .bearer_auth(&key)
+                .header("Idempotency-Key", format!("owed-{n}"))
+                .json(&json!({"zone": "ZEXAMPLE-COM", "stages": 1}))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            let id = e["executionId"].as_str().unwrap().to_owned();
+            let done = until_status(&c, &base, &key, &id, &["succeeded", "failed"]).await;
+            assert_eq!(done["status"], "succeeded", "{done}");
+            id
+        }
+    };
+    let before = run(1).await;
+    let created: Value = c
+        .post(format!("{base}/v1/subscriptions"))
+        .bearer_auth(&key)
+        .json(&json!({"events": ["ExecutionSucceeded.v1"], "secret": OLD,
+            "url": format!("http://127.0.0.1:{}/hook", receiver.port)}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = created["subscription"]["id"].as_str().unwrap().to_owned();
+    let active = |on: bool| {
+        c.patch(format!("{base}/v1/subscriptions/{id}"))
+            .bearer_auth(&key)
+            .json(&json!({ "active": on }))
+            .send()
+    };
+    let first = run(2).await;
+    receiver
+        .until("the first execution's event", |r| {
+            r.iter().any(|e| e["executionId"] == first.as_str())
+        })
+        .await;
+    assert_eq!(active(false).await.unwrap().status(), StatusCode::OK);
+    let while_inactive = run(3).await;
+    assert_eq!(active(true).await.unwrap().status(), StatusCode::OK);
+    let after = run(4).await;
+    let got = receiver
+        .until("the last execution's event", |r| {
+            r.iter().any(|e| e["executionId"] == after.as_str())
+        })
+        .await;
+    let delivered: Vec<&str> = got
+        .iter()
+        .map(|e| e["executionId"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        delivered,
+        [first.as_str(), after.as_str()],
+        "not {before} (before the subscription) nor {while_inactive} (while it was inactive)"
+    );
 }

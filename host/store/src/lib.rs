@@ -1813,7 +1813,13 @@ mod tests {
             .unwrap();
         store.apply(None, vec![event("after")]).await.unwrap();
         let subscription = store.active_subscriptions().await.unwrap().remove(0);
-        let (cursor, window) = store.relay_window(10).await.unwrap();
+        // From the subscription's start, the window holds only what it is owed.
+        let (_, from_start) = store
+            .relay_window(10, subscription.after_seq)
+            .await
+            .unwrap();
+        assert_eq!(from_start.map(|(_, count)| count), Some(1));
+        let (cursor, window) = store.relay_window(10, 0).await.unwrap();
         assert_eq!(cursor, 0, "the relay has passed nothing yet");
         let (last, count) = window.unwrap();
         assert_eq!(count, 3);

@@ -161,9 +161,14 @@ impl Store {
         events: Option<&[String]>,
         health: Option<&str>,
     ) -> Result<(), StoreError> {
+        // Made active again, a subscription starts after the events committed by then, as a new
+        // one does: what committed while it was inactive is not owed to it, however far the
+        // relay had got (it leaves its cursor behind while no subscription is active).
         sqlx::query(
             "UPDATE subscriptions SET active = COALESCE($1, active), events = COALESCE($2, events),
-             health = COALESCE($3, health) WHERE id = $4",
+             health = COALESCE($3, health),
+             after_seq = CASE WHEN active = 0 AND $1 = 1 THEN (SELECT COALESCE(MAX(seq), 0) FROM outbox) ELSE after_seq END
+             WHERE id = $4",
         )
         .bind(active.map(i64::from))
         .bind(events.map(|e| serde_json::to_string(e).unwrap_or_default()))
@@ -246,11 +251,15 @@ impl Store {
     }
 
     /// The relay's next pass: its cursor, and the `seq` of the last of the (at most `limit`)
-    /// events after it with how many they are (`None` when there are none). Only the numbers:
-    /// a pass with no subscription to route to reads no event ([`Store::outbox_between`]).
+    /// events after both the cursor and `floor` with how many they are (`None` when there are
+    /// none). `floor` is the lowest `after_seq` of the active subscriptions: no subscription is
+    /// owed an event at or below it, so a cursor left behind while nobody subscribed does not
+    /// make the next pass walk that history. Only the numbers: a pass with no subscription to
+    /// route to reads no event ([`Store::outbox_between`]).
     pub async fn relay_window(
         &self,
         limit: i64,
+        floor: i64,
     ) -> Result<(i64, Option<(i64, usize)>), StoreError> {
         let read = Sql::new("SELECT seq FROM relay_cursor WHERE name = 'webhooks'");
         let cursor = match self.fetch_optional(read).await.map_err(unavailable)? {
@@ -260,7 +269,7 @@ impl Store {
         let read = Sql::new(
             "SELECT MAX(seq), COUNT(*) FROM (SELECT seq FROM outbox WHERE seq > $1 ORDER BY seq LIMIT $2) AS w",
         )
-        .arg(cursor)
+        .arg(cursor.max(floor))
         .arg(limit);
         let row = self.fetch_optional(read).await.map_err(unavailable)?;
         let window = match row {

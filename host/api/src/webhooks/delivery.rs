@@ -2,7 +2,8 @@
 //!
 //! Relay: reads the outbox after its cursor and, in one transaction, creates a pending delivery
 //! for each (event, active subscription whose filter names the event's version and whose owner
-//! may currently see its workflow), marks the events `routedAt` and advances the cursor.
+//! may currently see its workflow), marks the events `routedAt` and advances the cursor. While no
+//! subscription is active it reads only the subscriptions and leaves the cursor.
 //!
 //! Dispatch: per subscription only the oldest pending event is attempted (so a subscriber gets
 //! each execution's events in order); each attempt is a SubscriptionDelivery row. Standard
@@ -76,7 +77,21 @@ pub async fn run(state: ApiState, mut stop: tokio::sync::watch::Receiver<bool>) 
 
 async fn relay(state: &ApiState) -> anyhow::Result<()> {
     loop {
-        let (cursor, window) = state.store.relay_window(RELAY_BATCH).await?;
+        // With no active subscription the pass ends here, the cursor where it is: a subscription
+        // created or made active later starts after the events committed by then (`after_seq`),
+        // so none of these is owed to it, and the next pass starts at the lowest `after_seq`.
+        // A node that no one subscribes to thus writes nothing per commit.
+        let Some(floor) = state
+            .store
+            .active_subscriptions()
+            .await?
+            .iter()
+            .map(|s| s.after_seq)
+            .min()
+        else {
+            return Ok(());
+        };
+        let (cursor, window) = state.store.relay_window(RELAY_BATCH, floor).await?;
         let Some((last, count)) = window else {
             return Ok(());
         };
