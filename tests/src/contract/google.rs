@@ -117,8 +117,6 @@ struct Change {
 
 struct Operation {
     key_id: String,
-    /// When it was accepted, among all operations: pending ones complete in this order.
-    accepted: usize,
     change: Change,
     /// GETs of the operation so far.
     polls: usize,
@@ -864,7 +862,6 @@ impl State {
             name.clone(),
             Operation {
                 key_id: id.to_owned(),
-                accepted: self.operations.len(),
                 change,
                 polls: 0,
                 response: None,
@@ -876,17 +873,15 @@ impl State {
         json_answer(StatusCode::OK, self.render_operation(&name), None)
     }
 
-    /// Completes the key's pending operations, oldest first, so a PATCH is judged against
-    /// every change accepted before it.
+    /// Completes the key's pending operation, so a PATCH is judged against every change
+    /// accepted before it. There is at most one: each PATCH completes the one before it.
     fn complete_pending(&mut self, key_id: &str) {
-        let mut pending: Vec<(usize, String)> = self
+        let pending = self
             .operations
             .iter()
-            .filter(|(_, op)| op.key_id == key_id && op.response.is_none())
-            .map(|(name, op)| (op.accepted, name.clone()))
-            .collect();
-        pending.sort_unstable();
-        for (_, name) in pending {
+            .find(|(_, op)| op.key_id == key_id && op.response.is_none())
+            .map(|(name, _)| name.clone());
+        if let Some(name) = pending {
             self.complete(&name);
         }
     }
