@@ -51,18 +51,44 @@ pub(crate) fn with_tls(url: &str) -> String {
     format!("{base}?{}", pairs.join("&"))
 }
 
-/// A fresh schema on `base` (a URL of [`postgres_server`]); the URL that selects it.
-pub(crate) async fn postgres_schema(base: String) -> anyhow::Result<String> {
-    let schema = format!(
-        "capstan_bench_{}",
-        capstan_core::ids::new_id().replace('-', "")
-    );
-    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&base).await?;
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
+/// A fresh schema on the bench's PostgreSQL server for one row, dropped once the row is
+/// measured ([`BenchSchema::remove`]): rows left behind would grow the database by gigabytes
+/// per run, and autovacuum working through an earlier row's tables takes CPU from the next row.
+/// A row that fails keeps its schema to look at; `just test-postgres` drops those.
+pub(crate) struct BenchSchema {
+    /// The URL that selects the schema.
+    pub(crate) url: String,
+    base: String,
+    name: String,
+}
+
+impl BenchSchema {
+    /// A new schema on `base` (a URL of [`postgres_server`]).
+    pub(crate) async fn create(base: String) -> anyhow::Result<Self> {
+        let name = format!(
+            "capstan_bench_{}",
+            capstan_core::ids::new_id().replace('-', "")
+        );
+        let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&base).await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {name}")))
+            .execute(&mut conn)
+            .await?;
+        let sep = if base.contains('?') { '&' } else { '?' };
+        let url = format!("{base}{sep}options[search_path]={name}");
+        Ok(Self { url, base, name })
+    }
+
+    /// Drops the schema and everything in it; call once the servers using it have stopped.
+    pub(crate) async fn remove(self) -> anyhow::Result<()> {
+        let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&self.base).await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DROP SCHEMA {} CASCADE",
+            self.name
+        )))
         .execute(&mut conn)
         .await?;
-    let sep = if base.contains('?') { '&' } else { '?' };
-    Ok(format!("{base}{sep}options[search_path]={schema}"))
+        Ok(())
+    }
 }
 
 /// Waits until `n` executions match `condition` (SQL over `executions`), polling the database.
@@ -96,9 +122,13 @@ async fn one(
     executions: usize,
 ) -> anyhow::Result<ClusterRun> {
     let home = Arc::new(Server::home(&[fixture], CONFIG)?);
-    let database = match backend {
-        "sqlite" => format!("sqlite://{}/capstan.db", home.path().display()),
-        _ => postgres_schema(postgres_server()).await?,
+    let schema = match backend {
+        "sqlite" => None,
+        _ => Some(BenchSchema::create(postgres_server()).await?),
+    };
+    let database = match &schema {
+        None => format!("sqlite://{}/capstan.db", home.path().display()),
+        Some(schema) => schema.url.clone(),
     };
     // `capstan migrate` first, so the nodes do not race to create the schema.
     let store = capstan_store::Store::open(&database).await?;
@@ -161,6 +191,14 @@ async fn one(
         usize::try_from(succeeded).unwrap_or(0) == executions,
         "only {succeeded}/{executions} succeeded"
     );
+    let server_cpu_s = servers.iter().map(Server::cpu_seconds).sum();
+    for server in servers {
+        server.kill().await?;
+    }
+    store.pool().close().await;
+    if let Some(schema) = schema {
+        schema.remove().await?;
+    }
     Ok(ClusterRun {
         backend,
         nodes,
@@ -168,18 +206,22 @@ async fn one(
         concurrency: CONCURRENCY,
         elapsed_ms: elapsed.as_secs_f64() * 1e3,
         executions_per_second: executions as f64 / elapsed.as_secs_f64(),
-        server_cpu_s: servers.iter().map(Server::cpu_seconds).sum(),
+        server_cpu_s,
     })
 }
 
 /// SQLite with one node, then PostgreSQL with 1, 2 and 3 nodes.
-pub async fn run(fixture: &Path, quick: bool) -> anyhow::Result<Vec<ClusterRun>> {
+pub async fn run(
+    fixture: &Path,
+    quick: bool,
+    executions: Option<usize>,
+) -> anyhow::Result<Vec<ClusterRun>> {
     anyhow::ensure!(
         fixture.is_file(),
         "{} is missing: run `just build-guests`",
         fixture.display()
     );
-    let executions = if quick { 60 } else { 1_000 };
+    let executions = executions.unwrap_or(if quick { 60 } else { 1_000 });
     let mut runs = vec![one(fixture, "sqlite", 1, executions).await?];
     let server = postgres_server();
     if let Err(e) = <sqlx::PgConnection as sqlx::Connection>::connect(&server).await {

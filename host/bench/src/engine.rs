@@ -220,20 +220,20 @@ async fn one(
     waiter: Waiter,
 ) -> anyhow::Result<EngineHttpRun> {
     let home = Arc::new(Server::home(&[fixture], &config(concurrency.max(4)))?);
-    let database = match backend {
-        "sqlite" => format!("sqlite://{}/capstan.db", home.path().display()),
+    use crate::cluster::{BenchSchema, postgres_server, with_tls};
+    let schema = match backend {
+        "sqlite" | "sqlite-normal" => None,
+        "postgres-tls" => Some(BenchSchema::create(with_tls(&postgres_server())).await?),
+        _ => Some(BenchSchema::create(postgres_server()).await?),
+    };
+    let database = match (&schema, backend) {
+        (Some(schema), _) => schema.url.clone(),
         // The weaker durability mode (docs/operating.md), to price the default's fsyncs.
-        "sqlite-normal" => format!(
+        (None, "sqlite-normal") => format!(
             "sqlite://{}/capstan.db?synchronous=normal",
             home.path().display()
         ),
-        "postgres-tls" => {
-            crate::cluster::postgres_schema(crate::cluster::with_tls(
-                &crate::cluster::postgres_server(),
-            ))
-            .await?
-        }
-        _ => crate::cluster::postgres_schema(crate::cluster::postgres_server()).await?,
+        (None, _) => format!("sqlite://{}/capstan.db", home.path().display()),
     };
     capstan_store::Store::open(&database).await?;
     let server = Server::start_node(home, database).await?;
@@ -357,6 +357,10 @@ async fn one(
     let client_cpu_s = crate::fanout::cpu_seconds(None) - client_cpu_before;
     if let Some(reader) = reader {
         reader.abort();
+    }
+    server.kill().await?;
+    if let Some(schema) = schema {
+        schema.remove().await?;
     }
     latencies.sort_unstable();
     let pct = |p: f64| crate::percentile_ms(&latencies, p);

@@ -364,7 +364,7 @@ pub async fn run(
         None
     };
     let cluster = if runs(Section::Cluster) {
-        crate::cluster::run(fixture, quick).await?
+        crate::cluster::run(fixture, quick, executions).await?
     } else {
         Vec::new()
     };
