@@ -1668,6 +1668,45 @@ mod tests {
         }
     }
 
+    /// PostgreSQL's group writer sends a group while the one before it still runs, and the
+    /// later one commits only if the earlier one did. A write behind its answer that fails
+    /// refuses the commit that named its epoch though that commit was sent before the failure
+    /// was known, and a job sent with it that named no epoch runs again and lands.
+    #[tokio::test]
+    async fn a_group_sent_behind_one_that_fails_waits_for_its_verdict() {
+        use capstan_core::store::StoreError;
+        let store = Store::open(&capstan_testdb::fresh_postgres_url().await)
+            .await
+            .unwrap();
+        let writer = store.pg_writer().expect("the group writer runs");
+        let epoch = store.behind_epoch().unwrap();
+        writer
+            .commit(insert_zone("gtaken").into_statements(), Vec::new(), None)
+            .await
+            .unwrap();
+        // Holds the server a while, then fails: a duplicate key.
+        let mut slow = Sql::default();
+        slow.push_statement("SELECT pg_sleep(0.3)");
+        slow.append(&insert_zone("gtaken"));
+        store.write_behind(slow, epoch).unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let commit = |zone: &str, requires: Option<u64>| {
+            let writer = writer.clone();
+            let statements = insert_zone(zone).into_statements();
+            tokio::spawn(async move { writer.commit(statements, Vec::new(), requires).await })
+        };
+        let dependent = commit("gdependent", Some(epoch));
+        let independent = commit("gindependent", None);
+        let refused = dependent.await.unwrap().unwrap_err();
+        assert!(
+            matches!(&refused, StoreError::Unavailable(m) if m == crate::writer::REFUSED_BEHIND),
+            "{refused:?}"
+        );
+        independent.await.unwrap().unwrap();
+        assert_eq!(store.behind_epoch(), Some(epoch + 1));
+        assert_eq!(zones(&store).await, ["gindependent", "gtaken"]);
+    }
+
     /// The group writer speaks TLS when the URL asks for it (`sslmode=require`): its
     /// connection, named apart from the pool's, shows as encrypted in `pg_stat_ssl`, and the
     /// commit it carried landed. Always on PostgreSQL; the test server serves TLS (Debian's

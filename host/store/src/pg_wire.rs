@@ -11,7 +11,9 @@
 //! Without `BEGIN`/`COMMIT` the statements up to the `Sync` are one implicit transaction, which
 //! the `Sync` commits, or rolls back when a statement failed (the server then skips the rest
 //! up to the `Sync`). The answers come in order, so the statement an error answers for is the
-//! one whose answers were being read.
+//! one whose answers were being read, and several such pipelines may be sent before the first
+//! is answered ([`Wire::encode`] appends one, [`Wire::exchange`] moves bytes both ways,
+//! [`Wire::answers`] reads the oldest one's outcome).
 
 use crate::pg_writer::Target;
 use bytes::BytesMut;
@@ -66,9 +68,6 @@ pub(crate) struct Request<'a> {
 /// in particular). Either way the transaction is over.
 pub(crate) type Outcome = Result<(), (Option<usize>, WireError)>;
 
-/// A pipeline buffer larger than this (a group of unusually large values) is not kept.
-const KEPT_WRITE_BUFFER: usize = 4 << 20;
-
 /// Prepared statements kept per connection; past this the cache starts over.
 const CACHED_STATEMENTS: usize = 1024;
 
@@ -76,10 +75,6 @@ pub(crate) struct Wire {
     stream: Stream,
     /// Answers read and not parsed yet.
     read: BytesMut,
-    /// The last pipeline's buffer, emptied, for the next: a fresh one of a group's size is
-    /// memory the allocator hands back to the kernel between groups and takes again, page by
-    /// zeroed page.
-    write: BytesMut,
     /// Statement text → its parameter types and the name it was prepared under with them
     /// (keyed by text alone so that a lookup borrows the request's text instead of copying it).
     prepared: HashMap<String, Vec<(Vec<Type>, String)>>,
@@ -87,6 +82,8 @@ pub(crate) struct Wire {
     cached: usize,
     /// Names given so far (each statement gets a new one: a name is never reused).
     named: u64,
+    /// Bytes written that a TLS session may hold until flushed.
+    unflushed: bool,
 }
 
 impl Wire {
@@ -145,10 +142,10 @@ impl Wire {
         let mut wire = Wire {
             stream,
             read: BytesMut::with_capacity(8192),
-            write: BytesMut::new(),
             prepared: HashMap::new(),
             cached: 0,
             named: 0,
+            unflushed: false,
         };
         wire.start_up(target).await?;
         Ok(wire)
@@ -279,29 +276,36 @@ impl Wire {
         }
     }
 
-    /// Runs `requests` as one transaction: each is parsed (unless this connection prepared it
-    /// before), bound and executed, a `Sync` after the last. Sent and answered in one exchange;
-    /// the writing and the reading overlap, so a pipeline larger than the sockets' buffers
-    /// cannot stall with both sides writing.
-    pub(crate) async fn run(&mut self, requests: &[Request<'_>]) -> Result<Outcome, WireError> {
+    /// Appends `requests` to `out` as one transaction: each is parsed (unless this connection
+    /// prepared it before), bound and executed, a `Sync` after the last. `out` may hold
+    /// pipelines not yet written, sent on the same connection before this one: the server runs
+    /// them in order. A value that cannot be encoded fails its request (its index), and nothing
+    /// of this pipeline is appended.
+    pub(crate) fn encode(
+        &mut self,
+        requests: &[Request<'_>],
+        out: &mut BytesMut,
+    ) -> Result<Sent, (usize, WireError)> {
+        let start = out.len();
         // Sized for the whole pipeline up front: a group of large values (journal chunks,
         // event payloads) otherwise grows the buffer, and copies it, several times.
         let size: usize = requests
             .iter()
             .map(|r| 32 + r.text.len() + r.values.len() * 12 + r.bytes)
             .sum();
-        let mut out = std::mem::take(&mut self.write);
-        out.clear();
         out.reserve(size);
         if self.cached >= CACHED_STATEMENTS {
             // Closing a statement that does not exist is no error; the answers are skipped.
+            // Pipelines sent before this one still run with them: the server closes them after.
             for (_, name) in std::mem::take(&mut self.prepared).into_values().flatten() {
-                frontend::close(b'S', &name, &mut out).map_err(io_error)?;
+                frontend::close(b'S', &name, out).map_err(|e| (0, io_error(e)))?;
             }
             self.cached = 0;
         }
-        // For each request, the name to prepare it under when it is new here.
-        let mut parsed: Vec<Option<String>> = Vec::with_capacity(requests.len());
+        // For each request, the name it is prepared under when it is new here. A statement an
+        // earlier pipeline still in flight prepares is prepared again, under a name of its own:
+        // that pipeline may fail before it gets there.
+        let mut parsed: Vec<Option<Prepared>> = Vec::with_capacity(requests.len());
         let mut sent: HashMap<(&str, &[Type]), String> = HashMap::new();
         for (i, request) in requests.iter().enumerate() {
             let key = (request.text, request.types);
@@ -320,11 +324,16 @@ impl Wire {
                         &name,
                         request.text,
                         request.types.iter().map(Type::oid),
-                        &mut out,
+                        out,
                     )
-                    .map_err(io_error)?;
+                    .map_err(|e| (i, io_error(e)))?;
                     let name: &str = sent.entry(key).or_insert(name);
-                    (name, Some(name.to_owned()))
+                    let prepared = Prepared {
+                        text: request.text.to_owned(),
+                        types: request.types.to_vec(),
+                        name: name.to_owned(),
+                    };
+                    (name, Some(prepared))
                 }
             };
             parsed.push(new);
@@ -340,95 +349,127 @@ impl Wire {
                     })
                 },
                 Some(1),
-                &mut out,
+                out,
             );
             if let Err(e) = bound {
-                // Nothing was sent: the statements parsed so far are forgotten, not cached.
+                // Nothing of this pipeline is sent: the statements it parsed are not cached.
+                out.truncate(start);
                 let e = match e {
                     frontend::BindError::Conversion(e) => e.to_string(),
                     frontend::BindError::Serialization(e) => e.to_string(),
                 };
-                return Ok(Err((Some(i), WireError::Encode(e))));
+                return Err((i, WireError::Encode(e)));
             }
-            frontend::execute("", 0, &mut out).map_err(io_error)?;
+            frontend::execute("", 0, out).map_err(|e| (i, io_error(e)))?;
         }
-        frontend::sync(&mut out);
+        frontend::sync(out);
+        Ok(Sent {
+            parsed,
+            at: 0,
+            failed: None,
+        })
+    }
 
+    /// Writes some of `out` (the pipelines encoded and not yet written) or reads some of the
+    /// server's answers, whichever can go on first; the answers are parsed by
+    /// [`Wire::answers`]. Cancel-safe: what was written left `out`, what was read is kept.
+    /// Writing and reading go on together so that a pipeline larger than the sockets' buffers
+    /// cannot stall with both sides writing.
+    pub(crate) async fn exchange(&mut self, out: &mut BytesMut) -> Result<(), WireError> {
         let (mut reader, mut writer) = tokio::io::split(&mut self.stream);
-        let write = async {
-            writer.write_all(&out).await.map_err(io_error)?;
-            writer.flush().await.map_err(io_error)
+        let sending = !out.is_empty() || self.unflushed;
+        // Writes while there is something to write, then flushes (TLS keeps what it could not
+        // send yet until flushed): whether more is unflushed.
+        let send = async {
+            if out.is_empty() {
+                writer.flush().await.map(|()| false)
+            } else {
+                writer.write_buf(out).await.map(|_| true)
+            }
         };
-        let read = read_answers(
-            &mut reader,
-            &mut self.read,
-            &parsed,
-            &mut self.prepared,
-            &mut self.cached,
-            requests,
-        );
-        let (written, outcome) = tokio::join!(write, read);
-        if out.capacity() <= KEPT_WRITE_BUFFER {
-            self.write = out;
+        tokio::select! {
+            read = reader.read_buf(&mut self.read) => match read.map_err(io_error)? {
+                0 => Err(WireError::Io("the server closed the connection".to_owned())),
+                _ => Ok(()),
+            },
+            sent = send, if sending => {
+                self.unflushed = sent.map_err(io_error)?;
+                Ok(())
+            }
         }
-        written?;
-        outcome
+    }
+
+    /// Parses the answers read so far for `head`, the oldest pipeline whose answers are not
+    /// all read: its outcome once its `ReadyForQuery` is read, `None` until then.
+    pub(crate) fn answers(&mut self, head: &mut Sent) -> Result<Option<Outcome>, WireError> {
+        while let Some(message) = Message::parse(&mut self.read).map_err(io_error)? {
+            match message {
+                Message::ParseComplete => {
+                    if let Some(Some(new)) = head.parsed.get_mut(head.at).map(Option::take) {
+                        self.prepared
+                            .entry(new.text)
+                            .or_default()
+                            .push((new.types, new.name));
+                        self.cached += 1;
+                    }
+                }
+                Message::CommandComplete(_) | Message::EmptyQueryResponse => head.at += 1,
+                Message::ErrorResponse(body) => {
+                    let error = db_error(&body);
+                    // The first error decides; the server skips the rest up to the `Sync`.
+                    if head.failed.is_none() {
+                        head.failed =
+                            Some(((head.at < head.parsed.len()).then_some(head.at), error));
+                    }
+                }
+                Message::ReadyForQuery(_) => {
+                    return Ok(Some(match head.failed.take() {
+                        None if head.at == head.parsed.len() => Ok(()),
+                        None => Err((
+                            None,
+                            WireError::Io("the server answered fewer statements than sent".into()),
+                        )),
+                        Some(failure) => Err(failure),
+                    }));
+                }
+                // Bind and close completions, rows, notices, parameter statuses.
+                _ => {}
+            }
+        }
+        Ok(None)
+    }
+
+    /// Sends `out` (ending in `head`'s pipeline, the only one unanswered) and reads `head`'s
+    /// answers: one exchange.
+    pub(crate) async fn complete(
+        &mut self,
+        out: &mut BytesMut,
+        head: &mut Sent,
+    ) -> Result<Outcome, WireError> {
+        loop {
+            if let Some(outcome) = self.answers(head)? {
+                return Ok(outcome);
+            }
+            self.exchange(out).await?;
+        }
     }
 }
 
-/// Reads a pipeline's answers up to its `ReadyForQuery`; see [`Wire::run`].
-async fn read_answers(
-    reader: &mut (impl AsyncRead + Unpin),
-    read: &mut BytesMut,
-    parsed: &[Option<String>],
-    prepared: &mut HashMap<String, Vec<(Vec<Type>, String)>>,
-    cached: &mut usize,
-    requests: &[Request<'_>],
-) -> Result<Outcome, WireError> {
-    // The request whose answers come next.
-    let mut at = 0;
-    let mut failed: Option<(Option<usize>, WireError)> = None;
-    loop {
-        let message = loop {
-            if let Some(message) = Message::parse(read).map_err(io_error)? {
-                break message;
-            }
-            if reader.read_buf(read).await.map_err(io_error)? == 0 {
-                return Err(WireError::Io("the server closed the connection".to_owned()));
-            }
-        };
-        match message {
-            Message::ParseComplete => {
-                if let (Some(Some(name)), Some(request)) = (parsed.get(at), requests.get(at)) {
-                    prepared
-                        .entry(request.text.to_owned())
-                        .or_default()
-                        .push((request.types.to_vec(), name.clone()));
-                    *cached += 1;
-                }
-            }
-            Message::CommandComplete(_) | Message::EmptyQueryResponse => at += 1,
-            Message::ErrorResponse(body) => {
-                let error = db_error(&body);
-                // The first error decides; the server skips the rest up to the `Sync`.
-                if failed.is_none() {
-                    failed = Some(((at < requests.len()).then_some(at), error));
-                }
-            }
-            Message::ReadyForQuery(_) => {
-                return Ok(match failed {
-                    None if at == requests.len() => Ok(()),
-                    None => Err((
-                        None,
-                        WireError::Io("the server answered fewer statements than sent".into()),
-                    )),
-                    Some(failure) => Err(failure),
-                });
-            }
-            // Bind and close completions, rows, notices, parameter statuses.
-            _ => {}
-        }
-    }
+/// A statement a pipeline prepares: its cache key and name, cached when the server confirms it.
+struct Prepared {
+    text: String,
+    types: Vec<Type>,
+    name: String,
+}
+
+/// A pipeline sent, or being sent, whose answers are not all read ([`Wire::answers`]).
+pub(crate) struct Sent {
+    /// Per request, what it prepares when it is new on this connection.
+    parsed: Vec<Option<Prepared>>,
+    /// The request whose answers come next.
+    at: usize,
+    /// The first failure answered.
+    failed: Option<(Option<usize>, WireError)>,
 }
 
 fn db_error(body: &postgres_protocol::message::backend::ErrorResponseBody) -> WireError {

@@ -16,17 +16,26 @@
 //! writing one takes a subtransaction id, and past 64 of them every snapshot on the server gets
 //! slower).
 //!
+//! Two groups may be out at once ([`IN_FLIGHT`]): the next is sent on the same connection while
+//! the server still runs the one before, so the server goes from one to the next without
+//! waiting for a round trip. The server runs them one after the other, in order; the later one
+//! begins with a check that the one before it committed ([`CHAIN`]) and otherwise changes
+//! nothing, and runs again once the earlier one's failures are settled — so what commits, and
+//! in what order, is what one group at a time would commit.
+//!
 //! Outbox events go after every other statement of the group, behind the outbox lock
 //! (`crate::engine::outbox_lock` says why it exists), taken once per group: the lock is held
 //! from there to the commit only, and is taken after the row locks, in the order every other
 //! transaction takes them.
 
-use crate::pg_wire::{Request, Wire, WireError};
+use crate::pg_wire::{Outcome, Request, Sent, Wire, WireError};
 use crate::sql::{Check, Statement, value_bytes};
 use crate::writer::{BEHIND_COMPANY, Behind, REFUSED_BEHIND};
+use bytes::BytesMut;
 use capstan_core::store::StoreError;
 use sqlx_core::any::{AnyTypeInfoKind, AnyValueKind};
 use std::borrow::Cow;
+use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -36,6 +45,10 @@ use tokio_postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 const MAX_JOBS: usize = 256;
 /// Callers waiting for the writer at most; more wait for room (back-pressure).
 const QUEUE: usize = 1024;
+/// A pipeline buffer larger than this (a group of unusually large values) is not kept: a fresh
+/// one of a group's size is memory the allocator hands back to the kernel between groups and
+/// takes again, page by zeroed page, so the usual size is kept.
+const KEPT_WRITE_BUFFER: usize = 4 << 20;
 
 /// The statement that serialises outbox inserts across nodes (`crate::engine::outbox_lock`).
 const OUTBOX_LOCK: &str = "SELECT pg_advisory_xact_lock(7310112206040913001)";
@@ -77,6 +90,9 @@ impl PgGroupWriter {
             behind,
             nudge: nudge.clone(),
             connection: None,
+            out: BytesMut::new(),
+            tip: Arc::default(),
+            groups: 0,
         };
         tokio::spawn(writer.run(queue));
         Self { jobs, nudge }
@@ -132,6 +148,11 @@ impl PgGroupWriter {
             mpsc::error::TrySendError::Closed(_) => stopped(),
         })
     }
+}
+
+/// The connection was dropped after a failure while groups were out on it.
+fn given_up() -> WireError {
+    WireError::Io("the connection was given up after a failure".to_owned())
 }
 
 fn stopped() -> StoreError {
@@ -227,30 +248,151 @@ struct Writer {
     behind: Arc<Behind>,
     nudge: Arc<tokio::sync::Notify>,
     connection: Option<Wire>,
+    /// Pipelines encoded and not yet written, in order.
+    out: BytesMut,
+    /// The chain value the next group sent on the connection expects ([`CHAIN`]): the last sent
+    /// group's; empty on a new connection.
+    tip: Arc<String>,
+    /// Chain values given so far.
+    groups: u64,
+}
+
+/// Groups sent and not yet answered, at most. While the server runs one, the next is already
+/// on its way: with one at a time the server's connection sat idle while the answers travelled
+/// back, the callers were answered and the next group was gathered and encoded (its backend was
+/// busy about three fifths of the time in the engine bench), and each group paid a round trip,
+/// a millisecond or more to a server on another machine.
+const IN_FLIGHT: usize = 2;
+
+/// Each group's first statement. It finds the chain value the group before it on the
+/// connection set (a session setting, which a transaction that rolls back leaves as it was),
+/// and sets its own; when it finds another, the group before did not commit and this one raises
+/// before anything else runs. So a group sent while the one ahead was still running commits
+/// only if that one committed: its jobs may have been decided on the other's, as a commit that
+/// records an answer is on the write behind it, and the serial writer would have run them after
+/// the other's failure was known (a write behind its answer that failed refuses the jobs that
+/// named its epoch; the other jobs of a group that failed run again first).
+const CHAIN: &str = "SELECT CASE WHEN coalesce(current_setting('capstan.group', true), '') = $1 \
+     THEN set_config('capstan.group', $2, false) ELSE capstan_guard(0, NULL, false)::text END";
+
+/// Callers' jobs and their answers so far, over the runs of one group.
+struct Group {
+    jobs: Vec<Job>,
+    answers: Vec<Option<Result<(), StoreError>>>,
+    /// Whether single-row inserts are merged ([`merge_inserts`]); off after a merged insert
+    /// failed.
+    merge: bool,
+}
+
+impl Group {
+    fn new(jobs: Vec<Job>) -> Self {
+        let answers = jobs.iter().map(|_| None).collect();
+        Self {
+            jobs,
+            answers,
+            merge: true,
+        }
+    }
+
+    /// The jobs without an answer yet.
+    fn waiting(&self) -> Vec<usize> {
+        (0..self.jobs.len())
+            .filter(|&i| self.answers[i].is_none())
+            .collect()
+    }
+}
+
+/// One run of a group, sent on the connection.
+struct Flight {
+    group: Group,
+    /// The jobs it runs.
+    waiting: Vec<usize>,
+    /// Of those, how many someone waits for.
+    callers: usize,
+    /// Who each of its statements answers for.
+    owners: Vec<Owner>,
+    sent: Sent,
+    /// The chain value it expects (the one the server keeps if it does not commit).
+    after: Arc<String>,
+    started: std::time::Instant,
 }
 
 impl Writer {
     async fn run(mut self, mut queue: mpsc::Receiver<Job>) {
-        let mut jobs = Vec::with_capacity(MAX_JOBS);
-        while queue.recv_many(&mut jobs, MAX_JOBS).await > 0 {
-            self.wait_for_company(&mut queue, &mut jobs).await;
-            let answers = self.commit(&jobs).await;
-            // Writes behind answers are counted answered before anyone is answered: a caller
-            // answered next may look at the count.
-            let mut behind = 0;
-            for (job, answer) in jobs.iter().zip(&answers) {
-                if job.done.is_none() {
-                    if let Err(error) = answer {
-                        tracing::warn!(%error, "a write made behind its answer failed");
+        let mut flights: VecDeque<Flight> = VecDeque::with_capacity(IN_FLIGHT);
+        let mut next: Vec<Job> = Vec::with_capacity(MAX_JOBS);
+        let mut open = true;
+        loop {
+            if flights.is_empty() {
+                if next.is_empty() && (!open || queue.recv_many(&mut next, MAX_JOBS).await == 0) {
+                    return;
+                }
+                self.wait_for_company(&mut queue, &mut next).await;
+                let group = Group::new(std::mem::replace(&mut next, Vec::with_capacity(MAX_JOBS)));
+                match self.launch(group, true).await {
+                    Ok(flight) => flights.push_back(flight),
+                    Err(group) => self.answer(group),
+                }
+                continue;
+            }
+            // A group is out: read its answers and write what is unwritten, and meanwhile
+            // gather the next group and send it as soon as someone waits for one of its jobs
+            // (writes behind answers alone wait for company, as above).
+            let room = open && flights.len() < IN_FLIGHT && next.len() < MAX_JOBS;
+            let want = MAX_JOBS - next.len();
+            let progress = match self.connection.as_mut() {
+                Some(wire) => tokio::select! {
+                    exchanged = wire.exchange(&mut self.out) => exchanged,
+                    received = queue.recv_many(&mut next, want), if room => {
+                        open = received > 0;
+                        Ok(())
                     }
-                    behind += 1;
+                },
+                None => Err(given_up()),
+            };
+            if self.out.is_empty() && self.out.capacity() > KEPT_WRITE_BUFFER {
+                self.out = BytesMut::new();
+            }
+            let mut lost = progress.err();
+            while lost.is_none()
+                && let Some(head) = flights.front_mut()
+            {
+                let Some(wire) = self.connection.as_mut() else {
+                    break;
+                };
+                match wire.answers(&mut head.sent) {
+                    Ok(None) => break,
+                    Ok(Some(outcome)) => {
+                        let Some(head) = flights.pop_front() else {
+                            break;
+                        };
+                        self.settle(head, Ok(outcome), &mut flights).await;
+                    }
+                    Err(e) => lost = Some(e),
                 }
             }
-            self.behind.count_answered(behind);
-            for (job, answer) in jobs.drain(..).zip(answers) {
-                // A caller that went away no longer wants its answer.
-                if let Some(done) = job.done {
-                    let _ = done.send(answer);
+            if let Some(e) = lost {
+                // Whether the groups out committed cannot be known: each gets the error.
+                for flight in flights.drain(..) {
+                    let group = self.apply(flight, Err(e.clone()), true);
+                    self.answer(group);
+                }
+                continue;
+            }
+            // Sent once it carries half as many callers as the group ahead of it. Sent at its
+            // first caller, a group could hold one while the next gathers the rest, and each
+            // group costs a commit (and, with other nodes writing, a turn at the outbox lock);
+            // sent only once the one ahead is answered, the server would wait for it.
+            let callers = next.iter().filter(|job| job.done.is_some()).count();
+            let ahead = flights.front().map_or(0, |f| f.callers);
+            let wanted = next.len() >= MAX_JOBS
+                || (callers > 0 && callers * 2 >= ahead)
+                || (!next.is_empty() && self.behind.settling());
+            if wanted && !flights.is_empty() && flights.len() < IN_FLIGHT {
+                let group = Group::new(std::mem::replace(&mut next, Vec::with_capacity(MAX_JOBS)));
+                match self.launch(group, false).await {
+                    Ok(flight) => flights.push_back(flight),
+                    Err(group) => self.answer(group),
                 }
             }
         }
@@ -275,61 +417,224 @@ impl Writer {
         }
     }
 
-    /// Commits the group and answers each job; see the module's documentation. A job that
-    /// names an epoch of writes behind answers that has moved is refused unrun; a write behind
-    /// its answer that fails moves the epoch at once, so the jobs after it that named the old
-    /// one — in this group's next run or in later groups — are refused.
-    async fn commit(&mut self, jobs: &[Job]) -> Vec<Result<(), StoreError>> {
-        let mut answers: Vec<Option<Result<(), StoreError>>> = jobs.iter().map(|_| None).collect();
-        let mut merge = true;
+    /// Sends the next run of `group` on the connection (connecting first when there is none),
+    /// behind whatever is out already: its jobs still unanswered, but for those refused unrun —
+    /// a job that names an epoch of writes behind answers that has moved (a write behind its
+    /// answer that failed moves it at once, so the jobs after it that named the old one, in
+    /// this group's next run or in later groups, are refused), or whose values cannot be sent.
+    /// `Err`: nothing to send, every job answered.
+    /// `alone`: nothing else is out (the connection may be checked, which reads what the
+    /// server sent).
+    async fn launch(&mut self, mut group: Group, alone: bool) -> Result<Flight, Group> {
         loop {
-            for (job, answer) in jobs.iter().zip(answers.iter_mut()) {
+            for (job, answer) in group.jobs.iter().zip(group.answers.iter_mut()) {
                 if answer.is_none() && job.requires.is_some_and(|e| e != self.behind.epoch()) {
                     *answer = Some(Err(StoreError::Unavailable(REFUSED_BEHIND.to_owned())));
                 }
             }
-            let waiting: Vec<usize> = (0..jobs.len()).filter(|&i| answers[i].is_none()).collect();
+            let waiting = group.waiting();
             if waiting.is_empty() {
-                break;
+                return Err(group);
             }
-            let started = std::time::Instant::now();
-            crate::count_write();
-            let outcome = match connect(&mut self.connection, &self.target).await {
-                Ok(wire) => run(wire, jobs, &waiting, &self.node_id, merge).await,
-                Err(e) => Err(Failed::Group(e)),
+            let wire = match connect(&mut self.connection, &self.target, alone).await {
+                Ok(wire) => wire,
+                Err(e) => {
+                    self.tip = Arc::default();
+                    self.fail(&mut group, &waiting, &e);
+                    return Err(group);
+                }
             };
-            match outcome {
-                Ok(()) => {
-                    crate::observe_commit("postgres", waiting.len(), started);
-                    if waiting.iter().any(|&i| !jobs[i].events.is_empty()) {
-                        self.events.send_modify(|n| *n = n.wrapping_add(1));
-                    }
-                    for i in waiting {
-                        answers[i] = Some(Ok(()));
-                    }
+            self.groups += 1;
+            let token = Arc::new(self.groups.to_string());
+            let chain = [
+                AnyValueKind::Text(self.tip.clone()),
+                AnyValueKind::Text(token.clone()),
+            ];
+            let steps = pipeline(&group.jobs, &waiting, &self.node_id, &chain, group.merge);
+            let encoded = encode(wire, &steps, &mut self.out);
+            let owners: Vec<Owner> = steps.iter().map(|step| step.owner).collect();
+            drop(steps);
+            match encoded {
+                Ok(sent) => {
+                    crate::count_write();
+                    let after = std::mem::replace(&mut self.tip, token.clone());
+                    let callers = waiting
+                        .iter()
+                        .filter(|&&i| group.jobs[i].done.is_some())
+                        .count();
+                    return Ok(Flight {
+                        group,
+                        waiting,
+                        callers,
+                        owners,
+                        sent,
+                        after,
+                        started: std::time::Instant::now(),
+                    });
                 }
-                // The transaction was rolled back: the group runs again, unmerged.
-                Err(Failed::Merged) => merge = false,
-                // The transaction was rolled back: the group runs again without this job.
-                Err(Failed::Job(i, e)) => {
-                    if jobs[i].done.is_none() {
-                        self.behind.fail();
+                // Nothing of it was sent: again without the job, or unmerged.
+                Err((at, e)) => match owners[at] {
+                    Owner::Job(i, _) => self.fail_job(&mut group, i, unavailable(&e)),
+                    Owner::Merged => group.merge = false,
+                    // Nothing of it was sent: the connection stays as it is.
+                    Owner::Group | Owner::Chain => {
+                        self.fail_jobs(&mut group, &waiting, &unavailable(&e));
+                        return Err(group);
                     }
-                    answers[i] = Some(Err(e));
-                }
-                Err(Failed::Group(e)) => {
-                    // Whatever state the connection is in, the next group starts on a new one.
-                    self.connection = None;
-                    if waiting.iter().any(|&i| jobs[i].done.is_none()) {
-                        self.behind.fail();
-                    }
-                    for i in waiting {
-                        answers[i] = Some(Err(e.clone()));
-                    }
-                }
+                },
             }
         }
-        answers.into_iter().map(|a| a.unwrap_or(Ok(()))).collect()
+    }
+
+    /// A group that came back: answered when it committed; otherwise the groups sent behind
+    /// it, which cannot have committed ([`CHAIN`]), come back too, and this one and then each
+    /// of them run alone until every job has its answer, in the order they were sent.
+    async fn settle(
+        &mut self,
+        head: Flight,
+        outcome: Result<Outcome, WireError>,
+        flights: &mut VecDeque<Flight>,
+    ) {
+        if matches!(outcome, Ok(Ok(()))) {
+            let group = self.apply(head, outcome, true);
+            return self.answer(group);
+        }
+        // Their answers first, while the connection is as the failure left it.
+        let mut behind_it = Vec::with_capacity(flights.len());
+        for mut flight in flights.drain(..) {
+            let outcome = match self.connection.as_mut() {
+                Some(wire) => wire.complete(&mut self.out, &mut flight.sent).await,
+                None => Err(given_up()),
+            };
+            behind_it.push((flight, outcome));
+        }
+        let before = head.after.clone();
+        let group = self.apply(head, outcome, true);
+        let behind_it: Vec<Group> = behind_it
+            .into_iter()
+            .map(|(flight, outcome)| self.apply(flight, outcome, false))
+            .collect();
+        // What the server holds: the value from before the group that failed.
+        self.tip = match self.connection {
+            Some(_) => before,
+            None => Arc::default(),
+        };
+        self.finish(group).await;
+        for group in behind_it {
+            self.finish(group).await;
+        }
+    }
+
+    /// Runs `group` alone on the connection until every job has its answer, then answers.
+    async fn finish(&mut self, mut group: Group) {
+        loop {
+            let mut flight = match self.launch(group, true).await {
+                Ok(flight) => flight,
+                Err(group) => return self.answer(group),
+            };
+            let outcome = match self.connection.as_mut() {
+                Some(wire) => wire.complete(&mut self.out, &mut flight.sent).await,
+                None => Err(given_up()),
+            };
+            group = self.apply(flight, outcome, true);
+        }
+    }
+
+    /// Takes in how a run of a group went; its group, the jobs that ran answered unless they
+    /// are to run again. `first`: nothing was out ahead of it.
+    fn apply(&mut self, flight: Flight, outcome: Result<Outcome, WireError>, first: bool) -> Group {
+        let Flight {
+            mut group,
+            waiting,
+            owners,
+            after,
+            started,
+            ..
+        } = flight;
+        let failed = match outcome {
+            Err(e) => Failed::Group(unavailable(&e)),
+            Ok(Ok(())) => {
+                crate::observe_commit("postgres", waiting.len(), started);
+                if waiting.iter().any(|&i| !group.jobs[i].events.is_empty()) {
+                    self.events.send_modify(|n| *n = n.wrapping_add(1));
+                }
+                for i in waiting {
+                    group.answers[i] = Some(Ok(()));
+                }
+                return group;
+            }
+            Ok(Err((at, e))) => {
+                let refused = matches!(e, WireError::Db { .. } | WireError::Encode(_));
+                match at.map(|i| owners[i]) {
+                    Some(Owner::Job(i, check)) if refused => Failed::Job(i, job_error(&e, check)),
+                    Some(Owner::Merged) if refused => Failed::Merged,
+                    Some(Owner::Chain) if refused => Failed::Chain,
+                    _ => Failed::Group(unavailable(&e)),
+                }
+            }
+        };
+        // The transaction was rolled back: the server's chain value is the one it found.
+        self.tip = after;
+        match failed {
+            // The group runs again, unmerged.
+            Failed::Merged => group.merge = false,
+            // The group runs again without this job.
+            Failed::Job(i, e) => self.fail_job(&mut group, i, e),
+            // The group before it did not commit; it runs again. With nothing before it, the
+            // connection's chain value is not the one kept here: it starts over on a new one.
+            Failed::Chain if first => {
+                self.connection = None;
+                self.tip = Arc::default();
+            }
+            Failed::Chain => {}
+            Failed::Group(e) => self.fail(&mut group, &waiting, &e),
+        }
+        group
+    }
+
+    fn fail_job(&self, group: &mut Group, i: usize, e: StoreError) {
+        if group.jobs[i].done.is_none() {
+            self.behind.fail();
+        }
+        group.answers[i] = Some(Err(e));
+    }
+
+    /// The connection or the transaction failed: every job of `waiting` gets `e`, and the next
+    /// group starts on a new connection, whatever state this one is in.
+    fn fail(&mut self, group: &mut Group, waiting: &[usize], e: &StoreError) {
+        self.connection = None;
+        self.tip = Arc::default();
+        self.fail_jobs(group, waiting, e);
+    }
+
+    fn fail_jobs(&self, group: &mut Group, waiting: &[usize], e: &StoreError) {
+        if waiting.iter().any(|&i| group.jobs[i].done.is_none()) {
+            self.behind.fail();
+        }
+        for &i in waiting {
+            group.answers[i] = Some(Err(e.clone()));
+        }
+    }
+
+    /// Answers every job of a group that has all its answers. Writes behind answers are counted
+    /// answered before anyone is answered: a caller answered next may look at the count.
+    fn answer(&self, group: Group) {
+        let mut behind = 0;
+        for (job, answer) in group.jobs.iter().zip(&group.answers) {
+            if job.done.is_none() {
+                if let Some(Err(error)) = answer {
+                    tracing::warn!(%error, "a write made behind its answer failed");
+                }
+                behind += 1;
+            }
+        }
+        self.behind.count_answered(behind);
+        for (job, answer) in group.jobs.into_iter().zip(group.answers) {
+            // A caller that went away no longer wants its answer.
+            if let Some(done) = job.done {
+                let _ = done.send(answer.unwrap_or(Ok(())));
+            }
+        }
     }
 }
 
@@ -337,8 +642,9 @@ impl Writer {
 async fn connect<'a>(
     slot: &'a mut Option<Wire>,
     target: &Target,
+    alone: bool,
 ) -> Result<&'a mut Wire, StoreError> {
-    if slot.as_mut().is_some_and(|wire| !wire.is_open()) {
+    if alone && slot.as_mut().is_some_and(|wire| !wire.is_open()) {
         *slot = None;
     }
     if let Some(wire) = slot {
@@ -359,6 +665,8 @@ enum Failed {
     Group(StoreError),
     /// A merged insert failed: the group runs again unmerged, to find whose row it was.
     Merged,
+    /// The group sent before it did not commit ([`CHAIN`]): it runs again.
+    Chain,
 }
 
 /// A prepared statement's key: its text as sent (a guard's, wrapped; a job's own text is
@@ -372,6 +680,8 @@ enum Owner {
     Job(usize, Option<Check>),
     /// Rows of several consecutive inserts, maybe of several jobs ([`merge_inserts`]).
     Merged,
+    /// The group's first statement ([`CHAIN`]).
+    Chain,
 }
 
 /// One statement of the pipeline.
@@ -520,9 +830,13 @@ fn pipeline<'a>(
     jobs: &'a [Job],
     waiting: &[usize],
     node_id: &'a AnyValueKind,
+    chain: &'a [AnyValueKind; 2],
     merge: bool,
 ) -> Vec<Step<'a>> {
-    let mut steps = Vec::new();
+    let mut steps = vec![Step {
+        owner: Owner::Chain,
+        ..Step::group(CHAIN, chain)
+    }];
     let mut once: std::collections::HashSet<(&str, String)> = std::collections::HashSet::new();
     for &i in waiting {
         for statement in &jobs[i].body {
@@ -547,17 +861,13 @@ fn pipeline<'a>(
     steps
 }
 
-/// One run of the group on `wire`: every waiting job's statements, the outbox lock and the
-/// notification when events follow, the events; one implicit transaction, sent and answered in
-/// one exchange (`crate::pg_wire`). `merge`: see [`merge_inserts`].
-async fn run(
+/// Appends one run of the group to `out` ([`Wire::encode`]): its [`pipeline`], as one
+/// implicit transaction.
+fn encode(
     wire: &mut Wire,
-    jobs: &[Job],
-    waiting: &[usize],
-    node_id: &AnyValueKind,
-    merge: bool,
-) -> Result<(), Failed> {
-    let steps = pipeline(jobs, waiting, node_id, merge);
+    steps: &[Step<'_>],
+    out: &mut BytesMut,
+) -> Result<Sent, (usize, WireError)> {
     let params: Vec<Vec<Param<'_>>> = steps
         .iter()
         .map(|s| s.values.iter().map(|v| Param(v)).collect())
@@ -576,18 +886,7 @@ async fn run(
             bytes: step.values.iter().map(|v| 8 + value_bytes(v)).sum(),
         })
         .collect();
-    match wire.run(&requests).await {
-        Err(e) => Err(Failed::Group(unavailable(&e))),
-        Ok(Ok(())) => Ok(()),
-        Ok(Err((at, e))) => {
-            let refused = matches!(e, WireError::Db { .. } | WireError::Encode(_));
-            match at.map(|i| steps[i].owner) {
-                Some(Owner::Job(i, check)) if refused => Err(Failed::Job(i, job_error(&e, check))),
-                Some(Owner::Merged) if refused => Err(Failed::Merged),
-                _ => Err(Failed::Group(unavailable(&e))),
-            }
-        }
-    }
+    wire.encode(&requests, out)
 }
 
 /// A guard as a statement that raises when its condition fails: `capstan_guard` gets how many
@@ -894,8 +1193,16 @@ mod tests {
         };
         let jobs = [job(&["a"]), job(&["a", "b"]), job(&["b"])];
         let node = AnyValueKind::Text(Arc::new("n".to_owned()));
-        let steps = pipeline(&jobs, &[0, 1, 2], &node, true);
-        let shape: Vec<(usize, &str)> = steps
+        let chain = [
+            AnyValueKind::Text(Arc::default()),
+            AnyValueKind::Text(Arc::default()),
+        ];
+        let steps = pipeline(&jobs, &[0, 1, 2], &node, &chain, true);
+        assert!(
+            matches!(steps[0].owner, Owner::Chain),
+            "the chain comes first"
+        );
+        let shape: Vec<(usize, &str)> = steps[1..]
             .iter()
             .map(|s| match (s.owner, s.values.first()) {
                 (Owner::Job(i, _), Some(AnyValueKind::Text(z))) => (i, z.as_str()),
@@ -908,8 +1215,8 @@ mod tests {
             "each zone locked once, every insert kept"
         );
         // Without job 0, job 1 takes the lock on `a` itself.
-        let steps = pipeline(&jobs, &[1, 2], &node, true);
-        assert_eq!(steps.len(), 5);
+        let steps = pipeline(&jobs, &[1, 2], &node, &chain, true);
+        assert_eq!(steps.len(), 1 + 5);
     }
 
     /// A guard keeps its text inside the raising wrapper, and only a fence raises for a cancel.
