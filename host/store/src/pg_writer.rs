@@ -259,19 +259,18 @@ struct Writer {
 
 /// Groups sent and not yet answered, at most. While the server runs one, the next is already
 /// on its way: with one at a time the server's connection sat idle while the answers travelled
-/// back, the callers were answered and the next group was gathered and encoded (its backend was
-/// busy about three fifths of the time in the engine bench), and each group paid a round trip,
-/// a millisecond or more to a server on another machine.
+/// back, the callers were answered and the next group was gathered and encoded, and each group
+/// paid a full round trip, longer still to a server on another machine.
 const IN_FLIGHT: usize = 2;
 
-/// Each group's first statement. It finds the chain value the group before it on the
-/// connection set (a session setting, which a transaction that rolls back leaves as it was),
-/// and sets its own; when it finds another, the group before did not commit and this one raises
-/// before anything else runs. So a group sent while the one ahead was still running commits
-/// only if that one committed: its jobs may have been decided on the other's, as a commit that
-/// records an answer is on the write behind it, and the serial writer would have run them after
-/// the other's failure was known (a write behind its answer that failed refuses the jobs that
-/// named its epoch; the other jobs of a group that failed run again first).
+/// Each group's first statement. A session setting holds the value the last group that
+/// committed on the connection set (a transaction that rolls back leaves it as it was): a group
+/// finds its predecessor's value and sets its own, or raises before anything else runs. So a
+/// group sent while the one ahead of it still ran commits only if that one did, and otherwise
+/// runs again once that one's failure is settled, as it would have run with one group at a
+/// time: its jobs may depend on the other's (a commit recording a provider's answer on the
+/// write behind that answer), and a write behind its answer that failed refuses the jobs that
+/// named its epoch.
 const CHAIN: &str = "SELECT CASE WHEN coalesce(current_setting('capstan.group', true), '') = $1 \
      THEN set_config('capstan.group', $2, false) ELSE capstan_guard(0, NULL, false)::text END";
 
