@@ -50,8 +50,12 @@ const READ_TRIES: usize = 4;
 /// change takes the ordinary path, which waits for them and empties memory.
 const MAX_QUEUED: usize = 100_000;
 
-/// Record sets kept in memory at most (read or decided): past this, likewise, so a simulator
-/// that has seen many names holds no more of them than this.
+/// Record sets kept in memory at most (read or decided). Reaching it, memory forgets those the
+/// database already holds as memory does (read from it, or decided by a write the writer has
+/// committed) and keeps those decided by writes still queued; if those alone fill it, the next
+/// change takes the ordinary path, likewise. So a simulator that has seen many names holds no
+/// more of them than this, and a long-lived one does not fall back to the ordinary path (which
+/// empties memory, and every change in progress with it) each time it fills.
 const MAX_RECORDS: usize = 100_000;
 
 /// A zone with at most this many record sets is read whole the first time a change needs it:
@@ -82,8 +86,9 @@ struct State {
     whole: std::collections::HashSet<String>,
     /// Zones found larger than [`ZONE_READ`]: read a record set at a time.
     large: std::collections::HashSet<String>,
-    /// (zone id, name, type) → the record set's body (`None`: none), as read or decided.
-    records: HashMap<(String, String, String), Option<String>>,
+    /// (zone id, name, type) → the record set's body (`None`: none), as read or decided, and
+    /// the number of the write behind an answer that decided it (0: as read).
+    records: HashMap<(String, String, String), (Option<String>, u64)>,
     /// Token → (request, answer), for changes whose writes the writer has not answered yet.
     tokens: HashMap<String, (Value, Value)>,
     /// Change id → when it goes `Insync`, likewise.
@@ -152,6 +157,13 @@ impl State {
             self.tokens.remove(token);
             self.changes.remove(change);
             self.queued.pop_front();
+        }
+        if self.records.len() >= MAX_RECORDS {
+            // What the database holds and every read in progress sees: read again when needed.
+            // A read in progress fills only what memory lacks, from a snapshot that has it.
+            self.records.retain(|_, (_, by)| *by > seen_by_all);
+            // A name missing from a zone read whole no longer means it has no record set.
+            self.whole.clear();
         }
         true
     }
@@ -396,7 +408,7 @@ impl SimulatedCloud {
             }
             for key in &missing {
                 let body = found.remove(&(key.1.clone(), key.2.clone()));
-                state.records.entry((*key).clone()).or_insert(body);
+                state.records.entry((*key).clone()).or_insert((body, 0));
             }
             if read_whole && !missing.is_empty() {
                 if whole_rows <= ZONE_READ {
@@ -404,7 +416,7 @@ impl SimulatedCloud {
                         state
                             .records
                             .entry((zone_id.clone(), name, ty))
-                            .or_insert(Some(body));
+                            .or_insert((Some(body), 0));
                     }
                     state.whole.insert(zone_id.clone());
                 } else {
@@ -414,7 +426,7 @@ impl SimulatedCloud {
             let zone_name = state.zones.get(&zone_id).cloned().flatten()?;
             let olds: Vec<Option<String>> = keys
                 .iter()
-                .map(|k| state.records.get(k).cloned().flatten())
+                .map(|k| state.records.get(k).and_then(|(body, _)| body.clone()))
                 .collect();
             let now = self.now();
             let propagation_ms = self.settings.dns_propagation_ms;
@@ -450,7 +462,7 @@ impl SimulatedCloud {
             // Queued under the lock, so the writes reach the writer in the order decided.
             let number = self.store.write_behind(sql, epoch).ok()?;
             for (key, body) in keys.into_iter().zip(plan.bodies()) {
-                state.records.insert(key, body);
+                state.records.insert(key, (body, number));
             }
             state
                 .tokens
@@ -578,4 +590,49 @@ fn checked_write(
     }
     sql.push("), NULL, false)");
     sql
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Full, memory forgets the record sets the database holds as memory does (read from it, or
+    /// decided by a write answered before every read in progress began) and keeps those decided
+    /// by writes not yet answered; a zone read whole is whole no more. Below the cap it forgets
+    /// none.
+    #[test]
+    fn a_full_memory_forgets_what_the_database_holds_and_keeps_what_is_queued() {
+        let mut state = State {
+            epoch: Some(7),
+            ..State::default()
+        };
+        let key = |i: usize| ("z".to_owned(), format!("n{i}"), "A".to_owned());
+        for i in 0..MAX_RECORDS {
+            // Even: as read; odd: decided by write number `i`.
+            let by = if i % 2 == 0 { 0 } else { i as u64 };
+            state.records.insert(key(i), (Some(format!("b{i}")), by));
+        }
+        state.whole.insert("z".to_owned());
+        // 1,000 writes answered; a read in progress began when 500 were.
+        state.reads.insert(500, 1);
+        assert!(state.ready(7, 1_000));
+        let kept: Vec<usize> = (0..MAX_RECORDS)
+            .filter(|&i| state.records.contains_key(&key(i)))
+            .collect();
+        assert_eq!(
+            kept,
+            (501..MAX_RECORDS)
+                .filter(|i| i % 2 == 1)
+                .collect::<Vec<_>>()
+        );
+        assert!(state.whole.is_empty(), "a forgotten name may exist");
+        assert_eq!(state.generation, 0, "not emptied: reads in progress go on");
+
+        state.whole.insert("z".to_owned());
+        let before = state.records.len();
+        state.end_read(500);
+        assert!(state.ready(7, u64::MAX));
+        assert_eq!(state.records.len(), before, "below the cap");
+        assert!(state.whole.contains("z"));
+    }
 }
