@@ -1707,6 +1707,32 @@ mod tests {
         assert_eq!(zones(&store).await, ["gindependent", "gtaken"]);
     }
 
+    /// A job whose statement cannot be encoded (a text with a NUL byte) fails alone and sends
+    /// nothing: its statements encoded before the bad one do not run with the next group, and
+    /// the others commit.
+    #[tokio::test]
+    async fn a_job_that_cannot_be_encoded_fails_alone_and_sends_nothing() {
+        let store = Store::open(&capstan_testdb::fresh_postgres_url().await)
+            .await
+            .unwrap();
+        let writer = store.pg_writer().expect("the group writer runs");
+        let mut bad = insert_zone("gpartial");
+        bad.push_statement("SELECT 1 -- \0");
+        let commit = |statements: Vec<crate::sql::Statement>| {
+            let writer = writer.clone();
+            tokio::spawn(async move { writer.commit(statements, Vec::new(), None).await })
+        };
+        let failed = commit(bad.into_statements());
+        let good = commit(insert_zone("gfirst").into_statements());
+        assert!(failed.await.unwrap().is_err());
+        good.await.unwrap().unwrap();
+        writer
+            .commit(insert_zone("gnext").into_statements(), Vec::new(), None)
+            .await
+            .unwrap();
+        assert_eq!(zones(&store).await, ["gfirst", "gnext"]);
+    }
+
     /// The group writer speaks TLS when the URL asks for it (`sslmode=require`): its
     /// connection, named apart from the pool's, shows as encrypted in `pg_stat_ssl`, and the
     /// commit it carried landed. Always on PostgreSQL; the test server serves TLS (Debian's

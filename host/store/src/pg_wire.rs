@@ -287,6 +287,21 @@ impl Wire {
         out: &mut BytesMut,
     ) -> Result<Sent, (usize, WireError)> {
         let start = out.len();
+        let encoded = self.append(requests, out);
+        if encoded.is_err() {
+            // Nothing of this pipeline is sent: the statements it parsed are not cached, and
+            // the pipelines before it are left whole.
+            out.truncate(start);
+        }
+        encoded
+    }
+
+    /// [`Wire::encode`]'s work; on an error `out` holds part of the pipeline.
+    fn append(
+        &mut self,
+        requests: &[Request<'_>],
+        out: &mut BytesMut,
+    ) -> Result<Sent, (usize, WireError)> {
         // Sized for the whole pipeline up front: a group of large values (journal chunks,
         // event payloads) otherwise grows the buffer, and copies it, several times.
         let size: usize = requests
@@ -352,8 +367,6 @@ impl Wire {
                 out,
             );
             if let Err(e) = bound {
-                // Nothing of this pipeline is sent: the statements it parsed are not cached.
-                out.truncate(start);
                 let e = match e {
                     frontend::BindError::Conversion(e) => e.to_string(),
                     frontend::BindError::Serialization(e) => e.to_string(),
