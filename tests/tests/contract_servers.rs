@@ -282,6 +282,20 @@ async fn google_token_endpoint_refuses_what_google_refuses() {
     expired["exp"] = json!(now - 400);
     let mut text_times = claims(&google, CLOUD_PLATFORM);
     text_times["iat"] = json!(now.to_string());
+    // A valid token written in the standard alphabet, which is not base64url: one with a
+    // character only base64url has ('-' or '_'; a signature may have neither, so the claims'
+    // times move a second at a time until one does).
+    let standard_alphabet = (0..64)
+        .map(|back: i64| {
+            let mut moved = claims(&google, CLOUD_PLATFORM);
+            moved["iat"] = json!(now - back);
+            moved["exp"] = json!(now - back + 3595);
+            jwt(&google, &rs256(), &moved, false)
+        })
+        .find(|token| token.contains(['-', '_']))
+        .expect("a token with a base64url-only character")
+        .replace('-', "+")
+        .replace('_', "/");
     let refused = [
         // Signed with another key.
         jwt(&stranger, &rs256(), &claims(&google, CLOUD_PLATFORM), false),
@@ -297,8 +311,7 @@ async fn google_token_endpoint_refuses_what_google_refuses() {
         jwt(&google, &rs256(), &expired, false),
         jwt(&google, &rs256(), &text_times, false),
         "not-a-jwt".to_owned(),
-        // The standard alphabet is not base64url.
-        jwt(&google, &rs256(), &claims(&google, CLOUD_PLATFORM), false).replace('-', "+"),
+        standard_alphabet,
     ];
     for assertion in &refused {
         let (status, body) = assertion_grant(&google, assertion).await;
