@@ -1668,6 +1668,26 @@ mod tests {
         }
     }
 
+    /// A store on a fresh PostgreSQL schema and its group writer.
+    async fn postgres_group_writer() -> (Store, pg_writer::PgGroupWriter) {
+        let store = Store::open(&capstan_testdb::fresh_postgres_url().await)
+            .await
+            .unwrap();
+        let writer = store.pg_writer().expect("the group writer runs");
+        (store, writer)
+    }
+
+    /// `sql` committed through `writer` on a task of its own.
+    fn spawn_commit(
+        writer: &pg_writer::PgGroupWriter,
+        sql: Sql,
+        requires: Option<u64>,
+    ) -> tokio::task::JoinHandle<Result<(), capstan_core::store::StoreError>> {
+        let writer = writer.clone();
+        let statements = sql.into_statements();
+        tokio::spawn(async move { writer.commit(statements, Vec::new(), requires).await })
+    }
+
     /// PostgreSQL's group writer sends a group while the one before it still runs, and the
     /// later one commits only if the earlier one did. A write behind its answer that fails
     /// refuses the commit that named its epoch though that commit was sent before the failure
@@ -1675,10 +1695,7 @@ mod tests {
     #[tokio::test]
     async fn a_group_sent_behind_one_that_fails_waits_for_its_verdict() {
         use capstan_core::store::StoreError;
-        let store = Store::open(&capstan_testdb::fresh_postgres_url().await)
-            .await
-            .unwrap();
-        let writer = store.pg_writer().expect("the group writer runs");
+        let (store, writer) = postgres_group_writer().await;
         let epoch = store.behind_epoch().unwrap();
         writer
             .commit(insert_zone("gtaken").into_statements(), Vec::new(), None)
@@ -1690,13 +1707,8 @@ mod tests {
         slow.append(&insert_zone("gtaken"));
         store.write_behind(slow, epoch).unwrap();
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        let commit = |zone: &str, requires: Option<u64>| {
-            let writer = writer.clone();
-            let statements = insert_zone(zone).into_statements();
-            tokio::spawn(async move { writer.commit(statements, Vec::new(), requires).await })
-        };
-        let dependent = commit("gdependent", Some(epoch));
-        let independent = commit("gindependent", None);
+        let dependent = spawn_commit(&writer, insert_zone("gdependent"), Some(epoch));
+        let independent = spawn_commit(&writer, insert_zone("gindependent"), None);
         let refused = dependent.await.unwrap().unwrap_err();
         assert!(
             matches!(&refused, StoreError::Unavailable(m) if m == crate::writer::REFUSED_BEHIND),
@@ -1712,18 +1724,11 @@ mod tests {
     /// the others commit.
     #[tokio::test]
     async fn a_job_that_cannot_be_encoded_fails_alone_and_sends_nothing() {
-        let store = Store::open(&capstan_testdb::fresh_postgres_url().await)
-            .await
-            .unwrap();
-        let writer = store.pg_writer().expect("the group writer runs");
+        let (store, writer) = postgres_group_writer().await;
         let mut bad = insert_zone("gpartial");
         bad.push_statement("SELECT 1 -- \0");
-        let commit = |statements: Vec<crate::sql::Statement>| {
-            let writer = writer.clone();
-            tokio::spawn(async move { writer.commit(statements, Vec::new(), None).await })
-        };
-        let failed = commit(bad.into_statements());
-        let good = commit(insert_zone("gfirst").into_statements());
+        let failed = spawn_commit(&writer, bad, None);
+        let good = spawn_commit(&writer, insert_zone("gfirst"), None);
         assert!(failed.await.unwrap().is_err());
         good.await.unwrap().unwrap();
         writer
