@@ -452,8 +452,8 @@ impl Wire {
         Ok(None)
     }
 
-    /// Sends `out` (ending in `head`'s pipeline, the only one unanswered) and reads `head`'s
-    /// answers: one exchange.
+    /// Sends what is left of `out` and reads `head`'s answers, `head` being the oldest
+    /// pipeline unanswered.
     pub(crate) async fn complete(
         &mut self,
         out: &mut BytesMut,

@@ -306,14 +306,22 @@ struct Flight {
     group: Group,
     /// The jobs it runs.
     waiting: Vec<usize>,
-    /// Of those, how many someone waits for.
-    callers: usize,
     /// Who each of its statements answers for.
     owners: Vec<Owner>,
     sent: Sent,
     /// The chain value it expects (the one the server keeps if it does not commit).
     after: Arc<String>,
     started: std::time::Instant,
+}
+
+impl Flight {
+    /// Of the jobs it runs, how many someone waits for.
+    fn callers(&self) -> usize {
+        self.waiting
+            .iter()
+            .filter(|&&i| self.group.jobs[i].done.is_some())
+            .count()
+    }
 }
 
 impl Writer {
@@ -383,7 +391,7 @@ impl Writer {
             // group costs a commit (and, with other nodes writing, a turn at the outbox lock);
             // sent only once the one ahead is answered, the server would wait for it.
             let callers = next.iter().filter(|job| job.done.is_some()).count();
-            let ahead = flights.front().map_or(0, |f| f.callers);
+            let ahead = flights.front().map_or(0, Flight::callers);
             let wanted = next.len() >= MAX_JOBS
                 || (callers > 0 && callers * 2 >= ahead)
                 || (!next.is_empty() && self.behind.settling());
@@ -438,7 +446,6 @@ impl Writer {
             let wire = match connect(&mut self.connection, &self.target, alone).await {
                 Ok(wire) => wire,
                 Err(e) => {
-                    self.tip = Arc::default();
                     self.fail(&mut group, &waiting, &e);
                     return Err(group);
                 }
@@ -457,14 +464,9 @@ impl Writer {
                 Ok(sent) => {
                     crate::count_write();
                     let after = std::mem::replace(&mut self.tip, token.clone());
-                    let callers = waiting
-                        .iter()
-                        .filter(|&&i| group.jobs[i].done.is_some())
-                        .count();
                     return Ok(Flight {
                         group,
                         waiting,
-                        callers,
                         owners,
                         sent,
                         after,
@@ -579,13 +581,21 @@ impl Writer {
             Failed::Merged => group.merge = false,
             // The group runs again without this job.
             Failed::Job(i, e) => self.fail_job(&mut group, i, e),
-            // The group before it did not commit; it runs again. With nothing before it, the
-            // connection's chain value is not the one kept here: it starts over on a new one.
-            Failed::Chain if first => {
-                self.connection = None;
-                self.tip = Arc::default();
-            }
-            Failed::Chain => {}
+            // The group before it did not commit; it runs again.
+            Failed::Chain if !first => {}
+            // With nothing before it, the session's chain value is not the one this writer
+            // set: the session is not the writer's own (a proxy pooling transactions hands it
+            // another server session each time). Running it again would meet the same; its
+            // jobs, unrun, get the error, and the next group starts on a new connection.
+            Failed::Chain => self.fail(
+                &mut group,
+                &waiting,
+                &StoreError::Unavailable(
+                    "the PostgreSQL group writer's session changed between transactions (a proxy \
+                 pooling transactions?): it needs a session of its own"
+                        .to_owned(),
+                ),
+            ),
             Failed::Group(e) => self.fail(&mut group, &waiting, &e),
         }
         group
