@@ -1176,66 +1176,54 @@ impl RunStore for Store {
         lease_ms: Millis,
         limit: i64,
     ) -> Result<Vec<RunRecord>, StoreError> {
-        // PostgreSQL: rows another node is claiming right now are skipped, not waited for; the
-        // outer UPDATE re-checks nothing, so the inner SELECT's row locks are what make a claim
-        // exclusive. SQLite: one writer, the statement is atomic as it is; it returns only the
-        // ids (it rides a group commit, whose answer is a first column), then the runs are read.
-        let sql = match self.backend() {
-            Backend::Sqlite => {
+        if self.backend() == Backend::Postgres {
+            // Rows another node is claiming right now are skipped, not waited for; the outer
+            // UPDATE re-checks nothing, so the inner SELECT's row locks are what make a claim
+            // exclusive. A function, so its plan is fixed (PostgreSQL migration 0013 says why).
+            crate::count_write();
+            let rows = sqlx::query("SELECT * FROM capstan_claim_runs($1, $2, $3, $4)")
+                .bind(owner)
+                .bind(now_ms + lease_ms)
+                .bind(now_ms)
+                .bind(limit)
+                .fetch_all(&self.writer)
+                .await
+                .map_err(unavailable)?;
+            return rows.iter().map(run_row).collect();
+        }
+        // SQLite: one writer, the statement is atomic as it is. A claim joins the next group
+        // commit, whose answer is a first column, so it returns the ids; the claimed runs are
+        // then read on a read connection (they are committed by the time the group answers).
+        let mut claim = Sql::default();
+        claim
+            .push_statement(
                 "UPDATE runs SET lease_owner = $1, lease_expires_ms = $2, activations = activations + 1
                  WHERE id IN (
                     SELECT id FROM runs WHERE state = 'runnable' AND wake_ms <= $3
                       AND (lease_owner IS NULL OR lease_expires_ms < $4)
                     ORDER BY wake_ms LIMIT $5)
-                 RETURNING id"
-            }
-            Backend::Postgres => {
-                "UPDATE runs SET lease_owner = $1, lease_expires_ms = $2, activations = activations + 1
-                 WHERE id IN (
-                    SELECT id FROM runs WHERE state = 'runnable' AND wake_ms <= $3
-                      AND (lease_owner IS NULL OR lease_expires_ms < $4)
-                    ORDER BY wake_ms LIMIT $5 FOR UPDATE SKIP LOCKED)
-                 RETURNING *"
-            }
-        };
-        if self.backend() == Backend::Sqlite {
-            // A claim joins the next group commit; the claimed runs are then read on a read
-            // connection (they are committed by the time the group answers).
-            let mut claim = Sql::default();
-            claim
-                .push_statement(sql)
-                .bind(owner.to_owned())
-                .bind(now_ms + lease_ms)
-                .bind(now_ms)
-                .bind(now_ms)
-                .bind(limit);
-            let ids: Vec<String> = self
-                .grouped(claim, false)
-                .await?
-                .into_iter()
-                .filter_map(|v| match v {
-                    Returned::Text(id) => Some(id),
-                    _ => None,
-                })
-                .collect();
-            if ids.is_empty() {
-                return Ok(Vec::new());
-            }
-            let mut read = Sql::new("SELECT * FROM runs WHERE id IN (");
-            read.push_binds(ids).push(") ORDER BY wake_ms");
-            let rows = self.fetch_all(read).await.map_err(unavailable)?;
-            return rows.iter().map(run_row).collect();
-        }
-        crate::count_write();
-        let rows = sqlx::query(sql)
-            .bind(owner)
+                 RETURNING id",
+            )
+            .bind(owner.to_owned())
             .bind(now_ms + lease_ms)
             .bind(now_ms)
             .bind(now_ms)
-            .bind(limit)
-            .fetch_all(&self.writer)
-            .await
-            .map_err(unavailable)?;
+            .bind(limit);
+        let ids: Vec<String> = self
+            .grouped(claim, false)
+            .await?
+            .into_iter()
+            .filter_map(|v| match v {
+                Returned::Text(id) => Some(id),
+                _ => None,
+            })
+            .collect();
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut read = Sql::new("SELECT * FROM runs WHERE id IN (");
+        read.push_binds(ids).push(") ORDER BY wake_ms");
+        let rows = self.fetch_all(read).await.map_err(unavailable)?;
         rows.iter().map(run_row).collect()
     }
 
