@@ -1709,8 +1709,11 @@ mod tests {
         .execute(store.pool())
         .await
         .unwrap();
+        // The ids a claim took, sorted: `RETURNING` promises no order.
         let claimed = |runs: Vec<capstan_core::store::RunRecord>| -> Vec<String> {
-            runs.into_iter().map(|r| r.id).collect()
+            let mut ids: Vec<String> = runs.into_iter().map(|r| r.id).collect();
+            ids.sort();
+            ids
         };
         let first = store.claim_runs("a", 30_000, 1_000, 2).await.unwrap();
         assert_eq!(claimed(first), ["r03001", "r03002"]);
