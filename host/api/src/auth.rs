@@ -112,7 +112,8 @@ impl Caller {
     /// [`Caller::require`], with the decision's audit record committed while `work` runs
     /// instead of before it starts: the answer still waits for the record (as every audited
     /// request does), but a request whose work is a commit of its own (a trigger) waits for one
-    /// group commit instead of two in a row. `work` runs only when the permission is held; a
+    /// group commit, which carries both, instead of two in a row
+    /// ([`capstan_store::Store::insert_audit_during`]). `work` runs only when the permission is held; a
     /// record that cannot be written makes the answer 503 even when `work` succeeded (a trigger
     /// repeated with its `Idempotency-Key` then finds what it did).
     pub async fn require_during<T>(
@@ -126,9 +127,12 @@ impl Caller {
             self.audit(state, permission, resource, None, false).await?;
             return Err(ApiError::forbidden(permission));
         }
-        let (audited, done) =
-            tokio::join!(self.audit(state, permission, resource, None, true), work);
-        audited?;
+        let record = self.record(state.now(), permission, resource, None, true);
+        let (audited, done) = state.store.insert_audit_during(&record, work).await;
+        audited.map_err(|e| {
+            tracing::error!(error = %e, "could not write an audit record; refusing the request");
+            ApiError::unavailable(e)
+        })?;
         done
     }
 

@@ -418,6 +418,63 @@ impl Store {
         }
     }
 
+    /// Writes the audit record durably while `work` runs, and returns both outcomes once both
+    /// are known: the record's write, and what `work` answered.
+    ///
+    /// For a change whose work is itself a commit (a trigger): on SQLite the record waits in the
+    /// group writer's queue as a patient part ([`crate::writer::Job::patient`]), so the commit
+    /// `work` queues carries it and one `COMMIT` makes both durable, where two in a row (the
+    /// record's, then the change's) were each a flush of the WAL on the request's path. When
+    /// `work` ends without that commit having taken the record (it failed before committing, or
+    /// committed elsewhere), the record is hurried and committed at once. On PostgreSQL the
+    /// record is written as [`Store::insert_audit`] writes it, concurrently with `work`.
+    pub async fn insert_audit_during<T>(
+        &self,
+        a: &AuditRecord,
+        work: impl std::future::Future<Output = T>,
+    ) -> (Result<(), sqlx::Error>, T) {
+        if self.backend() != crate::Backend::Sqlite {
+            return tokio::join!(self.insert_audit(a), work);
+        }
+        let failed = |e: capstan_core::store::StoreError| sqlx::Error::Protocol(e.to_string());
+        let mut sql = crate::Sql::default();
+        push_audit_insert(&mut sql, a);
+        let part = crate::writer::Part::Statements(sql.into_statements());
+        let queued = async {
+            let writer = self.group_writer()?;
+            let room = writer.room(&part).await?;
+            let (done, answer) = tokio::sync::oneshot::channel();
+            self.enqueue(crate::writer::Job {
+                part,
+                events: false,
+                requires: None,
+                done: Some(done),
+                patient: true,
+                queued_at: std::time::Instant::now(),
+                room,
+            })?;
+            Ok::<_, capstan_core::store::StoreError>((writer, answer))
+        };
+        let (writer, mut answer) = match queued.await {
+            Ok(queued) => queued,
+            Err(e) => return (Err(failed(e)), work.await),
+        };
+        let done = work.await;
+        let written = match answer.try_recv() {
+            Ok(written) => written,
+            Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {
+                let _hurry = writer.hurry();
+                answer
+                    .await
+                    .unwrap_or_else(|_| Err(crate::engine::interrupted()))
+            }
+            Err(tokio::sync::oneshot::error::TryRecvError::Closed) => {
+                Err(crate::engine::interrupted())
+            }
+        };
+        (written.map(drop).map_err(failed), done)
+    }
+
     /// Writes queued audit records until none is left.
     async fn flush_audit(&self) {
         loop {
@@ -611,5 +668,57 @@ mod tests {
             ..AuditFilter::default()
         };
         assert_eq!(store.audit(&last).await.unwrap().len(), 1);
+    }
+
+    /// The record of a change commits with the change, in one transaction on SQLite; when the
+    /// work fails before committing anything, the record is still written (alone), and the
+    /// caller does not wait out the company window for it. (Here the change is queued before the
+    /// writer's session has even started, so this shows the outcome, not the wait that makes it
+    /// likely under a live server: the bench's write transactions per execution show that.)
+    #[tokio::test]
+    async fn an_audit_record_rides_the_commit_of_the_change_it_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&capstan_testdb::fresh_database_url(dir.path()).await)
+            .await
+            .unwrap();
+        if store.backend() == crate::Backend::Sqlite {
+            // Started now, so the counts below are of this test's commits.
+            store.group_writer().unwrap();
+        }
+        let committed = || store.group_commits();
+        let in_log = |i: i64| {
+            let store = store.clone();
+            async move {
+                let only = AuditFilter {
+                    since_ms: Some(1_000 + i),
+                    until_ms: Some(1_001 + i),
+                    limit: 10,
+                    ..AuditFilter::default()
+                };
+                store.audit(&only).await.unwrap().len()
+            }
+        };
+        // The change: a write on the group writer (SQLite) that someone waits for.
+        let before = committed();
+        let (audited, changed) = store
+            .insert_audit_during(&record(1), store.insert_audit(&record(2)))
+            .await;
+        audited.unwrap();
+        changed.unwrap();
+        assert_eq!((in_log(1).await, in_log(2).await), (1, 1));
+        if let (Some(before), Some(after)) = (before, committed()) {
+            assert_eq!(after - before, 1, "the record and the change in one commit");
+        }
+        // Work refused before it committed anything.
+        let before = committed();
+        let (audited, refused) = store
+            .insert_audit_during(&record(3), async { Err::<(), _>("invalid input") })
+            .await;
+        audited.unwrap();
+        assert_eq!(refused, Err("invalid input"));
+        assert_eq!(in_log(3).await, 1);
+        if let (Some(before), Some(after)) = (before, committed()) {
+            assert_eq!(after - before, 1, "the record alone");
+        }
     }
 }

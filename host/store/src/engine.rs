@@ -820,6 +820,7 @@ impl Store {
             events,
             requires,
             done: Some(done),
+            patient: false,
             queued_at: std::time::Instant::now(),
             room,
         })?;
@@ -827,7 +828,7 @@ impl Store {
     }
 
     /// Queues a job for the group writer, opening a session when none is open.
-    fn enqueue(&self, job: crate::writer::Job) -> Result<(), StoreError> {
+    pub(crate) fn enqueue(&self, job: crate::writer::Job) -> Result<(), StoreError> {
         let writer = self.group_writer()?;
         if writer.enqueue(job) {
             // In a task of its own, so a caller that goes away cannot end the session for the
@@ -880,6 +881,7 @@ impl Store {
             events: false,
             requires: Some(epoch),
             done: None,
+            patient: true,
             queued_at: std::time::Instant::now(),
             room,
         };

@@ -704,6 +704,16 @@ impl Store {
         &self.pool
     }
 
+    /// Transactions this store's SQLite group writer has committed so far (a group that runs
+    /// again without a failed part counts twice); `None` on PostgreSQL, and before the writer's
+    /// first use. The process-wide count of write transactions is [`write_transactions`].
+    pub fn group_commits(&self) -> Option<u64> {
+        match self.inner.group_writer.get() {
+            Some(Ok(writer)) => Some(writer.committed()),
+            _ => None,
+        }
+    }
+
     /// SQLite's group writer (`writer.rs`), started on first use.
     pub(crate) fn group_writer(
         &self,

@@ -45,10 +45,11 @@ const PREPARED: usize = 512;
 /// the pool's connection) and costs sqlx's writers at most this much.
 const LINGER: Duration = Duration::from_millis(1);
 
-/// The longest writes behind their answers wait, when nothing else is queued, for a part that
-/// someone waits for to commit with: nobody waits for them, so committing each on its own (a
-/// `COMMIT` and its WAL pages apiece: ten per execution alone) buys nothing. A part someone waits
-/// for, a transaction waiting for the writer pool, or a caller settling them ends the wait.
+/// The longest patient parts ([`Job::patient`]: writes behind their answers, records riding a
+/// change) wait, when nothing else is queued, for a part to commit with: committing each on its
+/// own (a `COMMIT` and its WAL pages apiece: ten per execution alone) buys nothing. Any other
+/// part, a transaction waiting for the writer pool, or a caller settling or hurrying them
+/// ([`GroupWriter::hurry`]) ends the wait.
 pub(crate) const BEHIND_COMPANY: Duration = Duration::from_millis(2);
 
 /// The longest a session keeps the writer pool's connection while callers keep coming. A
@@ -94,6 +95,10 @@ pub(crate) struct Job {
     /// Who waits for the answer; `None`: a write behind its answer ([`Behind`]), which nobody
     /// waits for: if it fails, the epoch moves.
     pub(crate) done: Option<tokio::sync::oneshot::Sender<Answer>>,
+    /// The part waits for company ([`BEHIND_COMPANY`]) instead of waking the thread: a write
+    /// behind its answer, or a part its caller expects another of its parts to carry (an audit
+    /// record queued while the change it records is decided, [`crate::Store::insert_audit_during`]).
+    pub(crate) patient: bool,
     /// When it was queued (how long writes behind answers have waited for company).
     pub(crate) queued_at: Instant,
     /// Its room in the queue ([`GroupWriter::room`]).
@@ -235,6 +240,15 @@ impl Behind {
     }
 }
 
+/// A caller hurrying patient parts ([`GroupWriter::hurry`]).
+pub(crate) struct Hurry<'a>(&'a AtomicUsize);
+
+impl Drop for Hurry<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// Jobs waiting for the thread, and whether a session is open to take them.
 #[derive(Default)]
 struct Queue {
@@ -250,6 +264,11 @@ struct Shared {
     queue: Mutex<Queue>,
     arrived: Condvar,
     behind: Arc<Behind>,
+    /// Callers waiting for a patient part of theirs ([`GroupWriter::hurry`]): the thread commits
+    /// patient parts without waiting for company.
+    hurried: AtomicUsize,
+    /// Transactions committed so far.
+    committed: AtomicU64,
 }
 
 impl Shared {
@@ -370,9 +389,9 @@ impl GroupWriter {
     /// Queues a job for the next group; true when no session is open, and the caller must open
     /// one ([`GroupWriter::session`]) while it holds the writer pool's connection.
     pub(crate) fn enqueue(&self, job: Job) -> bool {
-        // A write behind its answer does not wake the thread: it waits for company anyway, and
-        // the thread finds it when its wait ends (at most [`LINGER`] or [`BEHIND_COMPANY`]).
-        let waited = job.done.is_some();
+        // A patient part does not wake the thread: it waits for company anyway, and the thread
+        // finds it when its wait ends (at most [`LINGER`] or [`BEHIND_COMPANY`]).
+        let waited = !job.patient;
         let (parked, open) = {
             let mut queue = self.shared.queue();
             queue.jobs.push(job);
@@ -396,6 +415,20 @@ impl GroupWriter {
         if self.shared.queue().parked {
             self.shared.arrived.notify_one();
         }
+    }
+
+    /// Patient parts queued so far commit without waiting for company while the guard lives: a
+    /// caller now waits for one of them, and no part of its own will come to carry it.
+    pub(crate) fn hurry(&self) -> Hurry<'_> {
+        self.shared.hurried.fetch_add(1, Ordering::AcqRel);
+        self.nudge();
+        Hurry(&self.shared.hurried)
+    }
+
+    /// Transactions the thread has committed so far (a group that runs again without a failed
+    /// part is one more).
+    pub(crate) fn committed(&self) -> u64 {
+        self.shared.committed.load(Ordering::Acquire)
     }
 
     /// Runs one session on the thread (the caller holds the writer pool's connection until it
@@ -460,11 +493,12 @@ fn run_session(
                         return Ended::Drained;
                     }
                     None => give_up,
-                    // Only writes behind answers: they wait a little for company.
+                    // Only patient parts: they wait a little for company.
                     Some(oldest)
-                        if queue.jobs.iter().all(|job| job.done.is_none())
+                        if queue.jobs.iter().all(|job| job.patient)
                             && now < oldest.queued_at + BEHIND_COMPANY
                             && shared.behind.settling.load(Ordering::Acquire) == 0
+                            && shared.hurried.load(Ordering::Acquire) == 0
                             && wanted.load(Ordering::Relaxed) == 0 =>
                     {
                         oldest.queued_at + BEHIND_COMPANY
@@ -496,7 +530,7 @@ fn run_session(
                 (entry, (job.events, job.done))
             })
             .unzip();
-        let answers = commit(conn, &parts, &shared.behind);
+        let answers = commit(conn, &parts, shared);
         if waiters
             .iter()
             .zip(&answers)
@@ -603,7 +637,8 @@ struct Entry {
 /// A part that names an epoch of [`Behind`] that has moved is refused without running. A write
 /// behind its answer that fails moves the epoch at once, so the parts after it that named the
 /// old one — in this group's next run or in later groups — are refused.
-fn commit(conn: &Connection, parts: &[Entry], behind: &Behind) -> Vec<Answer> {
+fn commit(conn: &Connection, parts: &[Entry], shared: &Shared) -> Vec<Answer> {
+    let behind = &shared.behind;
     let mut answers: Vec<Option<Answer>> = parts.iter().map(|_| None).collect();
     'group: loop {
         let waiting: Vec<usize> = (0..parts.len()).filter(|&i| answers[i].is_none()).collect();
@@ -646,6 +681,7 @@ fn commit(conn: &Connection, parts: &[Entry], behind: &Behind) -> Vec<Answer> {
             }
             return fail_waiting(answers, parts, behind, &e);
         }
+        shared.committed.fetch_add(1, Ordering::AcqRel);
         crate::observe_commit("sqlite", ran.len(), started);
         for (i, rows) in ran.into_iter().zip(returned) {
             answers[i] = Some(Ok(rows));
