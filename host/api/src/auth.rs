@@ -113,9 +113,9 @@ impl Caller {
     /// instead of before it starts: the answer still waits for the record (as every audited
     /// request does), but a request whose work is a commit of its own (a trigger) waits for one
     /// group commit, which carries both, instead of two in a row
-    /// ([`capstan_store::Store::insert_audit_during`]). `work` runs only when the permission is held; a
-    /// record that cannot be written makes the answer 503 even when `work` succeeded (a trigger
-    /// repeated with its `Idempotency-Key` then finds what it did).
+    /// ([`capstan_store::Store::insert_audit_during`]). `work` runs only when the permission is
+    /// held; a record that cannot be written makes the answer 503 even when `work` succeeded (a
+    /// trigger repeated with its `Idempotency-Key` then finds what it did).
     pub async fn require_during<T>(
         &self,
         state: &ApiState,

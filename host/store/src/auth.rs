@@ -671,10 +671,10 @@ mod tests {
     }
 
     /// The record of a change commits with the change, in one transaction on SQLite; when the
-    /// work fails before committing anything, the record is still written (alone), and the
-    /// caller does not wait out the company window for it. (Here the change is queued before the
-    /// writer's session has even started, so this shows the outcome, not the wait that makes it
-    /// likely under a live server: the bench's write transactions per execution show that.)
+    /// work fails before committing anything, the record is still written (alone). (Here the
+    /// change is queued before the writer's session has even started, so this shows the
+    /// outcome, not the wait that makes it likely under a live server: the bench's write
+    /// transactions per execution show that.)
     #[tokio::test]
     async fn an_audit_record_rides_the_commit_of_the_change_it_records() {
         let dir = tempfile::tempdir().unwrap();
