@@ -440,30 +440,16 @@ impl Store {
         let mut sql = crate::Sql::default();
         push_audit_insert(&mut sql, a);
         let part = crate::writer::Part::Statements(sql.into_statements());
-        let queued = async {
-            let writer = self.group_writer()?;
-            let room = writer.room(&part).await?;
-            let (done, answer) = tokio::sync::oneshot::channel();
-            self.enqueue(crate::writer::Job {
-                part,
-                events: false,
-                requires: None,
-                done: Some(done),
-                patient: true,
-                queued_at: std::time::Instant::now(),
-                room,
-            })?;
-            Ok::<_, capstan_core::store::StoreError>((writer, answer))
-        };
-        let (writer, mut answer) = match queued.await {
-            Ok(queued) => queued,
+        let mut answer = match self.queue_part(part, false, None, true).await {
+            Ok(answer) => answer,
             Err(e) => return (Err(failed(e)), work.await),
         };
         let done = work.await;
         let written = match answer.try_recv() {
             Ok(written) => written,
             Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {
-                let _hurry = writer.hurry();
+                // The part is queued, so the writer has started.
+                let _hurry = self.group_writer().map(|writer| writer.hurry());
                 answer
                     .await
                     .unwrap_or_else(|_| Err(crate::engine::interrupted()))

@@ -812,6 +812,19 @@ impl Store {
         events: bool,
         requires: Option<u64>,
     ) -> Result<Vec<Returned>, StoreError> {
+        let answer = self.queue_part(part, events, requires, false).await?;
+        answer.await.unwrap_or_else(|_| Err(interrupted()))
+    }
+
+    /// Queues `part`, which someone waits for, for the group writer; where its answer comes.
+    /// `patient`: see [`crate::writer::Job::patient`].
+    pub(crate) async fn queue_part(
+        &self,
+        part: crate::writer::Part,
+        events: bool,
+        requires: Option<u64>,
+        patient: bool,
+    ) -> Result<tokio::sync::oneshot::Receiver<crate::writer::Answer>, StoreError> {
         let (done, answer) = tokio::sync::oneshot::channel();
         // Waits while the queue is full: back-pressure on a writer that cannot keep up.
         let room = self.group_writer()?.room(&part).await?;
@@ -820,15 +833,15 @@ impl Store {
             events,
             requires,
             done: Some(done),
-            patient: false,
+            patient,
             queued_at: std::time::Instant::now(),
             room,
         })?;
-        answer.await.unwrap_or_else(|_| Err(interrupted()))
+        Ok(answer)
     }
 
     /// Queues a job for the group writer, opening a session when none is open.
-    pub(crate) fn enqueue(&self, job: crate::writer::Job) -> Result<(), StoreError> {
+    fn enqueue(&self, job: crate::writer::Job) -> Result<(), StoreError> {
         let writer = self.group_writer()?;
         if writer.enqueue(job) {
             // In a task of its own, so a caller that goes away cannot end the session for the
