@@ -39,6 +39,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 pub const TOKEN_LIFETIME_SECONDS: i64 = 300;
 /// How often a stream looks for events committed elsewhere (other nodes) when nothing woke it.
 const POLL: Duration = Duration::from_millis(500);
+/// Events one read of the outbox returns at most.
+const PAGE: i64 = 200;
 
 /// Open SSE connections, bounded in all and per principal; closed all at once when the server
 /// shuts down.
@@ -355,6 +357,8 @@ struct Cursor {
     wake: capstan_store::Wake,
     closing: tokio::sync::watch::Receiver<bool>,
     first: bool,
+    /// The last read found every event committed before it: wait for a commit before the next.
+    caught_up: bool,
     holder: Holder,
     reauthorize_at: tokio::time::Instant,
     _slot: Slot,
@@ -368,14 +372,21 @@ async fn open(
     from_start: bool,
     slot: Slot,
 ) -> Result<Response, ApiError> {
-    let last = state
-        .store
-        .last_event_seq()
-        .await
-        .map_err(ApiError::internal)?;
+    let cursor = cursor.as_deref().map(str::trim).filter(|c| !c.is_empty());
+    // The newest cursor is read only when it is needed: to resume a feed from its first event
+    // (the common one-execution feed) it is not.
+    let last = if from_start && cursor.is_none() {
+        0
+    } else {
+        state
+            .store
+            .last_event_seq()
+            .await
+            .map_err(ApiError::internal)?
+    };
     let mut pending = VecDeque::new();
-    let after = match cursor.as_deref().map(str::trim) {
-        None | Some("") => {
+    let after = match cursor {
+        None => {
             if from_start {
                 0
             } else {
@@ -405,6 +416,7 @@ async fn open(
         wake,
         closing: state_closing,
         first: true,
+        caught_up: false,
         holder,
         reauthorize_at: tokio::time::Instant::now() + REAUTHORIZE,
         _slot: slot,
@@ -430,10 +442,24 @@ async fn open(
                 }
                 return Some((Ok::<Event, std::convert::Infallible>(event), c));
             }
+            if c.caught_up {
+                c.caught_up = false;
+                tokio::select! {
+                    // A closed channel disables its branch; a gone closer means closing.
+                    () = c.wake.changed() => {}
+                    _ = c.closing.wait_for(|s| *s) => return None,
+                    () = tokio::time::sleep(POLL) => {}
+                }
+                continue;
+            }
             c.wake.mark_seen();
-            match c.state.store.events_after(c.after, &c.filter, 200).await {
-                Ok((events, cursor)) if !events.is_empty() => {
+            match c.state.store.events_after(c.after, &c.filter, PAGE).await {
+                Ok((events, cursor)) => {
                     c.after = cursor;
+                    // A short page read every event committed before it; the next read waits
+                    // for a commit after `mark_seen` (or the poll), rather than reading at once
+                    // what it would find unchanged.
+                    c.caught_up = (events.len() as i64) < PAGE;
                     for e in events {
                         let data = serde_json::to_string(&views::event(&e)).unwrap_or_default();
                         c.pending.push_back(
@@ -442,15 +468,6 @@ async fn open(
                                 .event(format!("{}.v{}", e.event_type, e.event_version))
                                 .data(data),
                         );
-                    }
-                }
-                Ok((_, cursor)) => {
-                    c.after = cursor;
-                    tokio::select! {
-                        // A closed channel disables its branch; a gone closer means closing.
-                        () = c.wake.changed() => {}
-                        _ = c.closing.wait_for(|s| *s) => return None,
-                        () = tokio::time::sleep(POLL) => {}
                     }
                 }
                 Err(error) => {
