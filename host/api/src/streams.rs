@@ -373,8 +373,8 @@ async fn open(
     slot: Slot,
 ) -> Result<Response, ApiError> {
     let cursor = cursor.as_deref().map(str::trim).filter(|c| !c.is_empty());
-    // The newest cursor is read only when it is needed: to resume a feed from its first event
-    // (the common one-execution feed) it is not.
+    // The newest cursor is read only when it is needed: to check the client's cursor or to
+    // start at the end. A feed from its first event (the common one-execution feed) needs neither.
     let last = if from_start && cursor.is_none() {
         0
     } else {
