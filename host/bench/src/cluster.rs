@@ -4,9 +4,14 @@
 //! Each configuration gets a fresh database (SQLite file, or a new schema on
 //! `CAPSTAN_BENCH_POSTGRES_URL`, default `postgres://postgres@127.0.0.1:5432/test?sslmode=disable`), the
 //! ten-stage `fixture-steps` component on the simulated cloud at zero latency, and `N` executions
-//! triggered over HTTP at concurrency 32, spread round-robin over the nodes. The figure is
-//! completed executions per second from the first trigger until the last execution is terminal
-//! (read from the database). PostgreSQL rows are skipped, with a note, when it cannot be reached.
+//! triggered over HTTP by 32 clients, spread round-robin over the nodes. Two ways of waiting:
+//! `none`, each client triggers the next as soon as the last is accepted (a backlog the nodes
+//! work through, competing for claims), and `long-poll`, each client awaits its execution at the
+//! node it triggered it on (`GET /v1/executions/{id}?wait=25s`) before the next, as users wait;
+//! the execution runs on whichever node claims it, so most of a waiter's wake-ups come from
+//! another node's `NOTIFY`. The figure is completed executions per second from the first trigger
+//! until the last execution is terminal (read from the database). PostgreSQL rows are skipped,
+//! with a note, when it cannot be reached.
 
 use crate::fanout::{Server, http_client};
 use serde::Serialize;
@@ -20,6 +25,8 @@ use std::time::{Duration, Instant};
 pub struct ClusterRun {
     pub backend: &'static str,
     pub nodes: usize,
+    /// `none` or `long-poll` (the module's documentation).
+    pub waiting: &'static str,
     pub executions: usize,
     pub concurrency: usize,
     pub elapsed_ms: f64,
@@ -119,6 +126,7 @@ async fn one(
     fixture: &Path,
     backend: &'static str,
     nodes: usize,
+    await_each: bool,
     executions: usize,
 ) -> anyhow::Result<ClusterRun> {
     let home = Arc::new(Server::home(&[fixture], CONFIG)?);
@@ -164,11 +172,18 @@ async fn one(
                     .send()
                     .await?;
                 let status = r.status();
+                let body = r.json::<Value>().await.unwrap_or(Value::Null);
                 anyhow::ensure!(
                     status == reqwest::StatusCode::ACCEPTED,
-                    "trigger answered {status}: {}",
-                    r.json::<Value>().await.unwrap_or(Value::Null)
+                    "trigger answered {status}: {body}"
                 );
+                if await_each {
+                    let id = body["executionId"]
+                        .as_str()
+                        .ok_or_else(|| anyhow::anyhow!("no executionId in {body}"))?;
+                    let (kind, _) = crate::engine::long_poll(&client, base, &key, id).await?;
+                    anyhow::ensure!(kind == "ExecutionSucceeded", "execution {id}: {kind}");
+                }
             }
         });
     }
@@ -202,6 +217,7 @@ async fn one(
     Ok(ClusterRun {
         backend,
         nodes,
+        waiting: if await_each { "long-poll" } else { "none" },
         executions,
         concurrency: CONCURRENCY,
         elapsed_ms: elapsed.as_secs_f64() * 1e3,
@@ -210,7 +226,8 @@ async fn one(
     })
 }
 
-/// SQLite with one node, then PostgreSQL with 1, 2 and 3 nodes.
+/// SQLite with one node, then PostgreSQL with 1, 2 and 3 nodes; each without waiting, then
+/// awaiting each execution.
 pub async fn run(
     fixture: &Path,
     quick: bool,
@@ -222,20 +239,23 @@ pub async fn run(
         fixture.display()
     );
     let executions = executions.unwrap_or(if quick { 60 } else { 1_000 });
-    let mut runs = vec![one(fixture, "sqlite", 1, executions).await?];
+    let mut runs = vec![one(fixture, "sqlite", 1, false, executions).await?];
     let server = postgres_server();
     if let Err(e) = <sqlx::PgConnection as sqlx::Connection>::connect(&server).await {
         println!("(skipping PostgreSQL cluster runs: {server}: {e})");
         return Ok(runs);
     }
-    for nodes in 1..=3 {
-        runs.push(one(fixture, "postgres", nodes, executions).await?);
+    for await_each in [false, true] {
+        for nodes in 1..=3 {
+            runs.push(one(fixture, "postgres", nodes, await_each, executions).await?);
+        }
     }
     for r in &runs {
         println!(
-            "cluster   {:<8} {} node(s): {} ten-stage executions over HTTP at concurrency {} in {:.2} s = {:.0} executions/s (server CPU {:.1} s)",
+            "cluster   {:<8} {} node(s), waiting {:<9}: {} ten-stage executions over HTTP at concurrency {} in {:.2} s = {:.0} executions/s (server CPU {:.1} s)",
             r.backend,
             r.nodes,
+            r.waiting,
             r.executions,
             r.concurrency,
             r.elapsed_ms / 1e3,

@@ -150,7 +150,7 @@ pub(crate) async fn write_transactions(
 }
 
 /// Awaits execution `id` with long polls: its terminal status and when the answer was read.
-async fn long_poll(
+pub(crate) async fn long_poll(
     client: &reqwest::Client,
     base: &str,
     key: &str,

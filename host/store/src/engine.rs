@@ -12,6 +12,7 @@
 
 use crate::rows::parse_enum;
 use crate::sql::Check;
+use crate::wakes::{Announcement, Touched};
 use crate::{Backend, Sql, Store, reader, rows};
 use async_trait::async_trait;
 use capstan_core::store::*;
@@ -623,15 +624,16 @@ fn push_write(batch: &mut Batch, write: Write) {
 /// this lock sequence order is commit order, on any number of nodes, and `seq` stays a plain
 /// gap-free cursor. The lock is transaction-scoped (released by COMMIT or ROLLBACK, also when a
 /// node dies) and taken once per transaction. SQLite needs neither: one writer.
-async fn outbox_lock(tx: &mut Transaction<'_, Any>, node_id: &str) -> Result<(), StoreError> {
+async fn outbox_lock(tx: &mut Transaction<'_, Any>, payload: String) -> Result<(), StoreError> {
     sqlx::query("SELECT pg_advisory_xact_lock(7310112206040913001)")
         .execute(&mut **tx)
         .await
         .map_err(unavailable)?;
     // Signed with the node's id: its own listener skips it (the commit woke this node's
-    // readers already, its executions' waiters among them).
+    // readers already, its executions' waiters among them). Other nodes wake the waiters of
+    // the executions it names ([`Announcement`]).
     sqlx::query("SELECT pg_notify('capstan_events', $1)")
-        .bind(node_id.to_owned())
+        .bind(payload)
         .execute(&mut **tx)
         .await
         .map_err(unavailable)?;
@@ -729,6 +731,7 @@ impl Store {
         &self,
         fence: Option<&Fence>,
         writes: Vec<Write>,
+        touched: &Touched,
     ) -> Result<(), StoreError> {
         // Outbox events go last: on PostgreSQL they are inserted under the outbox lock, held
         // from there to the commit (see below), so the lock is held as briefly as possible.
@@ -749,7 +752,9 @@ impl Store {
                 && self.backend() == Backend::Postgres
             {
                 batch.flush(&mut tx).await?;
-                outbox_lock(&mut tx, self.node_id()).await?;
+                let mut announcement = Announcement::default();
+                announcement.add(touched);
+                outbox_lock(&mut tx, announcement.payload(self.node_id())).await?;
                 locked = true;
             }
             push_staged(&mut batch, staged);
@@ -1029,6 +1034,7 @@ impl Store {
         &self,
         fence: Option<&Fence>,
         writes: Vec<Write>,
+        touched: &Touched,
     ) -> Result<(), StoreError> {
         let requires = fence.and_then(|f| self.inner.behind.required_by(&f.run_id));
         if groupable(&writes)
@@ -1044,6 +1050,11 @@ impl Store {
                 batch.fence(fence);
             }
             push_writes(&mut batch, body);
+            let touched = if events.is_empty() {
+                Touched::default()
+            } else {
+                touched.clone()
+            };
             let mut inserts = Batch::new(Backend::Postgres);
             push_writes(&mut inserts, events);
             return group
@@ -1051,6 +1062,7 @@ impl Store {
                     batch.into_sql().into_statements(),
                     inserts.into_sql().into_statements(),
                     requires,
+                    touched,
                 )
                 .await;
         }
@@ -1077,7 +1089,7 @@ impl Store {
                     ));
                 }
             }
-            self.apply_alone(fence, writes).await
+            self.apply_alone(fence, writes, touched).await
         }
     }
 }
@@ -1138,6 +1150,7 @@ impl RunStore for Store {
         // The executions whose waiters this commit wakes. Taken whether or not anyone waits
         // now: a waiter may come while the commit is under way (read the execution before it
         // lands, then wait), and must be woken when it does.
+        // On PostgreSQL the other nodes learn them from the commit's `NOTIFY`.
         let mut moved: Vec<String> = writes
             .iter()
             .filter_map(|w| match w {
@@ -1157,12 +1170,13 @@ impl RunStore for Store {
                 _ => None,
             })
             .collect();
-        let applied = self.apply_coalesced(fence, writes).await;
+        let touched = Touched { moved, stopped };
+        let applied = self.apply_coalesced(fence, writes, &touched).await;
         if applied.is_ok() {
             counted.record();
             self.wakes.wake(
-                moved.iter().map(String::as_str),
-                stopped.iter().map(String::as_str),
+                touched.moved.iter().map(String::as_str),
+                touched.stopped.iter().map(String::as_str),
             );
         }
         applied

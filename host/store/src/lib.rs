@@ -498,8 +498,8 @@ impl Store {
     }
 
     /// PostgreSQL: relays other nodes' `NOTIFY capstan_events` (each signed with its node's id;
-    /// this node's own are skipped) to [`Store::subscribe_events`]
-    /// until `stop` turns true. Reconnects after a lost connection; readers poll as well, so a
+    /// this node's own are skipped) to [`Store::subscribe_events`] and to the waiters of the
+    /// executions each names, until `stop` turns true. Reconnects after a lost connection; readers poll as well, so a
     /// missed notification delays an event by at most their polling interval. SQLite: returns at
     /// once (one node, and its commits wake readers directly).
     pub async fn listen_for_events(&self, mut stop: tokio::sync::watch::Receiver<bool>) {
@@ -520,10 +520,7 @@ impl Store {
                         loop {
                             tokio::select! {
                                 n = listener.try_recv() => match n {
-                                    // This node's own commit: its readers were woken
-                                    // when it committed.
-                                    Ok(Some(n)) if n.payload() == self.node_id => {}
-                                    Ok(Some(_)) => self.events_committed(),
+                                    Ok(Some(n)) => self.announced(n.payload()),
                                     Ok(None) => {
                                         tracing::warn!("event listener lost its connection; reconnecting");
                                         self.events_committed();
@@ -545,6 +542,24 @@ impl Store {
                 () = tokio::time::sleep(Duration::from_secs(1)) => {}
                 _ = stop.wait_for(|s| *s) => return,
             }
+        }
+    }
+
+    /// Wakes the readers another node's commit concerns (its `NOTIFY` payload, a
+    /// [`wakes::Announcement`]): every reader of all events, and the waiters of the executions
+    /// it names, or of every execution when it names none. This node's own commits woke its
+    /// readers when they committed.
+    fn announced(&self, payload: &str) {
+        let announced = wakes::Announced::parse(payload);
+        if announced.node_id == self.node_id {
+            return;
+        }
+        match announced.executions {
+            Some((moved, stopped)) => {
+                self.events.send_modify(|n| *n = n.wrapping_add(1));
+                self.wakes.wake(moved, stopped);
+            }
+            None => self.events_committed(),
         }
     }
 
@@ -1695,7 +1710,11 @@ mod tests {
     ) -> tokio::task::JoinHandle<Result<(), capstan_core::store::StoreError>> {
         let writer = writer.clone();
         let statements = sql.into_statements();
-        tokio::spawn(async move { writer.commit(statements, Vec::new(), requires).await })
+        tokio::spawn(async move {
+            writer
+                .commit(statements, Vec::new(), requires, Default::default())
+                .await
+        })
     }
 
     /// A claim on PostgreSQL reads a few pages however many runs are queued, on a table never
@@ -1767,7 +1786,12 @@ mod tests {
         let (store, writer) = postgres_group_writer().await;
         let epoch = store.behind_epoch().unwrap();
         writer
-            .commit(insert_zone("gtaken").into_statements(), Vec::new(), None)
+            .commit(
+                insert_zone("gtaken").into_statements(),
+                Vec::new(),
+                None,
+                Default::default(),
+            )
             .await
             .unwrap();
         // Holds the server a while, then fails: a duplicate key.
@@ -1801,7 +1825,12 @@ mod tests {
         assert!(failed.await.unwrap().is_err());
         good.await.unwrap().unwrap();
         writer
-            .commit(insert_zone("gnext").into_statements(), Vec::new(), None)
+            .commit(
+                insert_zone("gnext").into_statements(),
+                Vec::new(),
+                None,
+                Default::default(),
+            )
             .await
             .unwrap();
         assert_eq!(zones(&store).await, ["gfirst", "gnext"]);
@@ -2036,6 +2065,70 @@ mod tests {
             woken(&mut other),
             "events of no known execution wake every waiter"
         );
+    }
+
+    /// PostgreSQL: another node's commit wakes the waiters on this node of the executions it
+    /// names in its `NOTIFY`, and no others; one that names too many to fit wakes them all.
+    #[tokio::test]
+    async fn another_nodes_commit_wakes_the_waiters_of_its_executions() {
+        use capstan_core::store::*;
+        use std::time::Duration;
+        let url = capstan_testdb::fresh_postgres_url().await;
+        let (a, b) = (
+            Store::open(&url).await.unwrap(),
+            Store::open(&url).await.unwrap(),
+        );
+        let event = |execution: &str| succeeded(&capstan_core::ids::new_id(), execution);
+        let mut mine = b.wake_for(Some("e1"));
+        let mut other = b.wake_for(Some("e2"));
+        let mut all = b.wake_for(None);
+        let mut outcome = b.wake_when_stopped("e1");
+        all.mark_seen();
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let listener = tokio::spawn({
+            let b = b.clone();
+            async move { b.listen_for_events(stopped).await }
+        });
+        // Listening: it wakes everyone once, for what was committed before it listened.
+        async fn soon(w: &mut Wake) -> Result<(), tokio::time::error::Elapsed> {
+            tokio::time::timeout(Duration::from_secs(10), w.changed()).await
+        }
+        soon(&mut all).await.expect("the listener listens");
+        let woken = |w: &mut Wake| futures_util::FutureExt::now_or_never(w.changed()).is_some();
+        for w in [&mut mine, &mut other, &mut all, &mut outcome] {
+            w.mark_seen();
+        }
+        a.apply(None, vec![event("e1")]).await.unwrap();
+        soon(&mut mine)
+            .await
+            .expect("its execution's commit wakes it");
+        // One notification carries both: when `mine` woke, `other` would have too.
+        assert!(!woken(&mut other), "another execution's commit does not");
+        assert!(
+            !woken(&mut outcome),
+            "an event that leaves the status alone does not wake a waiter for the outcome"
+        );
+        assert!(woken(&mut all), "a reader of every event is woken");
+        mine.mark_seen();
+        let waiting = Write::UpdateExecution(ExecutionPatch {
+            id: "e1".to_owned(),
+            status: Some(capstan_core::ExecutionStatus::Waiting),
+            ..ExecutionPatch::default()
+        });
+        a.apply(None, vec![waiting, event("e1")]).await.unwrap();
+        soon(&mut outcome).await.expect("it stopped moving");
+        assert!(woken(&mut mine));
+        assert!(!woken(&mut other));
+        // Events of more executions than a notification can name wake every waiter.
+        let many: Vec<Write> = (0..300)
+            .map(|_| event(&capstan_core::ids::new_id()))
+            .collect();
+        a.apply(None, many).await.unwrap();
+        soon(&mut other)
+            .await
+            .expect("a commit that names no executions wakes every waiter");
+        stop.send(true).unwrap();
+        listener.await.unwrap();
     }
 
     #[tokio::test]

@@ -30,6 +30,7 @@
 
 use crate::pg_wire::{Outcome, Request, Sent, Wire, WireError};
 use crate::sql::{Check, Statement, value_bytes};
+use crate::wakes::{Announcement, Touched};
 use crate::writer::{BEHIND_COMPANY, Behind, REFUSED_BEHIND};
 use bytes::BytesMut;
 use capstan_core::store::StoreError;
@@ -58,6 +59,8 @@ const NOTIFY: &str = "SELECT pg_notify('capstan_events', $1)";
 struct Job {
     body: Vec<Statement>,
     events: Vec<Statement>,
+    /// The executions `events` concern, named in the group's `NOTIFY`.
+    touched: Touched,
     /// Refused, unrun, unless the epoch of writes behind answers is still this one.
     requires: Option<u64>,
     /// Who waits for the answer; `None`: a write behind its answer ([`Behind`]).
@@ -85,7 +88,7 @@ impl PgGroupWriter {
         let nudge = Arc::new(tokio::sync::Notify::new());
         let writer = Writer {
             target,
-            node_id: AnyValueKind::Text(Arc::new(node_id)),
+            node_id,
             events,
             behind,
             nudge: nudge.clone(),
@@ -109,19 +112,21 @@ impl PgGroupWriter {
     }
 
     /// Commits `body` then `events` atomically with the next group; answers once the group
-    /// has committed (or the caller's part was refused, or the group failed). `requires`: see
-    /// [`crate::Store::write_behind`].
+    /// has committed (or the caller's part was refused, or the group failed). `touched`: the
+    /// executions `events` concern. `requires`: see [`crate::Store::write_behind`].
     pub(crate) async fn commit(
         &self,
         body: Vec<Statement>,
         events: Vec<Statement>,
         requires: Option<u64>,
+        touched: Touched,
     ) -> Result<(), StoreError> {
         let (done, answer) = oneshot::channel();
         self.jobs
             .send(Job {
                 body,
                 events,
+                touched,
                 requires,
                 done: Some(done),
             })
@@ -138,6 +143,7 @@ impl PgGroupWriter {
         let job = Job {
             body,
             events: Vec::new(),
+            touched: Touched::default(),
             requires: Some(epoch),
             done: None,
         };
@@ -241,8 +247,8 @@ fn root_cert(url: &str) -> Option<String> {
 
 struct Writer {
     target: Target,
-    /// The `NOTIFY` payload: other nodes wake their readers, this node's listener skips it.
-    node_id: AnyValueKind,
+    /// Signs the `NOTIFY` payload ([`Announcement`]): this node's listener skips its own.
+    node_id: String,
     events: Arc<watch::Sender<u64>>,
     /// Writes behind answers: their epoch, and how many the writer has answered.
     behind: Arc<Behind>,
@@ -456,7 +462,8 @@ impl Writer {
                 AnyValueKind::Text(self.tip.clone()),
                 AnyValueKind::Text(token.clone()),
             ];
-            let steps = pipeline(&group.jobs, &waiting, &self.node_id, &chain, group.merge);
+            let announcement = announce(&group.jobs, &waiting, &self.node_id);
+            let steps = pipeline(&group.jobs, &waiting, &announcement, &chain, group.merge);
             let encoded = encode(wire, &steps, &mut self.out);
             let owners: Vec<Owner> = steps.iter().map(|step| step.owner).collect();
             drop(steps);
@@ -831,14 +838,26 @@ fn merge_run<'a>(run: Vec<Step<'a>>, out: &mut Vec<Step<'a>>) {
     }
 }
 
+/// The `NOTIFY` payload of one run of the group: the executions of every waiting job's events
+/// ([`Announcement`]).
+fn announce(jobs: &[Job], waiting: &[usize], node_id: &str) -> AnyValueKind {
+    let mut announcement = Announcement::default();
+    for &i in waiting {
+        if !jobs[i].events.is_empty() {
+            announcement.add(&jobs[i].touched);
+        }
+    }
+    AnyValueKind::Text(Arc::new(announcement.payload(node_id)))
+}
+
 /// The statements of one run of the group, in order: every waiting job's body, then, when
-/// events follow, the outbox lock, the notification and the events. A statement that holds to
+/// events follow, the outbox lock, the notification (`announcement`) and the events. A statement that holds to
 /// the end of its transaction once run ([`Statement::once`]: a zone's lock, taken by each of
 /// its changes written behind answers) is run once per group. `merge`: see [`merge_inserts`].
 fn pipeline<'a>(
     jobs: &'a [Job],
     waiting: &[usize],
-    node_id: &'a AnyValueKind,
+    announcement: &'a AnyValueKind,
     chain: &'a [AnyValueKind; 2],
     merge: bool,
 ) -> Vec<Step<'a>> {
@@ -859,7 +878,7 @@ fn pipeline<'a>(
     }
     if waiting.iter().any(|&i| !jobs[i].events.is_empty()) {
         steps.push(Step::group(OUTBOX_LOCK, &[]));
-        steps.push(Step::group(NOTIFY, std::slice::from_ref(node_id)));
+        steps.push(Step::group(NOTIFY, std::slice::from_ref(announcement)));
         for &i in waiting {
             steps.extend(jobs[i].events.iter().map(|s| Step::job(i, s)));
         }
@@ -1196,6 +1215,7 @@ mod tests {
             Job {
                 body: sql.into_statements(),
                 events: Vec::new(),
+                touched: Touched::default(),
                 requires: None,
                 done: None,
             }

@@ -96,6 +96,103 @@ impl ExecutionWakes {
     }
 }
 
+/// The executions a commit concerns: whose events it wrote (their feeds' waiters wake) and
+/// which it took out of `queued`/`running` (their long polls answer).
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Touched {
+    pub(crate) moved: Vec<String>,
+    pub(crate) stopped: Vec<String>,
+}
+
+/// What a PostgreSQL commit that wrote outbox events tells the other nodes (`NOTIFY
+/// capstan_events`): the committing node's id, so that its own listener skips it, and, when it
+/// fits, the executions whose events it wrote and those it took out of `queued`/`running`.
+///
+/// Without the executions, another node's waiter of one execution could not tell whether the
+/// commit concerns it: every such waiter on every other node read its execution again at every
+/// commit of every node, reads multiplied by waiters and nodes for nothing. With them, a foreign
+/// commit wakes the waiters it concerns, as a local one does.
+///
+/// The payload is text: the node's id alone (nothing attributed: wake every waiter), or three
+/// lines, the node's id, the ids of the executions whose events the commit wrote, and the ids of
+/// those it stopped, each list separated by spaces. A payload longer than [`Announcement::MAX`]
+/// (PostgreSQL refuses 8,000 bytes and more) or an id with a space or a line break in it falls
+/// back to the node's id alone.
+#[derive(Debug, Default)]
+pub(crate) struct Announcement {
+    moved: String,
+    stopped: String,
+    /// Too long or not representable: nothing is attributed.
+    whole: bool,
+}
+
+impl Announcement {
+    /// The payload's limit, below PostgreSQL's 8,000 bytes with room for the node's id.
+    pub(crate) const MAX: usize = 7_000;
+
+    /// Adds one commit's executions (a group carries several).
+    pub(crate) fn add(&mut self, touched: &Touched) {
+        if self.whole {
+            return;
+        }
+        for (list, ids) in [
+            (&mut self.moved, &touched.moved),
+            (&mut self.stopped, &touched.stopped),
+        ] {
+            for id in ids {
+                if id.is_empty() || id.contains([' ', '\n']) {
+                    self.whole = true;
+                    return;
+                }
+                if !list.is_empty() {
+                    list.push(' ');
+                }
+                list.push_str(id);
+            }
+        }
+        if self.moved.len() + self.stopped.len() > Self::MAX {
+            self.whole = true;
+        }
+    }
+
+    /// The payload, signed with `node_id`.
+    pub(crate) fn payload(&self, node_id: &str) -> String {
+        if self.whole {
+            node_id.to_owned()
+        } else {
+            format!("{node_id}\n{}\n{}", self.moved, self.stopped)
+        }
+    }
+}
+
+/// A payload of [`Announcement::payload`] as the listener reads it.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Announced<'a> {
+    pub(crate) node_id: &'a str,
+    /// The executions whose events were written and those stopped; `None`: not known.
+    pub(crate) executions: Option<(Vec<&'a str>, Vec<&'a str>)>,
+}
+
+impl<'a> Announced<'a> {
+    /// Any other text (a node of an older build, a hand-made `NOTIFY`) is taken as a node's
+    /// id with nothing attributed: every waiter wakes, which is always safe.
+    pub(crate) fn parse(payload: &'a str) -> Self {
+        let mut lines = payload.split('\n');
+        let node_id = lines.next().unwrap_or_default();
+        let executions = match (lines.next(), lines.next(), lines.next()) {
+            (Some(moved), Some(stopped), None) => Some((
+                moved.split(' ').filter(|id| !id.is_empty()).collect(),
+                stopped.split(' ').filter(|id| !id.is_empty()).collect(),
+            )),
+            _ => None,
+        };
+        Self {
+            node_id,
+            executions,
+        }
+    }
+}
+
 /// One waiter's place in [`ExecutionWakes`], given back when it goes.
 #[derive(Debug)]
 pub struct Registered {
@@ -180,6 +277,64 @@ impl Wake {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_announcement_names_its_executions_while_they_fit() {
+        let touched = |moved: &[&str], stopped: &[&str]| Touched {
+            moved: moved.iter().map(|s| (*s).to_owned()).collect(),
+            stopped: stopped.iter().map(|s| (*s).to_owned()).collect(),
+        };
+        let mut a = Announcement::default();
+        a.add(&touched(&["e1", "e2"], &["e2"]));
+        a.add(&touched(&["e3"], &[]));
+        let payload = a.payload("node-a");
+        assert_eq!(
+            Announced::parse(&payload),
+            Announced {
+                node_id: "node-a",
+                executions: Some((vec!["e1", "e2", "e3"], vec!["e2"])),
+            }
+        );
+        // A commit of events with no execution stopped, and one of none at all.
+        let mut quiet = Announcement::default();
+        quiet.add(&touched(&["e1"], &[]));
+        assert_eq!(
+            Announced::parse(&quiet.payload("n")).executions,
+            Some((vec!["e1"], vec![]))
+        );
+        // Too many to fit: the node's id alone, which wakes everyone.
+        let mut many = Announcement::default();
+        many.add(&Touched {
+            moved: (0..300).map(|_| capstan_core::ids::new_id()).collect(),
+            stopped: Vec::new(),
+        });
+        let payload = many.payload("node-a");
+        assert_eq!(payload, "node-a");
+        assert!(Announced::parse(&payload).executions.is_none());
+        // An id the format cannot carry: the same.
+        let mut odd = Announcement::default();
+        odd.add(&touched(&["e 1"], &[]));
+        assert_eq!(odd.payload("n"), "n");
+        // Once too long, it stays so.
+        many.add(&touched(&["e2"], &[]));
+        assert_eq!(many.payload("n"), "n");
+        // What an older node sends, or anything else, attributes nothing.
+        assert_eq!(
+            Announced::parse("0190-node"),
+            Announced {
+                node_id: "0190-node",
+                executions: None
+            }
+        );
+        assert!(Announced::parse("n\na\nb\nc").executions.is_none());
+        // Every id fits under PostgreSQL's limit of 8,000 bytes at the largest.
+        let mut full = Announcement::default();
+        for _ in 0..1_000 {
+            let id = capstan_core::ids::new_id();
+            full.add(&touched(&[&id], &[&id]));
+        }
+        assert!(full.payload(&capstan_core::ids::new_id()).len() < 8_000);
+    }
 
     #[test]
     fn a_waiter_is_woken_by_its_execution_only_and_leaves_nothing_behind() {
