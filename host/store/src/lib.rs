@@ -499,9 +499,9 @@ impl Store {
 
     /// PostgreSQL: relays other nodes' `NOTIFY capstan_events` (each signed with its node's id;
     /// this node's own are skipped) to [`Store::subscribe_events`] and to the waiters of the
-    /// executions each names, until `stop` turns true. Reconnects after a lost connection; readers poll as well, so a
-    /// missed notification delays an event by at most their polling interval. SQLite: returns at
-    /// once (one node, and its commits wake readers directly).
+    /// executions each names, until `stop` turns true. Reconnects after a lost connection;
+    /// readers poll as well, so a missed notification delays an event by at most their polling
+    /// interval. SQLite: returns at once (one node, and its commits wake readers directly).
     pub async fn listen_for_events(&self, mut stop: tokio::sync::watch::Receiver<bool>) {
         if self.backend != Backend::Postgres {
             return;
