@@ -234,8 +234,8 @@ pub struct Store {
     /// Bumped after every commit that wrote outbox events (wakes SSE streams and the webhook
     /// relay on this node; on PostgreSQL also when another node announces its events).
     events: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
-    /// Bumped for events this node cannot attribute to an execution (another node's `NOTIFY`,
-    /// a redelivery): they wake the waiters of every execution too.
+    /// Bumped for events this node cannot attribute to an execution (a redelivery, another
+    /// node's `NOTIFY` that names no executions): they wake the waiters of every execution too.
     foreign_events: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
     /// The waiters of single executions ([`Store::wake_for`]).
     wakes: std::sync::Arc<wakes::ExecutionWakes>,

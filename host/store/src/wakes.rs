@@ -6,8 +6,9 @@
 //! with 32 clients each awaiting its own execution, a commit wakes one of them, not all 32, and
 //! the others do not read their execution again for nothing. A waiter for the execution to stop
 //! moving (the long poll) is woken only by the commit that takes it out of `queued`/`running`,
-//! not by each of the stage events before. Events this node cannot attribute (another node's
-//! `NOTIFY`, a redelivery) wake every waiter.
+//! not by each of the stage events before. Another node's commit wakes the same waiters, from the
+//! executions its `NOTIFY` names ([`Announcement`]). Events this node cannot attribute (a
+//! redelivery, a `NOTIFY` that names no executions) wake every waiter.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -115,9 +116,9 @@ pub(crate) struct Touched {
 ///
 /// The payload is text: the node's id alone (nothing attributed: wake every waiter), or three
 /// lines, the node's id, the ids of the executions whose events the commit wrote, and the ids of
-/// those it stopped, each list separated by spaces. A payload longer than [`Announcement::MAX`]
-/// (PostgreSQL refuses 8,000 bytes and more) or an id with a space or a line break in it falls
-/// back to the node's id alone.
+/// those it stopped, each list separated by spaces. Lists longer than [`Announcement::MAX`]
+/// bytes together (PostgreSQL refuses a payload of 8,000 bytes or more), or an id with a space
+/// or a line break in it, fall back to the node's id alone.
 #[derive(Debug, Default)]
 pub(crate) struct Announcement {
     moved: String,
