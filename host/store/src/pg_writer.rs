@@ -851,9 +851,10 @@ fn announce(jobs: &[Job], waiting: &[usize], node_id: &str) -> AnyValueKind {
 }
 
 /// The statements of one run of the group, in order: every waiting job's body, then, when
-/// events follow, the outbox lock, the notification (`announcement`) and the events. A statement that holds to
-/// the end of its transaction once run ([`Statement::once`]: a zone's lock, taken by each of
-/// its changes written behind answers) is run once per group. `merge`: see [`merge_inserts`].
+/// events follow, the outbox lock, the notification (`announcement`) and the events. A
+/// statement that holds to the end of its transaction once run ([`Statement::once`]: a zone's
+/// lock, taken by each of its changes written behind answers) is run once per group. `merge`:
+/// see [`merge_inserts`].
 fn pipeline<'a>(
     jobs: &'a [Job],
     waiting: &[usize],
