@@ -332,6 +332,11 @@ impl Store {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .queued;
         let mut written = self.inner.audit_written.subscribe();
+        // Queued records are patient parts on SQLite: they commit now instead of waiting for
+        // company.
+        let _hurry = (self.backend() == crate::Backend::Sqlite)
+            .then(|| self.group_writer().ok().map(|writer| writer.hurry()))
+            .flatten();
         // The sender lives as long as the store, which `self` holds.
         let _ = written.wait_for(|&n| n >= target).await;
     }
@@ -353,15 +358,24 @@ impl Store {
                 (std::mem::take(&mut queue.pending), queue.queued)
             };
             let written = if self.backend() == crate::Backend::Sqlite {
-                // One job of prepared single-row statements on the group writer.
+                // One patient part of prepared single-row statements on the group writer: it
+                // rides the next commit someone waits for (an execution's, usually the one the
+                // read awaits) instead of taking a commit of its own, and commits alone only when
+                // none comes within the writer's patience ([`crate::writer::BEHIND_COMPANY`]) or
+                // a reader of the log hurries it ([`Store::audit_settled`]).
                 let mut sql = crate::Sql::default();
                 for a in &batch {
                     push_audit_insert(&mut sql, a);
                 }
-                self.commit_guarded(sql, 0)
-                    .await
-                    .map(drop)
-                    .map_err(|e| e.to_string())
+                let part = crate::writer::Part::Statements(sql.into_statements());
+                match self.queue_part(part, false, None, true).await {
+                    Ok(answer) => answer
+                        .await
+                        .unwrap_or_else(|_| Err(crate::engine::interrupted()))
+                        .map(drop)
+                        .map_err(|e| e.to_string()),
+                    Err(e) => Err(e.to_string()),
+                }
             } else {
                 let mut result = Ok(());
                 for chunk in batch.chunks(AUDIT_BATCH) {

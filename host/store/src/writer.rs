@@ -45,11 +45,11 @@ const PREPARED: usize = 512;
 /// the pool's connection) and costs sqlx's writers at most this much.
 const LINGER: Duration = Duration::from_millis(1);
 
-/// The longest patient parts ([`Job::patient`]: writes behind their answers, records riding a
-/// change) wait, when nothing else is queued, for a part to commit with: committing each on its
-/// own (a `COMMIT` and its WAL pages apiece: ten per execution alone) buys nothing. Any other
-/// part, a transaction waiting for the writer pool, or a caller settling or hurrying them
-/// ([`GroupWriter::hurry`]) ends the wait.
+/// The longest patient parts ([`Job::patient`]: writes behind their answers, audit records riding
+/// a change or written behind a read's answer) wait, when nothing else is queued, for a part to
+/// commit with: committing each on its own (a `COMMIT` and its WAL pages apiece: ten per
+/// execution alone) buys nothing. Any other part, a transaction waiting for the writer pool, or a
+/// caller settling or hurrying them ([`GroupWriter::hurry`]) ends the wait.
 pub(crate) const BEHIND_COMPANY: Duration = Duration::from_millis(2);
 
 /// The longest a session keeps the writer pool's connection while callers keep coming. A
