@@ -367,15 +367,10 @@ impl Store {
                 for a in &batch {
                     push_audit_insert(&mut sql, a);
                 }
-                let part = crate::writer::Part::Statements(sql.into_statements());
-                match self.queue_part(part, false, None, true).await {
-                    Ok(answer) => answer
-                        .await
-                        .unwrap_or_else(|_| Err(crate::engine::interrupted()))
-                        .map(drop)
-                        .map_err(|e| e.to_string()),
-                    Err(e) => Err(e.to_string()),
-                }
+                self.grouped_patiently(sql)
+                    .await
+                    .map(drop)
+                    .map_err(|e| e.to_string())
             } else {
                 let mut result = Ok(());
                 for chunk in batch.chunks(AUDIT_BATCH) {

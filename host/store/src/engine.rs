@@ -821,6 +821,14 @@ impl Store {
         answer.await.unwrap_or_else(|_| Err(interrupted()))
     }
 
+    /// [`Store::grouped`] for statements nobody hurries: a patient part
+    /// ([`crate::writer::Job::patient`]), which rides the next group someone waits for.
+    pub(crate) async fn grouped_patiently(&self, sql: Sql) -> Result<Vec<Returned>, StoreError> {
+        let part = crate::writer::Part::Statements(sql.into_statements());
+        let answer = self.queue_part(part, false, None, true).await?;
+        answer.await.unwrap_or_else(|_| Err(interrupted()))
+    }
+
     /// Queues `part`, which someone waits for, for the group writer; where its answer comes.
     /// `patient`: see [`crate::writer::Job::patient`].
     pub(crate) async fn queue_part(
