@@ -113,8 +113,8 @@ run: build
 # The real provider path on localhost: Knot DNS (zone capstan.test, TSIG) and Pebble on free
 # ports, and `capstan serve` on 127.0.0.1:8080 routed to them (docs/providers.md). Ctrl-C stops all.
 run-real: build-guests
-    cargo build --quiet -p capstan
-    cargo run --quiet -p capstan-e2e --bin real-path
+    just build-tests
+    ./target/debug/real-path
 
 # PostgreSQL for the tests (idempotent): installs Debian's server if missing, trusts 127.0.0.1, starts it, creates database `test`.
 postgres:
@@ -141,11 +141,18 @@ test: build-guests postgres
     (cd guest-sdk && CARGO_TARGET_DIR=../workflows/target cargo test --quiet --target {{host_triple}})
     (cd step-sdk && CARGO_TARGET_DIR=../workflows/target cargo test --quiet --target {{host_triple}})
     python3 examples/catalog/check.py examples/catalog/demo.json
-    cargo build --quiet -p capstan
+    just build-tests
     rm -rf target/transitions-witness
     CAPSTAN_TRANSITIONS_WITNESS="$PWD/target/transitions-witness" cargo test --workspace --quiet
     just test-postgres
     python3 tests/clients/transitions_witness.py target/transitions-witness
+
+# The test build: every test and the `capstan` binary the end-to-end tests spawn, in one
+# invocation. `--all-targets` resolves features as `cargo test --workspace` does (dev-dependencies
+# included); building `-p capstan` alone resolves some shared dependencies' features differently
+# and so compiles the whole dependency graph a second time.
+build-tests:
+    cargo build --workspace --all-targets --quiet
 
 # Every suite again on PostgreSQL (a schema per test; drops those of earlier test and bench runs).
 test-postgres: postgres
@@ -155,7 +162,7 @@ test-postgres: postgres
     for schema in $(psql "$url" -qtAc "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'capstan\_t\_%' OR nspname LIKE 'capstan\_bench\_%'"); do
         psql "$url" -qc "SET client_min_messages = warning; DROP SCHEMA $schema CASCADE" >/dev/null
     done
-    cargo build --quiet -p capstan
+    just build-tests
     # The whole workspace, so features unify as in the SQLite pass (no second build of the
     # dependencies); the tests that do not touch storage are quick and run again harmlessly.
     CAPSTAN_TRANSITIONS_WITNESS="$PWD/target/transitions-witness" CAPSTAN_TEST_DATABASE=postgres cargo test --workspace --quiet
@@ -179,9 +186,19 @@ fmt:
     for m in examples/*/Cargo.toml; do (cd "$(dirname "$m")" && cargo fmt); done
 
 # Benchmarks (release build; spawned `capstan serve` nodes): table + target/bench/results.json.
-# `just bench --quick` is the one-minute smoke run CI executes; `just bench --only engine` one section.
+# `just bench --quick` is the smoke run CI executes; `just bench --only engine` one section.
 bench *ARGS: build-guests postgres
+    #!/usr/bin/env bash
+    set -euo pipefail
+    case " {{ARGS}} " in
+        *" --quick "*)
+            # The smoke run asserts only that the harness completes (and sells no seat twice):
+            # it runs the test build, which `just test` has compiled, instead of a release build
+            # of its own (about 20 minutes on a clean 2-core clone).
+            just build-tests
+            exec ./target/debug/capstan-bench --workflows target/workflows {{ARGS}} ;;
+    esac
     # Without the AWS adapters (`--no-default-features`): the bench runs on the simulated cloud,
     # and the AWS SDK would be most of this release build.
     cargo build --release -p capstan -p capstan-bench --no-default-features
-    ./target/release/capstan-bench --workflows target/workflows {{ARGS}}
+    exec ./target/release/capstan-bench --workflows target/workflows {{ARGS}}

@@ -85,6 +85,9 @@ struct EngineRun {
 struct Results {
     /// Whether this was a `--quick` smoke run (figures not comparable with full runs).
     quick: bool,
+    /// The profile this harness was built with (`release`, or `debug` for the smoke run of the
+    /// test build); the servers are the `capstan` beside it unless `CAPSTAN_BENCH_SERVER` says.
+    build: &'static str,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     components: Vec<ComponentLoad>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -370,6 +373,11 @@ pub async fn run(
     };
     let results = Results {
         quick,
+        build: if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        },
         components,
         hello_instantiate_and_call: hello,
         engine,
@@ -460,6 +468,17 @@ async fn runtime(
 }
 
 fn print_table(results: &Results) {
+    if results.quick || results.build != "release" {
+        println!(
+            "{} run of the {} build: the figures below are not comparable with a full release run",
+            if results.quick {
+                "smoke (--quick)"
+            } else {
+                "full"
+            },
+            results.build
+        );
+    }
     if !results.components.is_empty() {
         println!(
             "{:<26} {:>9} {:>12} {:>15}",
