@@ -3,8 +3,8 @@
 //! `capstan_testdb`) and a workflows directory of the test's choosing, find its address
 //! in its JSON log, stop it.
 //!
-//! The binary is the one `cargo build -p capstan` put next to the test executable
-//! (`just test` builds it first).
+//! The binary is the `capstan` the test build put in the target directory, next to the test
+//! executable's `deps/` (`just build-tests`, which `just test` runs first).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead, BufReader};
@@ -31,7 +31,7 @@ pub fn capstan_bin() -> PathBuf {
         .find(|bin| bin.is_file());
     found.unwrap_or_else(|| {
         panic!(
-            "no capstan binary beside {}: run `cargo build -p capstan` (just test does)",
+            "no capstan binary beside {}: run `just build-tests` (just test does)",
             exe.display()
         )
     })
