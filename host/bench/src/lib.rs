@@ -81,13 +81,29 @@ struct EngineRun {
     trigger_to_terminal: Latency,
 }
 
+/// The profile of the build being measured: `just bench --quick` runs the debug test build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum Build {
+    Debug,
+    Release,
+}
+
+impl Build {
+    const CURRENT: Self = if cfg!(debug_assertions) {
+        Self::Debug
+    } else {
+        Self::Release
+    };
+}
+
 #[derive(Debug, Serialize)]
 struct Results {
     /// Whether this was a `--quick` smoke run (figures not comparable with full runs).
     quick: bool,
-    /// The profile this harness was built with (`release`, or `debug` for the smoke run of the
-    /// test build); the servers are the `capstan` beside it unless `CAPSTAN_BENCH_SERVER` says.
-    build: &'static str,
+    /// The profile this harness was built with; the servers are the `capstan` beside it unless
+    /// `CAPSTAN_BENCH_SERVER` says otherwise.
+    build: Build,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     components: Vec<ComponentLoad>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -373,11 +389,7 @@ pub async fn run(
     };
     let results = Results {
         quick,
-        build: if cfg!(debug_assertions) {
-            "debug"
-        } else {
-            "release"
-        },
+        build: Build::CURRENT,
         components,
         hello_instantiate_and_call: hello,
         engine,
@@ -468,7 +480,7 @@ async fn runtime(
 }
 
 fn print_table(results: &Results) {
-    if results.quick || results.build != "release" {
+    if results.quick || results.build == Build::Debug {
         println!(
             "{} run of the {} build: the figures below are not comparable with a full release run",
             if results.quick {
@@ -476,7 +488,7 @@ fn print_table(results: &Results) {
             } else {
                 "full"
             },
-            results.build
+            format!("{:?}", results.build).to_lowercase()
         );
     }
     if !results.components.is_empty() {
