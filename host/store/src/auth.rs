@@ -332,11 +332,14 @@ impl Store {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .queued;
         let mut written = self.inner.audit_written.subscribe();
-        // Queued records are patient parts on SQLite: they commit now instead of waiting for
-        // company.
+        // Queued records are patient parts of the group writer: they commit now instead of
+        // waiting for company.
         let _hurry = (self.backend() == crate::Backend::Sqlite)
             .then(|| self.group_writer().ok().map(|writer| writer.hurry()))
             .flatten();
+        if let Some(writer) = self.pg_writer() {
+            writer.nudge();
+        }
         // The sender lives as long as the store, which `self` holds.
         let _ = written.wait_for(|&n| n >= target).await;
     }
@@ -357,20 +360,29 @@ impl Store {
                 }
                 (std::mem::take(&mut queue.pending), queue.queued)
             };
+            // One patient part of prepared single-row statements on the group writer (either
+            // backend's): it rides the next commit someone waits for (an execution's, usually
+            // the one the read awaits) instead of taking a commit of its own, and commits alone
+            // only when none comes within the writer's patience
+            // ([`crate::writer::BEHIND_COMPANY`]) or a reader of the log hurries it
+            // ([`Store::audit_settled`]).
+            let mut sql = crate::Sql::default();
+            for a in &batch {
+                push_audit_insert(&mut sql, a);
+            }
             let written = if self.backend() == crate::Backend::Sqlite {
-                // One patient part of prepared single-row statements on the group writer: it
-                // rides the next commit someone waits for (an execution's, usually the one the
-                // read awaits) instead of taking a commit of its own, and commits alone only when
-                // none comes within the writer's patience ([`crate::writer::BEHIND_COMPANY`]) or
-                // a reader of the log hurries it ([`Store::audit_settled`]).
-                let mut sql = crate::Sql::default();
-                for a in &batch {
-                    push_audit_insert(&mut sql, a);
-                }
                 self.grouped_patiently(sql)
                     .await
                     .map(drop)
                     .map_err(|e| e.to_string())
+            } else if let Some(writer) = self.pg_writer() {
+                match writer.queue_patiently(sql.into_statements()).await {
+                    Ok(answer) => answer
+                        .await
+                        .unwrap_or_else(|_| Err(crate::engine::interrupted()))
+                        .map_err(|e| e.to_string()),
+                    Err(e) => Err(e.to_string()),
+                }
             } else {
                 let mut result = Ok(());
                 for chunk in batch.chunks(AUDIT_BATCH) {
@@ -395,16 +407,23 @@ impl Store {
     /// write is under way are written together by the next one (one multi-row `INSERT`, one
     /// transaction), and each caller returns once its own record is committed. The flushing runs
     /// on its own task, so a caller that goes away (a dropped request) strands nobody.
-    /// On SQLite the record joins the engine's group commits instead (one prepared single-row
-    /// `INSERT` per record on the group writer, see `writer.rs`).
+    /// Where the backend has a group writer, the record joins the engine's group commits
+    /// instead (one prepared single-row `INSERT` per record, see `writer.rs` and
+    /// `pg_writer.rs`); the batches here serve PostgreSQL without its group writer.
     pub async fn insert_audit(&self, a: &AuditRecord) -> Result<(), sqlx::Error> {
+        let failed = |e: capstan_core::store::StoreError| sqlx::Error::Protocol(e.to_string());
         if self.backend() == crate::Backend::Sqlite {
             let mut sql = crate::Sql::default();
             push_audit_insert(&mut sql, a);
-            return self
-                .commit_guarded(sql, 0)
+            return self.commit_guarded(sql, 0).await.map_err(failed);
+        }
+        if let Some(writer) = self.pg_writer() {
+            let mut sql = crate::Sql::default();
+            push_audit_insert(&mut sql, a);
+            return writer
+                .commit(sql.into_statements(), Vec::new(), None, Default::default())
                 .await
-                .map_err(|e| sqlx::Error::Protocol(e.to_string()));
+                .map_err(failed);
         }
         let (tx, rx) = tokio::sync::oneshot::channel();
         let start = {
@@ -435,38 +454,38 @@ impl Store {
     /// `work` queues carries it and one `COMMIT` makes both durable, where two in a row (the
     /// record's, then the change's) were each a flush of the WAL on the request's path. When
     /// `work` ends without that commit having taken the record (it failed before committing, or
-    /// committed elsewhere), the record is hurried and committed at once. On PostgreSQL the
-    /// record is written as [`Store::insert_audit`] writes it, concurrently with `work`.
+    /// committed elsewhere), the record is hurried and committed at once. PostgreSQL's group
+    /// writer does the same with a patient job ([`crate::pg_writer::PgGroupWriter::queue_patiently`]);
+    /// without it the record is written as [`Store::insert_audit`] writes it, concurrently with
+    /// `work`.
     pub async fn insert_audit_during<T>(
         &self,
         a: &AuditRecord,
         work: impl std::future::Future<Output = T>,
     ) -> (Result<(), sqlx::Error>, T) {
-        if self.backend() != crate::Backend::Sqlite {
-            return tokio::join!(self.insert_audit(a), work);
-        }
         let failed = |e: capstan_core::store::StoreError| sqlx::Error::Protocol(e.to_string());
         let mut sql = crate::Sql::default();
         push_audit_insert(&mut sql, a);
+        if self.backend() == crate::Backend::Postgres {
+            let Some(writer) = self.pg_writer() else {
+                return tokio::join!(self.insert_audit(a), work);
+            };
+            let answer = match writer.queue_patiently(sql.into_statements()).await {
+                Ok(answer) => answer,
+                Err(e) => return (Err(failed(e)), work.await),
+            };
+            let done = work.await;
+            let written = patient_answer(answer, || writer.nudge()).await;
+            return (written.map_err(failed), done);
+        }
         let part = crate::writer::Part::Statements(sql.into_statements());
-        let mut answer = match self.queue_part(part, false, None, true).await {
+        let answer = match self.queue_part(part, false, None, true).await {
             Ok(answer) => answer,
             Err(e) => return (Err(failed(e)), work.await),
         };
         let done = work.await;
-        let written = match answer.try_recv() {
-            Ok(written) => written,
-            Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {
-                // The part is queued, so the writer has started.
-                let _hurry = self.group_writer().map(|writer| writer.hurry());
-                answer
-                    .await
-                    .unwrap_or_else(|_| Err(crate::engine::interrupted()))
-            }
-            Err(tokio::sync::oneshot::error::TryRecvError::Closed) => {
-                Err(crate::engine::interrupted())
-            }
-        };
+        // The part is queued, so the writer has started.
+        let written = patient_answer(answer, || self.group_writer().map(|w| w.hurry())).await;
         (written.map(drop).map_err(failed), done)
     }
 
@@ -579,6 +598,24 @@ impl Store {
 }
 
 /// The prepared single-row `INSERT` of one audit record (SQLite's group writer).
+/// The answer of a patient part or job whose change has ended: at once when a commit took it,
+/// else after `hurry` (whose value is held until the answer comes) has sent it on.
+async fn patient_answer<R, G>(
+    mut answer: tokio::sync::oneshot::Receiver<Result<R, capstan_core::store::StoreError>>,
+    hurry: impl FnOnce() -> G,
+) -> Result<R, capstan_core::store::StoreError> {
+    match answer.try_recv() {
+        Ok(written) => written,
+        Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {
+            let _hurried = hurry();
+            answer
+                .await
+                .unwrap_or_else(|_| Err(crate::engine::interrupted()))
+        }
+        Err(tokio::sync::oneshot::error::TryRecvError::Closed) => Err(crate::engine::interrupted()),
+    }
+}
+
 fn push_audit_insert(sql: &mut crate::Sql, a: &AuditRecord) {
     sql.push_statement(
         "INSERT INTO audit_logs (id, at_ms, principal_id, action, method, route, resource, result, execution_id, ip, user_agent)

@@ -1776,6 +1776,50 @@ mod tests {
         assert_eq!(claimed(next), ["r03007", "r03008"]);
     }
 
+    /// On PostgreSQL a patient job (an audit record) commits in the transaction of the job a
+    /// caller queued after it, as a trigger's record does with the trigger's commit; alone, a
+    /// nudge sends it (or its wait for company ends) and its caller is answered. That it waits
+    /// rather than starting a group is a matter of timing, which the engine bench's write
+    /// transactions per execution show (BENCHMARKS.md).
+    #[tokio::test]
+    async fn a_patient_job_rides_the_transaction_of_the_next_callers_job() {
+        let (store, writer) = postgres_group_writer().await;
+        // Both are queued before the writer task runs (the test's runtime has one thread and
+        // neither send waits), so the order is the one a trigger's record and its commit have.
+        let patient = writer
+            .queue_patiently(insert_zone("pride").into_statements())
+            .await
+            .unwrap();
+        writer
+            .commit(
+                insert_zone("pcaller").into_statements(),
+                Vec::new(),
+                None,
+                Default::default(),
+            )
+            .await
+            .unwrap();
+        patient.await.unwrap().unwrap();
+        let transactions: i64 = sqlx::query_scalar(
+            "SELECT COUNT(DISTINCT xmin::text) FROM sim_zones WHERE id IN ('pride', 'pcaller')",
+        )
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+        assert_eq!(transactions, 1, "one transaction wrote both rows");
+        let alone = writer
+            .queue_patiently(insert_zone("palone").into_statements())
+            .await
+            .unwrap();
+        writer.nudge();
+        alone.await.unwrap().unwrap();
+        let written: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM sim_zones WHERE id = 'palone'")
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+        assert_eq!(written, 1);
+    }
+
     /// PostgreSQL's group writer sends a group while the one before it still runs, and the
     /// later one commits only if the earlier one did. A write behind its answer that fails
     /// refuses the commit that named its epoch though that commit was sent before the failure

@@ -63,15 +63,46 @@ struct Job {
     touched: Touched,
     /// Refused, unrun, unless the epoch of writes behind answers is still this one.
     requires: Option<u64>,
-    /// Who waits for the answer; `None`: a write behind its answer ([`Behind`]).
-    done: Option<oneshot::Sender<Result<(), StoreError>>>,
+    /// Who waits for the answer, and whether the job starts a group.
+    waiter: Waiter,
+}
+
+type Answer = oneshot::Sender<Result<(), StoreError>>;
+
+/// Who a job's answer goes to, which decides whether it starts a group of its own.
+enum Waiter {
+    /// A caller waits for it: the next group is sent for it.
+    Caller(Answer),
+    /// A caller waits for it but is in no hurry (an audit record): it waits for company, like a
+    /// write behind its answer, and rides the next group a caller sends.
+    Patient(Answer),
+    /// Nobody waits: a write behind its answer ([`Behind`]).
+    Behind,
+}
+
+impl Waiter {
+    /// Whether the job sends a group (or half of one, when a group is out) without company.
+    fn hurries(&self) -> bool {
+        matches!(self, Self::Caller(_))
+    }
+
+    fn is_behind(&self) -> bool {
+        matches!(self, Self::Behind)
+    }
+
+    fn into_answer(self) -> Option<Answer> {
+        match self {
+            Self::Caller(answer) | Self::Patient(answer) => Some(answer),
+            Self::Behind => None,
+        }
+    }
 }
 
 /// The handle callers queue their writes on; the writer task ends when the last handle goes.
 #[derive(Debug, Clone)]
 pub(crate) struct PgGroupWriter {
     jobs: mpsc::Sender<Job>,
-    /// Ends a wait of writes behind answers for company ([`PgGroupWriter::nudge`]).
+    /// Ends a wait for company of jobs in no hurry ([`PgGroupWriter::nudge`]).
     nudge: Arc<tokio::sync::Notify>,
 }
 
@@ -101,7 +132,8 @@ impl PgGroupWriter {
         Self { jobs, nudge }
     }
 
-    /// Commits the writes behind answers waiting for company now (a caller settles them).
+    /// Commits the jobs in no hurry waiting for company now (a caller settles writes behind
+    /// answers, or waits for a patient job). Given while groups are out, it ends the next wait.
     pub(crate) fn nudge(&self) {
         self.nudge.notify_one();
     }
@@ -128,13 +160,35 @@ impl PgGroupWriter {
                 events,
                 touched,
                 requires,
-                done: Some(done),
+                waiter: Waiter::Caller(done),
             })
             .await
             .map_err(|_| stopped())?;
         answer
             .await
             .unwrap_or_else(|_| Err(crate::engine::interrupted()))
+    }
+
+    /// Queues `body` to commit with the next group a caller sends, or alone once it has waited
+    /// [`BEHIND_COMPANY`] or [`PgGroupWriter::nudge`] ends the wait; where its answer comes.
+    /// For writes whose callers can wait a moment but should not cost a WAL flush of their own
+    /// (audit records, which then commit in the transaction of the change they record).
+    pub(crate) async fn queue_patiently(
+        &self,
+        body: Vec<Statement>,
+    ) -> Result<oneshot::Receiver<Result<(), StoreError>>, StoreError> {
+        let (done, answer) = oneshot::channel();
+        self.jobs
+            .send(Job {
+                body,
+                events: Vec::new(),
+                touched: Touched::default(),
+                requires: None,
+                waiter: Waiter::Patient(done),
+            })
+            .await
+            .map_err(|_| stopped())?;
+        Ok(answer)
     }
 
     /// Queues a write behind its answer ([`crate::Store::write_behind`]) without waiting: with
@@ -145,7 +199,7 @@ impl PgGroupWriter {
             events: Vec::new(),
             touched: Touched::default(),
             requires: Some(epoch),
-            done: None,
+            waiter: Waiter::Behind,
         };
         self.jobs.try_send(job).map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => {
@@ -321,11 +375,11 @@ struct Flight {
 }
 
 impl Flight {
-    /// Of the jobs it runs, how many someone waits for.
+    /// Of the jobs it runs, how many hurry ([`Waiter::Caller`]).
     fn callers(&self) -> usize {
         self.waiting
             .iter()
-            .filter(|&&i| self.group.jobs[i].done.is_some())
+            .filter(|&&i| self.group.jobs[i].waiter.hurries())
             .count()
     }
 }
@@ -350,7 +404,7 @@ impl Writer {
             }
             // A group is out: read its answers and write what is unwritten, and meanwhile
             // gather the next group and send it as soon as someone waits for one of its jobs
-            // (writes behind answers alone wait for company, as above).
+            // (jobs in no hurry alone wait for company, as above).
             let room = open && flights.len() < IN_FLIGHT && next.len() < MAX_JOBS;
             let want = MAX_JOBS - next.len();
             let progress = match self.connection.as_mut() {
@@ -396,7 +450,7 @@ impl Writer {
             // first caller, a group could hold one while the next gathers the rest, and each
             // group costs a commit (and, with other nodes writing, a turn at the outbox lock);
             // sent only once the one ahead is answered, the server would wait for it.
-            let callers = next.iter().filter(|job| job.done.is_some()).count();
+            let callers = next.iter().filter(|job| job.waiter.hurries()).count();
             let ahead = flights.front().map_or(0, Flight::callers);
             let wanted = next.len() >= MAX_JOBS
                 || (callers > 0 && callers * 2 >= ahead)
@@ -411,14 +465,14 @@ impl Writer {
         }
     }
 
-    /// When only writes behind answers are here, waits up to [`BEHIND_COMPANY`] for a job
-    /// someone waits for (in practice the activation's own commit) to commit them with: nobody
-    /// waits for them, and committing each alone costs a WAL flush apiece (ten per execution
-    /// alone). A caller settling them ends the wait.
+    /// When only jobs in no hurry are here (writes behind answers, patient jobs), waits up to
+    /// [`BEHIND_COMPANY`] for a caller's job (in practice the activation's own commit) to commit
+    /// them with: committing each alone costs a WAL flush apiece (ten per execution alone). A
+    /// caller settling them, or a nudge, ends the wait.
     async fn wait_for_company(&self, queue: &mut mpsc::Receiver<Job>, jobs: &mut Vec<Job>) {
         let deadline = tokio::time::Instant::now() + BEHIND_COMPANY;
         while jobs.len() < MAX_JOBS
-            && jobs.iter().all(|job| job.done.is_none())
+            && !jobs.iter().any(|job| job.waiter.hurries())
             && !self.behind.settling()
         {
             let room = MAX_JOBS - jobs.len();
@@ -609,7 +663,7 @@ impl Writer {
     }
 
     fn fail_job(&self, group: &mut Group, i: usize, e: StoreError) {
-        if group.jobs[i].done.is_none() {
+        if group.jobs[i].waiter.is_behind() {
             self.behind.fail();
         }
         group.answers[i] = Some(Err(e));
@@ -624,7 +678,7 @@ impl Writer {
     }
 
     fn fail_jobs(&self, group: &mut Group, waiting: &[usize], e: &StoreError) {
-        if waiting.iter().any(|&i| group.jobs[i].done.is_none()) {
+        if waiting.iter().any(|&i| group.jobs[i].waiter.is_behind()) {
             self.behind.fail();
         }
         for &i in waiting {
@@ -637,7 +691,7 @@ impl Writer {
     fn answer(&self, group: Group) {
         let mut behind = 0;
         for (job, answer) in group.jobs.iter().zip(&group.answers) {
-            if job.done.is_none() {
+            if job.waiter.is_behind() {
                 if let Some(Err(error)) = answer {
                     tracing::warn!(%error, "a write made behind its answer failed");
                 }
@@ -647,7 +701,7 @@ impl Writer {
         self.behind.count_answered(behind);
         for (job, answer) in group.jobs.into_iter().zip(group.answers) {
             // A caller that went away no longer wants its answer.
-            if let Some(done) = job.done {
+            if let Some(done) = job.waiter.into_answer() {
                 let _ = done.send(answer.unwrap_or(Ok(())));
             }
         }
@@ -1218,7 +1272,7 @@ mod tests {
                 events: Vec::new(),
                 touched: Touched::default(),
                 requires: None,
-                done: None,
+                waiter: Waiter::Behind,
             }
         };
         let jobs = [job(&["a"]), job(&["a", "b"]), job(&["b"])];
