@@ -597,7 +597,6 @@ impl Store {
     }
 }
 
-/// The prepared single-row `INSERT` of one audit record (SQLite's group writer).
 /// The answer of a patient part or job whose change has ended: at once when a commit took it,
 /// else after `hurry` (whose value is held until the answer comes) has sent it on.
 async fn patient_answer<R, G>(
@@ -616,6 +615,7 @@ async fn patient_answer<R, G>(
     }
 }
 
+/// The prepared single-row `INSERT` of one audit record (either backend's group writer).
 fn push_audit_insert(sql: &mut crate::Sql, a: &AuditRecord) {
     sql.push_statement(
         "INSERT INTO audit_logs (id, at_ms, principal_id, action, method, route, resource, result, execution_id, ip, user_agent)
