@@ -759,6 +759,9 @@ struct Step<'a> {
     owner: Owner,
     key: Key<'a>,
     values: Vec<&'a AnyValueKind>,
+    /// A merged insert's rows: `values` holds them one after the other, and each column goes
+    /// as one array parameter ([`merge_inserts`]). `None`: `values` are the parameters.
+    rows: Option<usize>,
 }
 
 impl<'a> Step<'a> {
@@ -767,6 +770,7 @@ impl<'a> Step<'a> {
             owner: Owner::Group,
             key: (Cow::Borrowed(text), values.iter().map(pg_type).collect()),
             values: values.iter().collect(),
+            rows: None,
         }
     }
 
@@ -780,22 +784,20 @@ impl<'a> Step<'a> {
             owner: Owner::Job(job, statement.check),
             key: (text, values.iter().map(pg_type).collect()),
             values: values.iter().collect(),
+            rows: None,
         }
     }
 }
 
-/// Rows one merged insert carries at most. Runs are cut into pieces of a power of two rows, so
-/// the texts to prepare stay few (a run of 13 is 8 + 4 + 1).
-const MERGED_ROWS: usize = 64;
-
 /// An insert of one row whose text can take more (`INSERT INTO t (…) VALUES ($1, …, $n) …`,
-/// every value a placeholder in order, no placeholder after the row): the text before the row,
-/// how many values the row has, and the text after it (an `ON CONFLICT` clause).
+/// every value a placeholder in order, no placeholder after the row): the text before
+/// `VALUES`, how many values the row has, and the text after the row (an `ON CONFLICT` clause).
 fn single_row_insert(text: &str) -> Option<(&str, usize, &str)> {
     if !text.starts_with("INSERT INTO ") {
         return None;
     }
-    let open = text.rfind("VALUES (")? + "VALUES ".len();
+    let values = text.rfind("VALUES (")?;
+    let open = values + "VALUES ".len();
     let close = open + text[open..].find(')')?;
     let tail = &text[close + 1..];
     if tail.contains('$') || tail.contains("RETURNING") {
@@ -812,13 +814,33 @@ fn single_row_insert(text: &str) -> Option<(&str, usize, &str)> {
         }
         n += 1;
     }
-    Some((&text[..open], n, tail))
+    Some((&text[..values], n, tail))
+}
+
+/// The array type a merged insert sends a column of `member` values as; `None` for a type
+/// the writer has none for (such inserts are not merged).
+fn array_of(member: &Type) -> Option<Type> {
+    Some(match *member {
+        Type::BOOL => Type::BOOL_ARRAY,
+        Type::INT2 => Type::INT2_ARRAY,
+        Type::INT4 => Type::INT4_ARRAY,
+        Type::INT8 => Type::INT8_ARRAY,
+        Type::FLOAT4 => Type::FLOAT4_ARRAY,
+        Type::FLOAT8 => Type::FLOAT8_ARRAY,
+        Type::TEXT => Type::TEXT_ARRAY,
+        Type::BYTEA => Type::BYTEA_ARRAY,
+        _ => return None,
+    })
 }
 
 /// The pipeline with the single-row inserts of jobs sent as multi-row inserts: within each run
 /// of consecutive unguarded single-row inserts (an activation's stages, receipts and journal
 /// come interleaved; a group's events are consecutive by construction), the rows of one text
-/// and types go together, at the place of the first of them, in their order. Inserts into one
+/// and types go together, at the place of the first of them, in their order, as one
+/// `INSERT … SELECT * FROM unnest($1, …, $n)` whose parameters are the columns as arrays. One
+/// text per table then serves any number of rows, so a table's rows are one statement and one
+/// prepared plan of a fixed size, where `VALUES` lists took a text (and a plan whose setup grew
+/// with the rows) per row count. `unnest` yields the rows in array order. Inserts into one
 /// table keep their order, so their conflicts resolve as they would one by one; inserts into
 /// different tables commute (no triggers), but for foreign keys: a row moved before the row it
 /// references fails its statement. Any failure of a merged statement (that, a duplicate key,
@@ -826,7 +848,9 @@ fn single_row_insert(text: &str) -> Option<(&str, usize, &str)> {
 /// caller whose row failed.
 fn merge_inserts(steps: Vec<Step<'_>>) -> Vec<Step<'_>> {
     let mergeable = |step: &Step<'_>| {
-        matches!(step.owner, Owner::Job(_, None)) && single_row_insert(&step.key.0).is_some()
+        matches!(step.owner, Owner::Job(_, None))
+            && single_row_insert(&step.key.0).is_some()
+            && step.key.1.iter().all(|t| array_of(t).is_some())
     };
     let mut out: Vec<Step<'_>> = Vec::with_capacity(steps.len());
     let mut run: Vec<Step<'_>> = Vec::new();
@@ -842,7 +866,7 @@ fn merge_inserts(steps: Vec<Step<'_>>) -> Vec<Step<'_>> {
     out
 }
 
-/// One run of [`merge_inserts`]: its rows gathered by text and types, in pieces.
+/// One run of [`merge_inserts`]: its rows gathered by text and types, one statement each.
 fn merge_run<'a>(run: Vec<Step<'a>>, out: &mut Vec<Step<'a>>) {
     // A run holds a few texts (an activation's stages, receipts, journal chunk, events).
     let mut kinds: Vec<Vec<Step<'a>>> = Vec::new();
@@ -853,42 +877,32 @@ fn merge_run<'a>(run: Vec<Step<'a>>, out: &mut Vec<Step<'a>>) {
         }
     }
     for mut rows in kinds {
-        while !rows.is_empty() {
-            let size = MERGED_ROWS.min(1 << rows.len().ilog2());
-            let rest = rows.split_off(size);
-            let mut piece = std::mem::replace(&mut rows, rest);
-            if size == 1 {
-                out.extend(piece.pop());
-                continue;
-            }
-            let first = piece[0].key.0.clone();
-            let Some((head, width, tail)) = single_row_insert(&first) else {
-                unreachable!("mergeable steps are single-row inserts")
-            };
-            let mut text = String::with_capacity(head.len() + size * width * 5 + tail.len());
-            text.push_str(head);
-            let mut types = Vec::with_capacity(size * width);
-            let mut values = Vec::with_capacity(size * width);
-            for (row, step) in piece.iter_mut().enumerate() {
-                text.push_str(if row == 0 { "(" } else { ", (" });
-                for column in 0..width {
-                    if column > 0 {
-                        text.push_str(", ");
-                    }
-                    // Writing to a `String` cannot fail.
-                    let _ = write!(text, "${}", row * width + column + 1);
-                }
-                text.push(')');
-                types.extend(step.key.1.iter().cloned());
-                values.append(&mut step.values);
-            }
-            text.push_str(tail);
-            out.push(Step {
-                owner: Owner::Merged,
-                key: (Cow::Owned(text), types),
-                values,
-            });
+        if rows.len() == 1 {
+            out.extend(rows.pop());
+            continue;
         }
+        let Some((head, width, tail)) = single_row_insert(&rows[0].key.0) else {
+            unreachable!("mergeable steps are single-row inserts")
+        };
+        let mut text = format!("{head}SELECT * FROM unnest(");
+        for column in 1..=width {
+            // Writing to a `String` cannot fail.
+            let _ = write!(text, "{}${column}", if column > 1 { ", " } else { "" });
+        }
+        text.push(')');
+        text.push_str(tail);
+        let types = rows[0].key.1.iter().filter_map(array_of).collect();
+        let count = rows.len();
+        let mut values = Vec::with_capacity(count * width);
+        for step in &mut rows {
+            values.append(&mut step.values);
+        }
+        out.push(Step {
+            owner: Owner::Merged,
+            key: (Cow::Owned(text), types),
+            values,
+            rows: Some(count),
+        });
     }
 }
 
@@ -951,13 +965,35 @@ fn encode(
     steps: &[Step<'_>],
     out: &mut BytesMut,
 ) -> Result<Sent, (usize, WireError)> {
+    // A step's parameters: its values, or, for a merged insert, its columns as arrays.
     let params: Vec<Vec<Param<'_>>> = steps
         .iter()
-        .map(|s| s.values.iter().map(|v| Param(v)).collect())
+        .map(|s| match s.rows {
+            None => s.values.iter().map(|v| Param(v)).collect(),
+            Some(_) => Vec::new(),
+        })
+        .collect();
+    let columns: Vec<Vec<Vec<Param<'_>>>> = steps
+        .iter()
+        .map(|s| match s.rows {
+            None => Vec::new(),
+            Some(rows) => {
+                let width = s.values.len() / rows;
+                (0..width)
+                    .map(|c| (0..rows).map(|r| Param(s.values[r * width + c])).collect())
+                    .collect()
+            }
+        })
         .collect();
     let refs: Vec<Vec<&(dyn ToSql + Sync)>> = params
         .iter()
-        .map(|p| p.iter().map(|v| v as &(dyn ToSql + Sync)).collect())
+        .zip(&columns)
+        .map(|(p, c)| {
+            p.iter()
+                .map(|v| v as &(dyn ToSql + Sync))
+                .chain(c.iter().map(|a| a as &(dyn ToSql + Sync)))
+                .collect()
+        })
         .collect();
     let requests: Vec<Request<'_>> = steps
         .iter()
@@ -1116,23 +1152,19 @@ mod tests {
         config(url).unwrap()
     }
 
-    /// Consecutive single-row inserts of one text and types become multi-row inserts in
-    /// power-of-two pieces, their values in order; guards, other statements and a different text
-    /// or types end a run; what is not a plain single-row insert is never merged.
+    /// Consecutive single-row inserts of one text and types become one `unnest` insert, their
+    /// values in order; guards, other statements and a different text or types end a run; what
+    /// is not a plain single-row insert of types with arrays is never merged.
     #[test]
     fn merges_runs_of_single_row_inserts_in_order() {
         const INSERT: &str = "INSERT INTO t (a, b) VALUES ($1, $2)";
         assert_eq!(
             single_row_insert(INSERT),
-            Some(("INSERT INTO t (a, b) VALUES ", 2, ""))
+            Some(("INSERT INTO t (a, b) ", 2, ""))
         );
         assert_eq!(
             single_row_insert("INSERT INTO t (a, b) VALUES ($1, $2) ON CONFLICT (a) DO NOTHING"),
-            Some((
-                "INSERT INTO t (a, b) VALUES ",
-                2,
-                " ON CONFLICT (a) DO NOTHING"
-            ))
+            Some(("INSERT INTO t (a, b) ", 2, " ON CONFLICT (a) DO NOTHING"))
         );
         for not in [
             "INSERT INTO t (a, b) VALUES ($1, $2) ON CONFLICT (a) DO UPDATE SET b = $3",
@@ -1148,41 +1180,43 @@ mod tests {
             owner: Owner::Job(job, None),
             key: (INSERT.into(), vec![Type::INT8, Type::INT8]),
             values: vec![&values[2 * i], &values[2 * i + 1]],
+            rows: None,
         };
         let mut steps = vec![Step::group("BEGIN", &[])];
-        // Thirteen rows of two jobs, a guard, three more rows, one with other types.
+        // Thirteen rows of two jobs, a guard, three more rows: one with other types, one of a
+        // type without an array.
         steps.extend((0..13).map(|i| insert(i / 7, i)));
         steps.push(Step {
             owner: Owner::Job(1, Some(Check::Holds("x"))),
             key: ("SELECT 1".into(), Vec::new()),
             values: Vec::new(),
+            rows: None,
         });
-        steps.extend((13..16).map(|i| insert(2, i)));
+        steps.extend((13..17).map(|i| insert(2, i)));
         steps[17].key.1 = vec![Type::TEXT, Type::INT8];
+        steps[18].key.1 = vec![Type::UNKNOWN, Type::INT8];
         let merged = merge_inserts(steps);
-        let shape: Vec<(usize, bool)> = merged
+        let shape: Vec<(usize, Option<usize>, bool)> = merged
             .iter()
-            .map(|s| (s.values.len() / 2, matches!(s.owner, Owner::Merged)))
+            .map(|s| (s.values.len(), s.rows, matches!(s.owner, Owner::Merged)))
             .collect();
         assert_eq!(
             shape,
             [
-                (0, false),
-                (8, true),
-                (4, true),
-                (1, false),
-                (0, false),
-                (2, true),
-                (1, false)
+                (0, None, false),
+                (26, Some(13), true),
+                (0, None, false),
+                (4, Some(2), true),
+                (2, None, false),
+                (2, None, false),
             ]
         );
-        assert!(
-            merged[2]
-                .key
-                .0
-                .ends_with("VALUES ($1, $2), ($3, $4), ($5, $6), ($7, $8)"),
-            "{}",
-            merged[2].key.0
+        assert_eq!(
+            merged[1].key,
+            (
+                Cow::Borrowed("INSERT INTO t (a, b) SELECT * FROM unnest($1, $2)"),
+                vec![Type::INT8_ARRAY, Type::INT8_ARRAY]
+            )
         );
         let order: Vec<i64> = merged
             .iter()
@@ -1194,7 +1228,7 @@ mod tests {
             .collect();
         assert_eq!(
             order,
-            (0..32).collect::<Vec<i64>>(),
+            (0..34).collect::<Vec<i64>>(),
             "every value, in order"
         );
     }
@@ -1204,14 +1238,14 @@ mod tests {
     /// statement each.
     #[test]
     fn gathers_interleaved_inserts_by_text_keeping_each_texts_order() {
-        const A: &str =
-            "INSERT INTO a (x) VALUES ($1) ON CONFLICT (x) DO UPDATE SET x = excluded.x";
+        const A: &str = "INSERT INTO a (x) VALUES ($1) ON CONFLICT (x) DO NOTHING";
         const B: &str = "INSERT INTO b (x) VALUES ($1)";
         let values: Vec<AnyValueKind> = (0..6).map(AnyValueKind::BigInt).collect();
         let step = |text: &'static str, i: usize| Step {
             owner: Owner::Job(i % 2, None),
             key: (text.into(), vec![Type::INT8]),
             values: vec![&values[i]],
+            rows: None,
         };
         // a0 b1 a2 b3 a4 | guard | b5
         let mut steps: Vec<Step<'_>> = (0..5)
@@ -1221,6 +1255,7 @@ mod tests {
             owner: Owner::Job(0, Some(Check::Holds("x"))),
             key: ("SELECT 1".into(), Vec::new()),
             values: Vec::new(),
+            rows: None,
         });
         steps.push(step(B, 5));
         let merged = merge_inserts(steps);
@@ -1242,12 +1277,14 @@ mod tests {
             shape,
             [
                 (
-                    "INSERT INTO a (x) VALUES ($1), ($2) ON CONFLICT (x) DO UPDATE SET x = excluded.x"
+                    "INSERT INTO a (x) SELECT * FROM unnest($1) ON CONFLICT (x) DO NOTHING"
                         .to_owned(),
-                    vec![0, 2]
+                    vec![0, 2, 4]
                 ),
-                (A.to_owned(), vec![4]),
-                ("INSERT INTO b (x) VALUES ($1), ($2)".to_owned(), vec![1, 3]),
+                (
+                    "INSERT INTO b (x) SELECT * FROM unnest($1)".to_owned(),
+                    vec![1, 3]
+                ),
                 ("SELECT 1".to_owned(), vec![]),
                 (B.to_owned(), vec![5]),
             ]
