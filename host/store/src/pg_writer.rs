@@ -833,77 +833,107 @@ fn array_of(member: &Type) -> Option<Type> {
     })
 }
 
-/// The pipeline with the single-row inserts of jobs sent as multi-row inserts: within each run
-/// of consecutive unguarded single-row inserts (an activation's stages, receipts and journal
-/// come interleaved; a group's events are consecutive by construction), the rows of one text
-/// and types go together, at the place of the first of them, in their order, as one
-/// `INSERT … SELECT * FROM unnest($1, …, $n)` whose parameters are the columns as arrays. One
-/// text per table then serves any number of rows, so a table's rows are one statement and one
-/// prepared plan of a fixed size, where `VALUES` lists took a text (and a plan whose setup grew
-/// with the rows) per row count. `unnest` yields the rows in array order. Inserts into one
-/// table keep their order, so their conflicts resolve as they would one by one; inserts into
-/// different tables commute (no triggers), but for foreign keys: a row moved before the row it
-/// references fails its statement. Any failure of a merged statement (that, a duplicate key,
+/// The pipeline with the single-row inserts of jobs sent as multi-row inserts: the rows of one
+/// text and types go together, at the place of the first of them, in their order, as one
+/// `INSERT … SELECT * FROM unnest($1, …, $n)` whose parameters are the columns as arrays
+/// (`unnest` yields the rows in array order). One text per table then serves any number of
+/// rows, so a table's rows are one statement and one prepared plan of a fixed size.
+///
+/// Rows move only past statements they commute with. A later row joins the rows before it
+/// unless a statement between them names its table (a word of its text: an update, a guard
+/// that reads it, another text inserting into it), or is the group's own (the chain, the outbox
+/// lock, the notification), after which nothing joins what came before. Nothing the writer
+/// runs reaches a table without naming it: the schema has no triggers, and the one function,
+/// `capstan_guard`, reads no table. So the activations of a group, each a fence, its stages,
+/// receipts and journal chunk, then its updates of `executions` and `runs`, send one
+/// statement per table for all of their rows. A foreign key whose referenced row would now
+/// come later fails its statement. Any failure of a merged statement (that, a duplicate key,
 /// an upsert meeting its own row twice) makes the group run again unmerged, which names the
 /// caller whose row failed.
 fn merge_inserts(steps: Vec<Step<'_>>) -> Vec<Step<'_>> {
-    let mergeable = |step: &Step<'_>| {
-        matches!(step.owner, Owner::Job(_, None))
-            && single_row_insert(&step.key.0).is_some()
-            && step.key.1.iter().all(|t| array_of(t).is_some())
-    };
-    let mut out: Vec<Step<'_>> = Vec::with_capacity(steps.len());
-    let mut run: Vec<Step<'_>> = Vec::new();
+    // Each slot a statement or the rows of one text and types; `open`: the slots later rows
+    // may still join, with their table.
+    let mut slots: Vec<Vec<Step<'_>>> = Vec::with_capacity(steps.len());
+    let mut open: Vec<(usize, String)> = Vec::new();
     for step in steps {
-        if mergeable(&step) {
-            run.push(step);
-        } else {
-            merge_run(std::mem::take(&mut run), &mut out);
-            out.push(step);
-        }
-    }
-    merge_run(run, &mut out);
-    out
-}
-
-/// One run of [`merge_inserts`]: its rows gathered by text and types, one statement each.
-fn merge_run<'a>(run: Vec<Step<'a>>, out: &mut Vec<Step<'a>>) {
-    // A run holds a few texts (an activation's stages, receipts, journal chunk, events).
-    let mut kinds: Vec<Vec<Step<'a>>> = Vec::new();
-    for step in run {
-        match kinds.iter_mut().find(|kind| kind[0].key == step.key) {
-            Some(kind) => kind.push(step),
-            None => kinds.push(vec![step]),
-        }
-    }
-    for mut rows in kinds {
-        if rows.len() == 1 {
-            out.extend(rows.pop());
+        let table = match step.owner {
+            Owner::Job(_, None) if step.key.1.iter().all(|t| array_of(t).is_some()) => {
+                single_row_insert(&step.key.0).and_then(|(head, _, _)| inserted_table(head))
+            }
+            _ => None,
+        };
+        let Some(table) = table else {
+            if matches!(step.owner, Owner::Job(..)) {
+                close_named(&step.key.0, &mut open);
+            } else {
+                open.clear();
+            }
+            slots.push(vec![step]);
+            continue;
+        };
+        if let Some((slot, _)) = open.iter().find(|(slot, _)| slots[*slot][0].key == step.key) {
+            slots[*slot].push(step);
             continue;
         }
-        let Some((head, width, tail)) = single_row_insert(&rows[0].key.0) else {
-            unreachable!("mergeable steps are single-row inserts")
-        };
-        let mut text = format!("{head}SELECT * FROM unnest(");
-        for column in 1..=width {
-            // Writing to a `String` cannot fail.
-            let _ = write!(text, "{}${column}", if column > 1 { ", " } else { "" });
-        }
-        text.push(')');
-        text.push_str(tail);
-        let types = rows[0].key.1.iter().filter_map(array_of).collect();
-        let count = rows.len();
-        let mut values = Vec::with_capacity(count * width);
-        for step in &mut rows {
-            values.append(&mut step.values);
-        }
-        out.push(Step {
-            owner: Owner::Merged,
-            key: (Cow::Owned(text), types),
-            values,
-            rows: Some(count),
-        });
+        // Another text or types inserting into the table: its rows keep their place after it.
+        let table = table.to_owned();
+        open.retain(|(_, open_table)| *open_table != table);
+        open.push((slots.len(), table));
+        slots.push(vec![step]);
     }
+    slots.into_iter().filter_map(merge_rows).collect()
+}
+
+/// The table of an insert's text before `VALUES` (`INSERT INTO t (…) `), when it is a plain
+/// identifier, as [`close_named`] finds it in other statements (not qualified, not quoted).
+fn inserted_table(head: &str) -> Option<&str> {
+    let rest = head.strip_prefix("INSERT INTO ")?;
+    let end = rest.find(|c: char| c.is_whitespace() || c == '(')?;
+    Some(&rest[..end])
+        .filter(|t| !t.is_empty() && t.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+}
+
+/// Drops from `open` the tables that are words of `text` (compared as PostgreSQL folds unquoted
+/// identifiers: the schema's are lower case).
+fn close_named(text: &str, open: &mut Vec<(usize, String)>) {
+    if open.is_empty() {
+        return;
+    }
+    for word in text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+        open.retain(|(_, table)| !word.eq_ignore_ascii_case(table));
+        if open.is_empty() {
+            return;
+        }
+    }
+}
+
+/// One slot of [`merge_inserts`]: a statement, or the rows of one text and types as one insert.
+fn merge_rows(mut rows: Vec<Step<'_>>) -> Option<Step<'_>> {
+    if rows.len() < 2 {
+        return rows.pop();
+    }
+    let Some((head, width, tail)) = single_row_insert(&rows[0].key.0) else {
+        unreachable!("rows that go together are single-row inserts")
+    };
+    let mut text = format!("{head}SELECT * FROM unnest(");
+    for column in 1..=width {
+        // Writing to a `String` cannot fail.
+        let _ = write!(text, "{}${column}", if column > 1 { ", " } else { "" });
+    }
+    text.push(')');
+    text.push_str(tail);
+    let types = rows[0].key.1.iter().filter_map(array_of).collect();
+    let count = rows.len();
+    let mut values = Vec::with_capacity(count * width);
+    for step in &mut rows {
+        values.append(&mut step.values);
+    }
+    Some(Step {
+        owner: Owner::Merged,
+        key: (Cow::Owned(text), types),
+        values,
+        rows: Some(count),
+    })
 }
 
 /// The `NOTIFY` payload of one run of the group: the executions of every waiting job's events
@@ -1152,9 +1182,10 @@ mod tests {
         config(url).unwrap()
     }
 
-    /// Consecutive single-row inserts of one text and types become one `unnest` insert, their
-    /// values in order; guards, other statements and a different text or types end a run; what
-    /// is not a plain single-row insert of types with arrays is never merged.
+    /// Single-row inserts of one text and types become one `unnest` insert, their values in
+    /// order; a statement naming the table (in any case) or a different text or types inserting
+    /// into it end what later rows join; what is not a plain single-row insert of types with
+    /// arrays is never merged.
     #[test]
     fn merges_runs_of_single_row_inserts_in_order() {
         const INSERT: &str = "INSERT INTO t (a, b) VALUES ($1, $2)";
@@ -1166,6 +1197,9 @@ mod tests {
             single_row_insert("INSERT INTO t (a, b) VALUES ($1, $2) ON CONFLICT (a) DO NOTHING"),
             Some(("INSERT INTO t (a, b) ", 2, " ON CONFLICT (a) DO NOTHING"))
         );
+        assert_eq!(inserted_table("INSERT INTO t_2 (a, b) "), Some("t_2"));
+        assert_eq!(inserted_table("INSERT INTO public.t (a, b) "), None);
+        assert_eq!(inserted_table("INSERT INTO \"T\" (a, b) "), None);
         for not in [
             "INSERT INTO t (a, b) VALUES ($1, $2) ON CONFLICT (a) DO UPDATE SET b = $3",
             "INSERT INTO t (a, b) VALUES ($1, $2) RETURNING a",
@@ -1188,7 +1222,7 @@ mod tests {
         steps.extend((0..13).map(|i| insert(i / 7, i)));
         steps.push(Step {
             owner: Owner::Job(1, Some(Check::Holds("x"))),
-            key: ("SELECT 1".into(), Vec::new()),
+            key: ("SELECT 1 FROM T WHERE a > 0".into(), Vec::new()),
             values: Vec::new(),
             rows: None,
         });
@@ -1233,31 +1267,42 @@ mod tests {
         );
     }
 
-    /// Within a run, the rows of each text go together at the place of the first of them, in
-    /// their order, their clause after the rows kept: interleaved stages and receipts become one
-    /// statement each.
+    /// The rows of each text go together at the place of the first of them, in their order,
+    /// their clause after the rows kept, past statements that do not name their table:
+    /// interleaved stages and receipts, and those of the next activation after a fence and
+    /// updates of other tables, become one statement each. A statement naming the table, or one
+    /// of the group's own, ends what later rows join.
     #[test]
-    fn gathers_interleaved_inserts_by_text_keeping_each_texts_order() {
+    fn gathers_inserts_by_text_past_statements_that_do_not_name_their_table() {
         const A: &str = "INSERT INTO a (x) VALUES ($1) ON CONFLICT (x) DO NOTHING";
         const B: &str = "INSERT INTO b (x) VALUES ($1)";
-        let values: Vec<AnyValueKind> = (0..6).map(AnyValueKind::BigInt).collect();
+        let values: Vec<AnyValueKind> = (0..9).map(AnyValueKind::BigInt).collect();
         let step = |text: &'static str, i: usize| Step {
             owner: Owner::Job(i % 2, None),
             key: (text.into(), vec![Type::INT8]),
             values: vec![&values[i]],
             rows: None,
         };
-        // a0 b1 a2 b3 a4 | guard | b5
+        let other = |owner: Owner, text: &'static str| Step {
+            owner,
+            key: (text.into(), Vec::new()),
+            values: Vec::new(),
+            rows: None,
+        };
+        // a0 b1 a2 b3 a4 | guard of neither | b5 | update of a | a6 b7 | the group's | b8
         let mut steps: Vec<Step<'_>> = (0..5)
             .map(|i| step(if i % 2 == 0 { A } else { B }, i))
             .collect();
-        steps.push(Step {
-            owner: Owner::Job(0, Some(Check::Holds("x"))),
-            key: ("SELECT 1".into(), Vec::new()),
-            values: Vec::new(),
-            rows: None,
-        });
+        steps.push(other(
+            Owner::Job(0, Some(Check::Holds("x"))),
+            "UPDATE ab SET x = 1 WHERE a_b = 2 RETURNING x",
+        ));
         steps.push(step(B, 5));
+        steps.push(other(Owner::Job(1, None), "UPDATE a SET x = 1"));
+        steps.push(step(A, 6));
+        steps.push(step(B, 7));
+        steps.push(other(Owner::Group, "SELECT 1"));
+        steps.push(step(B, 8));
         let merged = merge_inserts(steps);
         let shape: Vec<(String, Vec<i64>)> = merged
             .iter()
@@ -1283,10 +1328,16 @@ mod tests {
                 ),
                 (
                     "INSERT INTO b (x) SELECT * FROM unnest($1)".to_owned(),
-                    vec![1, 3]
+                    vec![1, 3, 5, 7]
                 ),
+                (
+                    "UPDATE ab SET x = 1 WHERE a_b = 2 RETURNING x".to_owned(),
+                    vec![]
+                ),
+                ("UPDATE a SET x = 1".to_owned(), vec![]),
+                (A.to_owned(), vec![6]),
                 ("SELECT 1".to_owned(), vec![]),
-                (B.to_owned(), vec![5]),
+                (B.to_owned(), vec![8]),
             ]
         );
     }

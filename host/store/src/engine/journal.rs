@@ -112,10 +112,10 @@ pub(crate) fn push_chunk(batch: &mut Batch, entries: &[JournalEntry]) {
     };
     let text = encode(entries);
     let first_seq = entries.iter().map(|e| e.seq).min().unwrap_or(first.seq);
+    // Every value a placeholder (`truncate_from` is left out, so NULL): PostgreSQL's group writer
+    // sends the chunks of a group's activations as one insert.
     batch
-        .statement(
-            "INSERT INTO journal_chunks (run_id, first_seq, truncate_from, entries) VALUES ($1, $2, NULL, $3)",
-        )
+        .statement("INSERT INTO journal_chunks (run_id, first_seq, entries) VALUES ($1, $2, $3)")
         .bind(first.run_id.clone())
         .bind(first_seq)
         .bind(text);
