@@ -871,7 +871,10 @@ fn merge_inserts(steps: Vec<Step<'_>>) -> Vec<Step<'_>> {
             slots.push(vec![step]);
             continue;
         };
-        if let Some((slot, _)) = open.iter().find(|(slot, _)| slots[*slot][0].key == step.key) {
+        if let Some((slot, _)) = open
+            .iter()
+            .find(|(slot, _)| slots[*slot][0].key == step.key)
+        {
             slots[*slot].push(step);
             continue;
         }
