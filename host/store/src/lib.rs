@@ -195,6 +195,10 @@ pub fn describe_metrics() {
         "One write transaction, from its first statement to its commit, by backend."
     );
     metrics::describe_counter!(
+        UNMERGED_RERUNS,
+        "PostgreSQL group commits run again with their inserts unmerged because a merged insert failed."
+    );
+    metrics::describe_counter!(
         "capstan_executions_started_total",
         "Executions created, by workflow."
     );
@@ -208,6 +212,8 @@ pub fn describe_metrics() {
 /// seconds).
 pub const COMMIT_BATCH_SIZE: &str = "capstan_store_commit_batch_size";
 const COMMIT_DURATION: &str = "capstan_store_commit_duration_seconds";
+/// PostgreSQL's group writer: groups run again unmerged (`pg_writer::merge_inserts`).
+const UNMERGED_RERUNS: &str = "capstan_store_unmerged_reruns_total";
 
 /// Records one committed transaction carrying `batches` callers' writes.
 pub(crate) fn observe_commit(backend: &'static str, batches: usize, started: std::time::Instant) {
@@ -1818,6 +1824,117 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(written, 1);
+    }
+
+    /// PostgreSQL's group writer sends the rows of a group's callers as one `unnest` insert per
+    /// table, past their updates of other tables: every value lands as bound (typed `NULL`s,
+    /// bytes, booleans, an `ON CONFLICT` clause), each table's rows in their order, without the
+    /// group running again unmerged. A duplicate row fails only its caller, through one rerun.
+    #[tokio::test]
+    async fn merged_inserts_land_every_value_and_pin_a_failure_on_its_caller() {
+        let (store, writer) = postgres_group_writer().await;
+        for ddl in [
+            "CREATE TABLE m_rows (id TEXT PRIMARY KEY, n BIGINT, note TEXT, body BYTEA, flag BOOLEAN)",
+            "CREATE TABLE m_keys (seq BIGSERIAL PRIMARY KEY, k TEXT NOT NULL UNIQUE)",
+            "CREATE TABLE m_other (id TEXT PRIMARY KEY, n BIGINT NOT NULL)",
+            "INSERT INTO m_other (id, n) VALUES ('o', 0)",
+        ] {
+            sqlx::query(ddl).execute(store.pool()).await.unwrap();
+        }
+        let job = |i: i64, id: &str| {
+            let mut sql = Sql::default();
+            sql.push_statement(
+                "INSERT INTO m_rows (id, n, note, body, flag) VALUES ($1, $2, $3, $4, $5)",
+            )
+            .bind(id.to_owned())
+            .bind(i)
+            .bind((i % 2 == 0).then(|| format!("note {i}")))
+            .bind(vec![i as u8, 0, 255])
+            .bind(i % 3 == 0);
+            sql.push_statement("UPDATE m_other SET n = n + $1 WHERE id = 'o'")
+                .bind(i);
+            sql.push_statement("INSERT INTO m_keys (k) VALUES ($1) ON CONFLICT (k) DO NOTHING")
+                .bind(format!("k{}", i % 3));
+            sql.into_statements()
+        };
+        // Queued before the writer task runs (one-thread runtime): one group.
+        let answers = futures_util::future::join_all((0..5).map(|i| {
+            writer.commit(
+                job(i, &format!("r{i}")),
+                Vec::new(),
+                None,
+                Default::default(),
+            )
+        }))
+        .await;
+        assert!(answers.iter().all(Result::is_ok), "{answers:?}");
+        assert_eq!(writer.unmerged_runs(), 0, "the merged inserts ran as sent");
+        let transactions: i64 = sqlx::query_scalar("SELECT COUNT(DISTINCT xmin::text) FROM m_rows")
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+        assert_eq!(transactions, 1, "one group");
+        type Row = (String, i64, Option<String>, Vec<u8>, bool);
+        let rows: Vec<Row> =
+            sqlx::query_as("SELECT id, n, note, body, flag FROM m_rows ORDER BY id")
+                .fetch_all(store.pool())
+                .await
+                .unwrap();
+        let expected: Vec<_> = (0..5i64)
+            .map(|i| {
+                (
+                    format!("r{i}"),
+                    i,
+                    (i % 2 == 0).then(|| format!("note {i}")),
+                    vec![i as u8, 0, 255],
+                    i % 3 == 0,
+                )
+            })
+            .collect();
+        assert_eq!(rows, expected);
+        let keys: Vec<String> = sqlx::query_scalar("SELECT k FROM m_keys ORDER BY seq")
+            .fetch_all(store.pool())
+            .await
+            .unwrap();
+        assert_eq!(
+            keys,
+            ["k0", "k1", "k2"],
+            "in the callers' order, duplicates skipped"
+        );
+        let total: i64 = sqlx::query_scalar("SELECT n FROM m_other WHERE id = 'o'")
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+        assert_eq!(total, 10);
+
+        // r1 exists: that caller's merged row fails the group, which runs again unmerged.
+        let answers = futures_util::future::join_all(
+            [(5, "r5"), (6, "r1"), (7, "r7")]
+                .map(|(i, id)| writer.commit(job(i, id), Vec::new(), None, Default::default())),
+        )
+        .await;
+        assert!(answers[0].is_ok() && answers[2].is_ok(), "{answers:?}");
+        assert!(
+            matches!(
+                answers[1],
+                Err(capstan_core::store::StoreError::Unavailable(_))
+            ),
+            "{answers:?}"
+        );
+        assert_eq!(writer.unmerged_runs(), 1);
+        let ids: Vec<String> = sqlx::query_scalar("SELECT id FROM m_rows ORDER BY id")
+            .fetch_all(store.pool())
+            .await
+            .unwrap();
+        assert_eq!(ids, ["r0", "r1", "r2", "r3", "r4", "r5", "r7"]);
+        let total: i64 = sqlx::query_scalar("SELECT n FROM m_other WHERE id = 'o'")
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+        assert_eq!(
+            total, 22,
+            "the failed caller's update rolled back with its row"
+        );
     }
 
     /// PostgreSQL's group writer sends a group while the one before it still runs, and the

@@ -104,6 +104,9 @@ pub(crate) struct PgGroupWriter {
     jobs: mpsc::Sender<Job>,
     /// Ends a wait for company of jobs in no hurry ([`PgGroupWriter::nudge`]).
     nudge: Arc<tokio::sync::Notify>,
+    /// Groups that ran again unmerged because a merged insert failed ([`merge_inserts`]).
+    #[cfg(test)]
+    unmerged: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl PgGroupWriter {
@@ -117,6 +120,7 @@ impl PgGroupWriter {
     ) -> Self {
         let (jobs, queue) = mpsc::channel(QUEUE);
         let nudge = Arc::new(tokio::sync::Notify::new());
+        let unmerged = Arc::default();
         let writer = Writer {
             target,
             node_id,
@@ -127,9 +131,21 @@ impl PgGroupWriter {
             out: BytesMut::new(),
             tip: Arc::default(),
             groups: 0,
+            unmerged: Arc::clone(&unmerged),
         };
         tokio::spawn(writer.run(queue));
-        Self { jobs, nudge }
+        Self {
+            jobs,
+            nudge,
+            #[cfg(test)]
+            unmerged,
+        }
+    }
+
+    /// How many groups ran again unmerged because a merged insert failed.
+    #[cfg(test)]
+    pub(crate) fn unmerged_runs(&self) -> u64 {
+        self.unmerged.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Commits the jobs in no hurry waiting for company now (a caller settles writes behind
@@ -315,6 +331,8 @@ struct Writer {
     tip: Arc<String>,
     /// Chain values given so far.
     groups: u64,
+    /// See [`PgGroupWriter`].
+    unmerged: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// Groups sent and not yet answered, at most. While the server runs one, the next is already
@@ -537,7 +555,10 @@ impl Writer {
                 // Nothing of it was sent: again without the job, or unmerged.
                 Err((at, e)) => match owners[at] {
                     Owner::Job(i, _) => self.fail_job(&mut group, i, unavailable(&e)),
-                    Owner::Merged => group.merge = false,
+                    Owner::Merged => {
+                        tracing::debug!(error = %e, "a merged insert could not be encoded; the group runs again unmerged");
+                        self.unmerge(&mut group);
+                    }
                     // Nothing of it was sent: the connection stays as it is.
                     Owner::Group | Owner::Chain => {
                         self.fail_jobs(&mut group, &waiting, &unavailable(&e));
@@ -602,6 +623,15 @@ impl Writer {
         }
     }
 
+    /// The group runs again with each statement as its callers wrote it, which names the caller
+    /// whose row failed a merged insert.
+    fn unmerge(&mut self, group: &mut Group) {
+        self.unmerged
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        metrics::counter!(crate::UNMERGED_RERUNS).increment(1);
+        group.merge = false;
+    }
+
     /// Takes in how a run of a group went; its group, the jobs that ran answered unless they
     /// are to run again. `first`: nothing was out ahead of it.
     fn apply(&mut self, flight: Flight, outcome: Result<Outcome, WireError>, first: bool) -> Group {
@@ -629,7 +659,10 @@ impl Writer {
                 let refused = matches!(e, WireError::Db { .. } | WireError::Encode(_));
                 match at.map(|i| owners[i]) {
                     Some(Owner::Job(i, check)) if refused => Failed::Job(i, job_error(&e, check)),
-                    Some(Owner::Merged) if refused => Failed::Merged,
+                    Some(Owner::Merged) if refused => {
+                        tracing::debug!(error = %e, "a merged insert failed; the group runs again unmerged");
+                        Failed::Merged
+                    }
                     Some(Owner::Chain) if refused => Failed::Chain,
                     _ => Failed::Group(unavailable(&e)),
                 }
@@ -639,7 +672,7 @@ impl Writer {
         self.tip = after;
         match failed {
             // The group runs again, unmerged.
-            Failed::Merged => group.merge = false,
+            Failed::Merged => self.unmerge(&mut group),
             // The group runs again without this job.
             Failed::Job(i, e) => self.fail_job(&mut group, i, e),
             // The group before it did not commit; it runs again.
