@@ -833,7 +833,14 @@ fn single_row_insert(text: &str) -> Option<(&str, usize, &str)> {
     let open = values + "VALUES ".len();
     let close = open + text[open..].find(')')?;
     let tail = &text[close + 1..];
-    if tail.contains('$') || tail.contains("RETURNING") {
+    // A tail that reads another table (a subquery in `DO UPDATE`) would read it at the first
+    // row's place once merged: such inserts go as they are.
+    if tail.contains('$')
+        || tail.contains("RETURNING")
+        || tail
+            .split(|c: char| !c.is_ascii_alphabetic())
+            .any(|word| word.eq_ignore_ascii_case("select"))
+    {
         return None;
     }
     let mut n = 0;
@@ -872,17 +879,22 @@ fn array_of(member: &Type) -> Option<Type> {
 /// (`unnest` yields the rows in array order). One text per table then serves any number of
 /// rows, so a table's rows are one statement and one prepared plan of a fixed size.
 ///
-/// Rows move only past statements they commute with. A later row joins the rows before it
-/// unless a statement between them names its table (a word of its text: an update, a guard
-/// that reads it, another text inserting into it), or is the group's own (the chain, the outbox
-/// lock, the notification), after which nothing joins what came before. Nothing the writer
-/// runs reaches a table without naming it: the schema has no triggers, and the one function,
-/// `capstan_guard`, reads no table. So the activations of a group, each a fence, its stages,
-/// receipts and journal chunk, then its updates of `executions` and `runs`, send one
-/// statement per table for all of their rows. A foreign key whose referenced row would now
-/// come later fails its statement. Any failure of a merged statement (that, a duplicate key,
-/// an upsert meeting its own row twice) makes the group run again unmerged, which names the
-/// caller whose row failed.
+/// Rows move only past statements they commute with. A later row joins the rows before it unless a
+/// statement between them names its table (a word of its text: an update, a guard that reads it,
+/// another text inserting into it), or is the group's own (the chain, the outbox lock, the
+/// notification), after which nothing joins what came before. Nothing the writer runs reaches a
+/// table without naming it: the schema has no triggers of its own, the one function,
+/// `capstan_guard`, reads no table, and an insert whose conflict clause reads one is not merged. A
+/// statement that guards a table without reading it (an advisory lock taken before writing) must
+/// name it, or rows would move ahead of it; the simulated DNS takes its record sets' locks inside
+/// the statement that writes them. Foreign keys are PostgreSQL's own triggers and read the parent
+/// table unnamed: a child row moved ahead of its parent fails the merged insert (and the group runs
+/// again unmerged); a parent row moving ahead of a child written before it cannot change an
+/// outcome, as only the parent's own caller knows a parent not yet committed, and it writes the
+/// parent first. So the activations of a group, each a fence, its stages, receipts and journal
+/// chunk, then its updates of `executions` and `runs`, send one statement per table for all of
+/// their rows. Any failure of a merged statement (that, a duplicate key, an upsert meeting its own
+/// row twice) makes the group run again unmerged, which names the caller whose row failed.
 fn merge_inserts(steps: Vec<Step<'_>>) -> Vec<Step<'_>> {
     // Each slot a statement or the rows of one text and types; `open`: the slots later rows
     // may still join, with their table.
@@ -912,7 +924,8 @@ fn merge_inserts(steps: Vec<Step<'_>>) -> Vec<Step<'_>> {
             continue;
         }
         // Another text or types inserting into the table: its rows keep their place after it.
-        let table = table.to_owned();
+        // (Compared as PostgreSQL folds unquoted identifiers.)
+        let table = table.to_ascii_lowercase();
         open.retain(|(_, open_table)| *open_table != table);
         open.push((slots.len(), table));
         slots.push(vec![step]);
@@ -1241,6 +1254,7 @@ mod tests {
             "INSERT INTO t (a, b) VALUES ($1, $2) RETURNING a",
             "INSERT INTO t (a, b) VALUES ($2, $1)",
             "INSERT INTO t (a, b) VALUES ($1, now())",
+            "INSERT INTO t (a, b) VALUES ($1, $2) ON CONFLICT (a) DO UPDATE SET b = (SELECT max(b) FROM u)",
             "UPDATE t SET a = $1",
         ] {
             assert_eq!(single_row_insert(not), None, "{not}");
