@@ -91,7 +91,8 @@ impl SimulatedCloud {
                     return Err(no_zone(zone_id));
                 };
                 let changes = parse_changes(request)?;
-                if tx.backend() == capstan_store::Backend::Postgres {
+                let postgres = tx.backend() == capstan_store::Backend::Postgres;
+                if postgres {
                     // READ COMMITTED would let two changes of one record set both read it
                     // before either wrote it: one change of a record set at a time (SQLite's
                     // single writer already is). A change is decided from its own record sets
@@ -108,26 +109,66 @@ impl SimulatedCloud {
                             .bind(set);
                         tx.fetch().await.map_err(unavailable)?;
                     }
-                }
-                let mut olds = Vec::new();
-                for c in &changes {
-                    tx.statement(
-                        "SELECT body FROM sim_records WHERE zone_id = $1 AND name = $2 AND type = $3",
-                    )
-                    .bind(zone_id.to_owned())
-                    .bind(c.name.clone())
-                    .bind(c.ty.clone());
-                    olds.push(match tx.fetch().await.map_err(unavailable)?.first() {
-                        Some(row) => Some(row.try_get::<String, _>(0).map_err(unavailable)?),
-                        None => None,
-                    });
-                }
-                let plan =
-                    ChangePlan::new(zone_id, &zone_name, changes, &olds, self.new_change_id())?;
-                for statement in plan.writes(now, self.settings.dns_propagation_ms) {
-                    tx.append(&statement);
+                    // A record set another node creates without the lock (a claim, see
+                    // `Write::Claim`) may appear after the read: the writes then go back to
+                    // here and the batch is decided again from what is read.
+                    tx.statement("SAVEPOINT decide");
                     tx.done().await.map_err(unavailable)?;
                 }
+                let mut tries = 0;
+                let plan = loop {
+                    let mut olds = Vec::new();
+                    for c in &changes {
+                        tx.statement(
+                            "SELECT body FROM sim_records WHERE zone_id = $1 AND name = $2 AND type = $3",
+                        )
+                        .bind(zone_id.to_owned())
+                        .bind(c.name.clone())
+                        .bind(c.ty.clone());
+                        olds.push(match tx.fetch().await.map_err(unavailable)?.first() {
+                            Some(row) => Some(row.try_get::<String, _>(0).map_err(unavailable)?),
+                            None => None,
+                        });
+                    }
+                    let plan = ChangePlan::new(
+                        zone_id,
+                        &zone_name,
+                        changes.clone(),
+                        &olds,
+                        self.new_change_id(),
+                    )?;
+                    let mut claimed = true;
+                    for write in plan.writes(now, self.settings.dns_propagation_ms) {
+                        match write {
+                            Write::Claim(mut sql) if postgres => {
+                                sql.push(" RETURNING 1");
+                                tx.append(&sql);
+                                if tx.fetch().await.map_err(unavailable)?.is_empty() {
+                                    claimed = false;
+                                    break;
+                                }
+                            }
+                            Write::Claim(sql) | Write::Plain(sql) => {
+                                tx.append(&sql);
+                                tx.done().await.map_err(unavailable)?;
+                            }
+                        }
+                    }
+                    if claimed {
+                        break plan;
+                    }
+                    tries += 1;
+                    if tries == DECIDE_TRIES {
+                        return Err(CapabilityError::transient(
+                            "unavailable",
+                            format!(
+                                "the record sets of zone {zone_id} kept being created while this change was decided"
+                            ),
+                        ));
+                    }
+                    tx.statement("ROLLBACK TO SAVEPOINT decide");
+                    tx.done().await.map_err(unavailable)?;
+                };
                 Ok(plan.answer(self.settings.dns_propagation_ms))
             }
             "dns.get-change" => {
@@ -174,6 +215,10 @@ pub(super) struct Change {
     pub upsert: Option<Value>,
 }
 
+/// Times the ordinary path decides a batch again because a record set it read as absent was
+/// created meanwhile ([`Write::Claim`]).
+const DECIDE_TRIES: usize = 4;
+
 /// The changes of a request, each naming a record set; several changes of one record set in
 /// one batch are refused, as Route 53 does.
 pub(super) fn parse_changes(request: &Value) -> Result<Vec<Change>, CapabilityError> {
@@ -212,6 +257,23 @@ pub(super) fn parse_changes(request: &Value) -> Result<Vec<Change>, CapabilityEr
     Ok(changes)
 }
 
+/// One statement of [`ChangePlan::writes`].
+pub(super) enum Write {
+    /// Creates a record set the batch found absent, and changes nothing if one exists by then.
+    /// On PostgreSQL a change decided in memory creates its record sets without their locks
+    /// (`write_behind.rs`: a new record set is claimed by its primary key, which lets those
+    /// writes merge with the group's), so one may appear after the ordinary path read it as
+    /// absent, and the ordinary path checks that each claim created its row.
+    Claim(capstan_store::Sql),
+    Plain(capstan_store::Sql),
+}
+
+/// A record set's insert where the batch found none ([`Write::Claim`]).
+const CLAIM: &str = "INSERT INTO sim_records (zone_id, name, type, body) VALUES ($1, $2, $3, $4) ON CONFLICT (zone_id, name, type) DO NOTHING";
+const UPSERT: &str = "INSERT INTO sim_records (zone_id, name, type, body) VALUES ($1, $2, $3, $4) ON CONFLICT (zone_id, name, type) DO UPDATE SET body = excluded.body";
+pub(super) const CHANGE_INSERT: &str =
+    "INSERT INTO sim_changes (id, zone_id, submitted_ms, insync_ms) VALUES ($1, $2, $3, $4)";
+
 /// What a change batch does, decided from the zone and the record sets as they are (`olds`,
 /// one per change): the same decision whether it runs inside a transaction or in memory
 /// (`write_behind.rs`).
@@ -219,6 +281,8 @@ pub(super) struct ChangePlan {
     zone_id: String,
     changes: Vec<Change>,
     prior: Vec<Value>,
+    /// Per change: it creates its record set (there was none).
+    claims: Vec<bool>,
     change_id: String,
 }
 
@@ -250,22 +314,29 @@ impl ChangePlan {
                 None => {}
             }
         }
+        let claims = changes
+            .iter()
+            .zip(olds)
+            .map(|(c, old)| old.is_none() && c.upsert.is_some())
+            .collect();
         Ok(Self {
             zone_id: zone_id.to_owned(),
             changes,
             prior,
+            claims,
             change_id,
         })
     }
 
     /// The statements that apply the batch and record the change, one `Sql` each.
-    pub(super) fn writes(&self, now: i64, propagation_ms: i64) -> Vec<capstan_store::Sql> {
+    pub(super) fn writes(&self, now: i64, propagation_ms: i64) -> Vec<Write> {
         let mut out = Vec::new();
-        for c in &self.changes {
+        for (c, claim) in self.changes.iter().zip(&self.claims) {
             let mut sql = capstan_store::Sql::default();
             match &c.upsert {
                 Some(body) => {
-                    sql.push_statement("INSERT INTO sim_records (zone_id, name, type, body) VALUES ($1, $2, $3, $4) ON CONFLICT (zone_id, name, type) DO UPDATE SET body = excluded.body")
+                    let text = if *claim { CLAIM } else { UPSERT };
+                    sql.push_statement(text)
                         .bind(self.zone_id.clone())
                         .bind(c.name.clone())
                         .bind(c.ty.clone())
@@ -280,16 +351,25 @@ impl ChangePlan {
                     .bind(c.ty.clone());
                 }
             }
-            out.push(sql);
+            out.push(if *claim {
+                Write::Claim(sql)
+            } else {
+                Write::Plain(sql)
+            });
         }
         let mut sql = capstan_store::Sql::default();
-        sql.push_statement("INSERT INTO sim_changes (id, zone_id, submitted_ms, insync_ms) VALUES ($1, $2, $3, $4)")
+        sql.push_statement(CHANGE_INSERT)
             .bind(self.change_id.clone())
             .bind(self.zone_id.clone())
             .bind(now)
             .bind(now + propagation_ms);
-        out.push(sql);
+        out.push(Write::Plain(sql));
         out
+    }
+
+    /// Whether the batch only creates record sets (none of its record sets existed).
+    pub(super) fn only_creates(&self) -> bool {
+        self.claims.iter().all(|claim| *claim)
     }
 
     pub(super) fn zone_id(&self) -> &str {

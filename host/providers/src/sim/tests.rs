@@ -466,6 +466,96 @@ async fn a_zone_read_whole_knows_every_name_and_one_added_by_another_node_is_cau
     );
 }
 
+/// A change decided in memory creates a record set without its lock (its primary key claims it),
+/// so one may be in flight on another node while the ordinary path, under the lock, reads it as
+/// absent. The ordinary path's own creation then waits for it, finds it, and the batch is
+/// decided again from it: its prior is the other node's record set, and its value replaces it.
+/// Always on PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ordinary_change_meeting_a_record_set_created_meanwhile_is_decided_again() {
+    use sqlx::{Connection as _, Executor as _};
+    let url = capstan_testdb::fresh_postgres_url().await;
+    let store = capstan_store::Store::open(&url).await.unwrap();
+    let settings = SimulationSettings {
+        // Every change takes the ordinary path.
+        faults: vec![FaultRule {
+            op: "dns.change-records".to_owned(),
+            pattern: None,
+            error: None,
+            code: "unused".to_owned(),
+            times: None,
+            latency_ms: 0,
+        }],
+        ..SimulationSettings::default()
+    };
+    let cloud = SimulatedCloud::new(&store, Arc::new(ManualClock::new(1_000_000)), settings)
+        .await
+        .unwrap();
+    let zone = ok(
+        &cloud,
+        "dns.find-zone",
+        json!({"domain": "example.com"}),
+        "",
+    )
+    .await;
+
+    // Another node's creation, in flight.
+    let mut other = sqlx::PgConnection::connect(&url).await.unwrap();
+    other.execute("BEGIN").await.unwrap();
+    let theirs = json!({"name": "race.example.com", "type_": "Txt", "ttl": 60, "values": ["theirs"], "alias_target": null});
+    sqlx::query("INSERT INTO sim_records (zone_id, name, type, body) VALUES ($1, $2, $3, $4)")
+        .bind(zone["id"].as_str().unwrap())
+        .bind("race.example.com")
+        .bind("Txt")
+        .bind(theirs.to_string())
+        .execute(&mut other)
+        .await
+        .unwrap();
+    let other_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut other)
+        .await
+        .unwrap();
+
+    let mine = json!({"zone_id": zone["id"], "changes": [{"Upsert": {"name": "race.example.com", "type_": "Txt", "ttl": 60, "values": ["mine"], "alias_target": null}}]});
+    let change = tokio::spawn({
+        let cloud = cloud.clone();
+        async move { cloud.call("dns.change-records", &mine, "mine-1").await }
+    });
+    // The ordinary path has read the record set as absent and waits on the other's row.
+    let mut watcher = sqlx::PgConnection::connect(&url).await.unwrap();
+    loop {
+        let blocked: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))",
+        )
+        .bind(other_pid)
+        .fetch_one(&mut watcher)
+        .await
+        .unwrap();
+        if blocked > 0 {
+            break;
+        }
+        assert!(
+            !change.is_finished(),
+            "the change did not wait for the other's row"
+        );
+        tokio::task::yield_now().await;
+    }
+    other.execute("COMMIT").await.unwrap();
+
+    let answer = change.await.unwrap().expect("the change succeeds");
+    assert_eq!(
+        answer["prior"],
+        json!([theirs]),
+        "decided again from the record set created meanwhile"
+    );
+    let records = json!({"zone_id": zone["id"], "name": "race.example.com"});
+    assert_eq!(
+        ok(&cloud, "dns.list-records", records, "").await[0]["values"],
+        json!(["mine"])
+    );
+    assert_eq!(cloud.snapshot().await.unwrap()["effects"], 1);
+}
+
 /// Two simulated clouds, as two nodes have, on one fresh PostgreSQL schema.
 async fn two_nodes_on_one_postgres() -> Vec<SimulatedCloud> {
     let url = capstan_testdb::fresh_postgres_url().await;

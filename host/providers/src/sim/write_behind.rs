@@ -22,18 +22,19 @@
 //! ([`Memory::exclusive`]).
 //!
 //! On PostgreSQL other nodes change the same tables, so memory may be out of date. The writes
-//! therefore carry what they were decided from: under the record sets' locks (the ones the
-//! ordinary path takes, in the same order), each record set must still hold what memory said,
-//! and the zone must still exist. If another node changed one meanwhile, the write fails like
-//! any other: the epoch moves, memory is emptied, and the runs that may have recorded the
-//! answer replay the call, which then reads the record set as it is.
+//! therefore carry what they were decided from: a record set memory found absent is created by
+//! a plain insert, which fails if one exists ([`claims`]); one memory found is changed under its
+//! lock (the one the ordinary path takes, in the same order) only if it still holds what memory
+//! said ([`checked_write`]); and the zone must still exist. If another node changed one
+//! meanwhile, the write fails like any other: the epoch moves, memory is emptied, and the runs
+//! that may have recorded the answer replay the call, which then reads the record set as it is.
 //!
 //! If a write behind an answer fails, the store's epoch moves
 //! ([`capstan_store::Store::write_behind`]): the commits of activations begun under the old epoch
 //! are refused (their runs replay their calls), and memory, which decided on what the failed
 //! write said, is emptied before the next decision.
 
-use super::dns::{ChangePlan, parse_changes, record_set_lock};
+use super::dns::{CHANGE_INSERT, ChangePlan, Write, parse_changes, record_set_lock};
 use super::{SimulatedCloud, s};
 use capstan_core::CapabilityError;
 use capstan_store::{Backend, Sql};
@@ -436,7 +437,9 @@ impl SimulatedCloud {
             let plan =
                 ChangePlan::new(&zone_id, &zone_name, changes, &olds, change_id.clone()).ok()?;
             let answer = plan.answer(propagation_ms);
-            let sql = if self.store.backend() == Backend::Postgres {
+            let sql = if self.store.backend() == Backend::Postgres && plan.only_creates() {
+                claims(&plan, &keys, token, request, &answer, now, propagation_ms)
+            } else if self.store.backend() == Backend::Postgres {
                 checked_write(
                     &plan,
                     &keys,
@@ -449,7 +452,8 @@ impl SimulatedCloud {
                 )
             } else {
                 let mut sql = Sql::default();
-                for statement in plan.writes(now, propagation_ms) {
+                for write in plan.writes(now, propagation_ms) {
+                    let (Write::Claim(statement) | Write::Plain(statement)) = write;
                     sql.extend(statement);
                 }
                 sql.push_statement(EFFECT_INSERT)
@@ -483,8 +487,57 @@ impl SimulatedCloud {
 const EFFECT_INSERT: &str =
     "INSERT INTO sim_effects (token, op, request, response, at_ms) VALUES ($1, $2, $3, $4, $5)";
 
-/// On PostgreSQL, where other nodes change the same tables, a change decided in memory is
-/// written as one statement that fails unless every record set still holds what memory decided
+/// On PostgreSQL, a change decided in memory that only creates record sets (the common case: a
+/// workflow adds the records of its own domain) is written as plain single-row inserts, which the
+/// group writer merges with the same inserts of the group's other changes (one statement per
+/// table for all of them): the zone's `FOR SHARE` guard (once per group), then each record set's
+/// row, the change's and the effect's. A record set is claimed by its primary key rather than
+/// under its lock: one that another node created meanwhile fails the insert, and so the write,
+/// as [`checked_write`]'s guard would; the ordinary path, which reads under the lock and may read
+/// a record set as absent while such an insert is in flight, checks that its own creation
+/// created its row and decides again if not ([`Write::Claim`]).
+fn claims(
+    plan: &ChangePlan,
+    keys: &[(String, String, String)],
+    token: &str,
+    request: &Value,
+    answer: &Value,
+    now: i64,
+    propagation_ms: i64,
+) -> Sql {
+    let zone_id = plan.zone_id().to_owned();
+    let mut sql = Sql::default();
+    sql.push_statement(ZONE_GUARD)
+        .bind(zone_id.clone())
+        .guard()
+        .once();
+    for ((zone, name, ty), body) in keys.iter().zip(plan.bodies()) {
+        sql.push_statement(
+            "INSERT INTO sim_records (zone_id, name, type, body) VALUES ($1, $2, $3, $4)",
+        )
+        .bind(zone.clone())
+        .bind(name.clone())
+        .bind(ty.clone())
+        .bind(body);
+    }
+    sql.push_statement(CHANGE_INSERT)
+        .bind(plan.change_id().to_owned())
+        .bind(zone_id)
+        .bind(now)
+        .bind(now + propagation_ms);
+    sql.push_statement(EFFECT_INSERT)
+        .bind(token.to_owned())
+        .bind("dns.change-records".to_owned())
+        .bind(request.to_string())
+        .bind(answer.to_string())
+        .bind(now);
+    sql
+}
+
+const ZONE_GUARD: &str = "SELECT 1 FROM sim_zones WHERE id = $1 FOR SHARE";
+
+/// On PostgreSQL, where other nodes change the same tables, a change decided in memory that
+/// replaces or deletes a record set is written as one statement that fails unless every record set still holds what memory decided
 /// from (`olds`) and the zone still exists: the zone's `FOR SHARE` guard (once per group), then
 /// one data-modifying statement whose parts are each record set's write, made conditional on
 /// its old body (an insert that meets a row, an update or a delete that finds another body,
@@ -513,7 +566,7 @@ fn checked_write(
 ) -> Sql {
     let zone_id = plan.zone_id();
     let mut sql = Sql::default();
-    sql.push_statement("SELECT 1 FROM sim_zones WHERE id = $1 FOR SHARE")
+    sql.push_statement(ZONE_GUARD)
         .bind(zone_id.to_string())
         .guard()
         .once();
