@@ -283,6 +283,8 @@ pub(super) struct ChangePlan {
     prior: Vec<Value>,
     /// Per change: it creates its record set (there was none).
     claims: Vec<bool>,
+    /// Per change: its record set's stored body afterwards, `None` where it is deleted.
+    bodies: Vec<Option<String>>,
     change_id: String,
 }
 
@@ -319,11 +321,16 @@ impl ChangePlan {
             .zip(olds)
             .map(|(c, old)| old.is_none() && c.upsert.is_some())
             .collect();
+        let bodies = changes
+            .iter()
+            .map(|c| c.upsert.as_ref().map(Value::to_string))
+            .collect();
         Ok(Self {
             zone_id: zone_id.to_owned(),
             changes,
             prior,
             claims,
+            bodies,
             change_id,
         })
     }
@@ -331,16 +338,16 @@ impl ChangePlan {
     /// The statements that apply the batch and record the change, one `Sql` each.
     pub(super) fn writes(&self, now: i64, propagation_ms: i64) -> Vec<Write> {
         let mut out = Vec::new();
-        for (c, claim) in self.changes.iter().zip(&self.claims) {
+        for ((c, claim), body) in self.changes.iter().zip(&self.claims).zip(&self.bodies) {
             let mut sql = capstan_store::Sql::default();
-            match &c.upsert {
+            match body {
                 Some(body) => {
                     let text = if *claim { CLAIM } else { UPSERT };
                     sql.push_statement(text)
                         .bind(self.zone_id.clone())
                         .bind(c.name.clone())
                         .bind(c.ty.clone())
-                        .bind(body.to_string());
+                        .bind(body.clone());
                 }
                 None => {
                     sql.push_statement(
@@ -382,11 +389,8 @@ impl ChangePlan {
 
     /// Each change's record set as [`ChangePlan::writes`] leaves it (its stored body), `None`
     /// where it is deleted.
-    pub(super) fn bodies(&self) -> Vec<Option<String>> {
-        self.changes
-            .iter()
-            .map(|c| c.upsert.as_ref().map(Value::to_string))
-            .collect()
+    pub(super) fn bodies(&self) -> &[Option<String>] {
+        &self.bodies
     }
 
     pub(super) fn answer(&self, propagation_ms: i64) -> Value {

@@ -467,7 +467,7 @@ impl SimulatedCloud {
             // Queued under the lock, so the writes reach the writer in the order decided.
             let number = self.store.write_behind(sql, epoch).ok()?;
             for (key, body) in keys.into_iter().zip(plan.bodies()) {
-                state.records.insert(key, (body, number));
+                state.records.insert(key, (body.clone(), number));
             }
             state
                 .tokens
@@ -518,7 +518,7 @@ fn claims(
         .bind(zone.clone())
         .bind(name.clone())
         .bind(ty.clone())
-        .bind(body);
+        .bind(body.clone());
     }
     sql.push_statement(CHANGE_INSERT)
         .bind(plan.change_id().to_owned())
@@ -590,7 +590,7 @@ fn checked_write(
                     .push(", ")
                     .push_bind(ty)
                     .push(", ")
-                    .push_bind(new)
+                    .push_bind(new.clone())
                     .push(" WHERE pg_advisory_xact_lock(hashtext(")
                     .push_bind(lock)
                     .push(")) IS NOT NULL ON CONFLICT (zone_id, name, type) DO NOTHING");
@@ -599,7 +599,9 @@ fn checked_write(
                 // `ChangePlan::new` refuses to delete a record set there is none of.
                 let old = old.clone().unwrap_or_default();
                 match new {
-                    Some(new) => sql.push("UPDATE sim_records SET body = ").push_bind(new),
+                    Some(new) => sql
+                        .push("UPDATE sim_records SET body = ")
+                        .push_bind(new.clone()),
                     None => sql.push("DELETE FROM sim_records"),
                 };
                 sql.push(" WHERE zone_id = ")
