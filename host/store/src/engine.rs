@@ -194,15 +194,32 @@ impl Batch {
     }
 
     /// Renews the run's lease, or fails the batch with `LeaseLost` (another owner) or
-    /// `Canceled` (an immediate cancel was requested).
-    fn fence(&mut self, fence: &Fence) {
-        self.guard(
-            "UPDATE runs SET lease_expires_ms = $1 WHERE id = $2 AND lease_owner = $3 RETURNING cancel_requested",
-            Check::Fence,
-        )
-        .bind(fence.lease_until_ms)
-        .bind(fence.run_id.clone())
-        .bind(fence.owner.clone());
+    /// `Canceled` (an immediate cancel was requested). When the batch gives the lease up
+    /// ([`Fenced::release`]), the same statement does that instead of renewing it.
+    fn fence(&mut self, fenced: &Fenced<'_>) {
+        let fence = fenced.fence;
+        let Some(release) = &fenced.release else {
+            self.guard(
+                "UPDATE runs SET lease_expires_ms = $1 WHERE id = $2 AND lease_owner = $3 RETURNING cancel_requested",
+                Check::Fence,
+            )
+            .bind(fence.lease_until_ms)
+            .bind(fence.run_id.clone())
+            .bind(fence.owner.clone());
+            return;
+        };
+        let sql = self.guard("UPDATE runs SET ", Check::Fence);
+        if let Some(state) = release.state {
+            sql.push("state = ").push_bind(enum_text(&state)).push(", ");
+        }
+        if let Some(wake) = release.wake_ms {
+            sql.push("wake_ms = ").push_bind(wake).push(", ");
+        }
+        sql.push("lease_owner = NULL, lease_expires_ms = NULL WHERE id = ")
+            .push_bind(fence.run_id.clone())
+            .push(" AND lease_owner = ")
+            .push_bind(fence.owner.clone())
+            .push(" RETURNING cancel_requested");
     }
 
     /// The segment the next ordinary statement joins (SQLite: the last one unless it ends in a
@@ -648,6 +665,46 @@ fn groupable(writes: &[Write]) -> bool {
     writes.len() <= 4096
 }
 
+/// A batch's fence, and the patch of the fenced run that gives its lease up, when the batch has
+/// one: the fence then writes it ([`Batch::fence`]), one statement and one row version instead
+/// of a renewal of the lease followed by its release (an activation's last commit).
+pub(crate) struct Fenced<'a> {
+    fence: &'a Fence,
+    release: Option<RunPatch>,
+}
+
+impl<'a> Fenced<'a> {
+    /// Takes the release out of `writes` when it is the batch's only write of the fenced run
+    /// and leaves `cancel_requested` alone (the fence returns that column, and the verdict must
+    /// read it as the batch found it). Nothing else a batch writes reads the run's row, so the
+    /// patch written at the fence's place, first, leaves the batch's outcome as it was.
+    fn take(fence: &'a Fence, writes: &mut Vec<Write>) -> Self {
+        let mut at = None;
+        let mut others = false;
+        for (i, write) in writes.iter().enumerate() {
+            match write {
+                Write::UpdateRun(p) if p.id == fence.run_id => {
+                    if at.is_some() {
+                        others = true;
+                    }
+                    at = Some(i);
+                }
+                Write::TruncateJournal { run_id, .. } if *run_id == fence.run_id => others = true,
+                _ => {}
+            }
+        }
+        let releases = |i: &usize| matches!(&writes[*i], Write::UpdateRun(p) if p.release_lease && p.cancel_requested.is_none());
+        let release = match at.filter(|i| !others && releases(i)) {
+            Some(i) => match writes.remove(i) {
+                Write::UpdateRun(p) => Some(p),
+                _ => unreachable!("the write at `i` is the run's patch"),
+            },
+            None => None,
+        };
+        Self { fence, release }
+    }
+}
+
 /// Drops the writes of a batch that a later write of the same batch overwrites: a stage put
 /// twice (an activation's last commit carries each stage's start and its end) keeps its last
 /// record, and unconditional patches of one execution (the current stage, stage after stage)
@@ -729,7 +786,7 @@ impl Store {
     /// One batch in one transaction of its own.
     async fn apply_alone(
         &self,
-        fence: Option<&Fence>,
+        fence: Option<&Fenced<'_>>,
         writes: Vec<Write>,
         touched: &Touched,
     ) -> Result<(), StoreError> {
@@ -1040,11 +1097,11 @@ impl Store {
     /// transaction alone.
     async fn apply_coalesced(
         &self,
-        fence: Option<&Fence>,
+        fence: Option<&Fenced<'_>>,
         writes: Vec<Write>,
         touched: &Touched,
     ) -> Result<(), StoreError> {
-        let requires = fence.and_then(|f| self.inner.behind.required_by(&f.run_id));
+        let requires = fence.and_then(|f| self.inner.behind.required_by(&f.fence.run_id));
         if groupable(&writes)
             && let Some(group) = self.pg_writer()
         {
@@ -1153,7 +1210,8 @@ pub(crate) fn interrupted() -> StoreError {
 #[async_trait]
 impl RunStore for Store {
     async fn apply(&self, fence: Option<&Fence>, writes: Vec<Write>) -> Result<(), StoreError> {
-        let writes = coalesce(writes);
+        let mut writes = coalesce(writes);
+        let fenced = fence.map(|fence| Fenced::take(fence, &mut writes));
         let counted = ExecutionCounts::of(&writes);
         // The executions whose waiters this commit wakes. Taken whether or not anyone waits
         // now: a waiter may come while the commit is under way (read the execution before it
@@ -1179,7 +1237,9 @@ impl RunStore for Store {
             })
             .collect();
         let touched = Touched { moved, stopped };
-        let applied = self.apply_coalesced(fence, writes, &touched).await;
+        let applied = self
+            .apply_coalesced(fenced.as_ref(), writes, &touched)
+            .await;
         if applied.is_ok() {
             counted.record();
             self.wakes.wake(
@@ -1499,6 +1559,82 @@ mod tests {
             ..RunPatch::default()
         }));
         assert!(nothing.is_empty(), "{nothing:?}");
+    }
+
+    /// A batch that gives up the fenced run's lease writes that in the fence itself, unless
+    /// the batch writes the run otherwise too, or records a cancel request the fence would read.
+    #[test]
+    fn the_fence_gives_the_lease_up_when_its_batch_does() {
+        let fence = Fence {
+            run_id: "r1".into(),
+            owner: "node-a".into(),
+            lease_until_ms: 5,
+        };
+        let release = |id: &str| {
+            Write::UpdateRun(RunPatch {
+                id: id.into(),
+                state: Some(RunState::Done),
+                release_lease: true,
+                ..RunPatch::default()
+            })
+        };
+        let fenced_texts = |mut writes: Vec<Write>| {
+            let fenced = Fenced::take(&fence, &mut writes);
+            let mut batch = Batch::new(Backend::Sqlite);
+            batch.fence(&fenced);
+            for write in writes {
+                push_write(&mut batch, write);
+            }
+            let statements = batch.into_sql().into_statements();
+            assert_eq!(statements[0].check, Some(Check::Fence));
+            statements.into_iter().map(|s| s.text).collect::<Vec<_>>()
+        };
+        let renew = "UPDATE runs SET lease_expires_ms = $1 WHERE id = $2 AND lease_owner = $3 RETURNING cancel_requested";
+
+        let texts = fenced_texts(vec![stage("s1", StageStatus::Succeeded), release("r1")]);
+        assert_eq!(
+            texts[0],
+            "UPDATE runs SET state = $1, lease_owner = NULL, lease_expires_ms = NULL WHERE id = $2 AND lease_owner = $3 RETURNING cancel_requested"
+        );
+        assert_eq!(texts.len(), 2, "the run's own update is gone: {texts:?}");
+        assert!(texts[1].starts_with("INSERT INTO stages"), "{texts:?}");
+        // Another run's release, a patch that keeps the lease: the fence renews it.
+        for writes in [
+            vec![release("r2")],
+            vec![Write::UpdateRun(RunPatch {
+                id: "r1".into(),
+                wake_ms: Some(9),
+                ..RunPatch::default()
+            })],
+        ] {
+            assert_eq!(fenced_texts(writes)[0], renew);
+        }
+        // The run written twice, its journal truncated, a cancel request recorded: apart.
+        for writes in [
+            vec![release("r1"), release("r1")],
+            vec![
+                Write::TruncateJournal {
+                    run_id: "r1".into(),
+                    from_seq: 3,
+                },
+                release("r1"),
+            ],
+            vec![Write::UpdateRun(RunPatch {
+                id: "r1".into(),
+                release_lease: true,
+                cancel_requested: Some(true),
+                ..RunPatch::default()
+            })],
+        ] {
+            let texts = fenced_texts(writes);
+            assert_eq!(texts[0], renew);
+            assert!(
+                texts[1..]
+                    .iter()
+                    .any(|t| t.starts_with("UPDATE runs SET") && t.contains("lease_owner = NULL")),
+                "{texts:?}"
+            );
+        }
     }
 
     fn stage(id: &str, status: StageStatus) -> Write {

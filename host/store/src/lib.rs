@@ -1571,7 +1571,8 @@ mod tests {
     /// fails alone, whichever group carries it. A fence whose lease is gone answers `LeaseLost`,
     /// one whose run was asked to cancel answers `Canceled`, a write the database refuses (a
     /// duplicate key) answers its error; none of those lands any of its writes, its events
-    /// included, and none keeps the others' writes from landing.
+    /// and its run's release (which its fence writes) included, and none keeps the others'
+    /// writes from landing.
     #[tokio::test]
     async fn each_commit_of_a_group_lands_or_fails_alone() {
         use capstan_core::execution::ExecutionStatus;
@@ -1633,6 +1634,12 @@ mod tests {
                     status: Some(ExecutionStatus::Succeeded),
                     ..ExecutionPatch::default()
                 }),
+                Write::UpdateRun(RunPatch {
+                    id: format!("r{i:02}"),
+                    state: Some(RunState::Done),
+                    release_lease: true,
+                    ..RunPatch::default()
+                }),
                 succeeded(&format!("ev{i:02}"), &format!("e{i:02}")),
             ]
         };
@@ -1650,7 +1657,7 @@ mod tests {
                 // again unmerged.
                 3 => {
                     let mut writes = finish(i);
-                    writes[1] = succeeded("ev00", "e03");
+                    writes[2] = succeeded("ev00", "e03");
                     (fence(i, "me"), writes)
                 }
                 _ => (fence(i, "me"), finish(i)),
@@ -1696,6 +1703,15 @@ mod tests {
                 ExecutionStatus::Succeeded
             };
             assert_eq!(record.status, expected, "e{i:02}");
+            let run = store.run(&format!("r{i:02}")).await.unwrap().unwrap();
+            if [3, 20, 21, 22].contains(&i) {
+                assert_eq!(run.state, RunState::Runnable, "r{i:02}");
+                assert_eq!(run.lease_owner.as_deref(), Some("me"), "r{i:02}");
+            } else {
+                assert_eq!(run.state, RunState::Done, "r{i:02}");
+                assert_eq!(run.lease_owner, None, "r{i:02}");
+                assert_eq!(run.lease_expires_ms, None, "r{i:02}");
+            }
         }
     }
 
