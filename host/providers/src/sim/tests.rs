@@ -172,20 +172,13 @@ async fn fast_and_ordinary_changes_of_one_record_set_form_one_chain() {
     let store = capstan_store::Store::open(&capstan_testdb::fresh_database_url(dir.path()).await)
         .await
         .unwrap();
-    let settings = SimulationSettings {
-        faults: vec![FaultRule {
-            op: "dns.change-records".to_owned(),
-            pattern: Some("ordinary-*".to_owned()),
-            error: None,
-            code: "unused".to_owned(),
-            times: None,
-            latency_ms: 0,
-        }],
-        ..SimulationSettings::default()
-    };
-    let cloud = SimulatedCloud::new(&store, Arc::new(ManualClock::new(1_000_000)), settings)
-        .await
-        .unwrap();
+    let cloud = SimulatedCloud::new(
+        &store,
+        Arc::new(ManualClock::new(1_000_000)),
+        ordinary_changes(Some("ordinary-*")),
+    )
+    .await
+    .unwrap();
     let zone = ok(
         &cloud,
         "dns.find-zone",
@@ -476,21 +469,14 @@ async fn an_ordinary_change_meeting_a_record_set_created_meanwhile_is_decided_ag
     use sqlx::{Connection as _, Executor as _};
     let url = capstan_testdb::fresh_postgres_url().await;
     let store = capstan_store::Store::open(&url).await.unwrap();
-    let settings = SimulationSettings {
-        // Every change takes the ordinary path.
-        faults: vec![FaultRule {
-            op: "dns.change-records".to_owned(),
-            pattern: None,
-            error: None,
-            code: "unused".to_owned(),
-            times: None,
-            latency_ms: 0,
-        }],
-        ..SimulationSettings::default()
-    };
-    let cloud = SimulatedCloud::new(&store, Arc::new(ManualClock::new(1_000_000)), settings)
-        .await
-        .unwrap();
+    // Every change takes the ordinary path.
+    let cloud = SimulatedCloud::new(
+        &store,
+        Arc::new(ManualClock::new(1_000_000)),
+        ordinary_changes(None),
+    )
+    .await
+    .unwrap();
     let zone = ok(
         &cloud,
         "dns.find-zone",
@@ -554,6 +540,22 @@ async fn an_ordinary_change_meeting_a_record_set_created_meanwhile_is_decided_ag
         json!(["mine"])
     );
     assert_eq!(cloud.snapshot().await.unwrap()["effects"], 1);
+}
+
+/// Settings under which the DNS changes whose values fit `pattern` (all of them for `None`) take
+/// the ordinary path: a latency-only fault rule fits them.
+fn ordinary_changes(pattern: Option<&str>) -> SimulationSettings {
+    SimulationSettings {
+        faults: vec![FaultRule {
+            op: "dns.change-records".to_owned(),
+            pattern: pattern.map(str::to_owned),
+            error: None,
+            code: "unused".to_owned(),
+            times: None,
+            latency_ms: 0,
+        }],
+        ..SimulationSettings::default()
+    }
 }
 
 /// Two simulated clouds, as two nodes have, on one fresh PostgreSQL schema.

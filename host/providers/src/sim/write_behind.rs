@@ -456,12 +456,7 @@ impl SimulatedCloud {
                     let (Write::Claim(statement) | Write::Plain(statement)) = write;
                     sql.extend(statement);
                 }
-                sql.push_statement(EFFECT_INSERT)
-                    .bind(token.to_owned())
-                    .bind("dns.change-records".to_owned())
-                    .bind(request.to_string())
-                    .bind(answer.to_string())
-                    .bind(now);
+                push_effect(&mut sql, token, request, &answer, now);
                 sql
             };
             // Queued under the lock, so the writes reach the writer in the order decided.
@@ -525,13 +520,18 @@ fn claims(
         .bind(zone_id)
         .bind(now)
         .bind(now + propagation_ms);
+    push_effect(&mut sql, token, request, answer, now);
+    sql
+}
+
+/// The effect's row: the token's answer, for a replay that asks again.
+fn push_effect(sql: &mut Sql, token: &str, request: &Value, answer: &Value, now: i64) {
     sql.push_statement(EFFECT_INSERT)
         .bind(token.to_owned())
         .bind("dns.change-records".to_owned())
         .bind(request.to_string())
         .bind(answer.to_string())
         .bind(now);
-    sql
 }
 
 const ZONE_GUARD: &str = "SELECT 1 FROM sim_zones WHERE id = $1 FOR SHARE";
