@@ -679,28 +679,24 @@ impl<'a> Fenced<'a> {
     /// read it as the batch found it). Nothing else a batch writes reads the run's row, so the
     /// patch written at the fence's place, first, leaves the batch's outcome as it was.
     fn take(fence: &'a Fence, writes: &mut Vec<Write>) -> Self {
-        let mut at = None;
-        let mut others = false;
-        for (i, write) in writes.iter().enumerate() {
-            match write {
-                Write::UpdateRun(p) if p.id == fence.run_id => {
-                    if at.is_some() {
-                        others = true;
-                    }
-                    at = Some(i);
-                }
-                Write::TruncateJournal { run_id, .. } if *run_id == fence.run_id => others = true,
-                _ => {}
-            }
-        }
-        let releases = |i: &usize| matches!(&writes[*i], Write::UpdateRun(p) if p.release_lease && p.cancel_requested.is_none());
-        let release = match at.filter(|i| !others && releases(i)) {
-            Some(i) => match writes.remove(i) {
-                Write::UpdateRun(p) => Some(p),
-                _ => unreachable!("the write at `i` is the run's patch"),
-            },
-            None => None,
+        let of_run = |write: &Write| match write {
+            Write::UpdateRun(p) => p.id == fence.run_id,
+            Write::TruncateJournal { run_id, .. } => *run_id == fence.run_id,
+            _ => false,
         };
+        let mut of_it = writes.iter().enumerate().filter(|(_, w)| of_run(w));
+        let only = match (of_it.next(), of_it.next()) {
+            (Some((i, Write::UpdateRun(p))), None)
+                if p.release_lease && p.cancel_requested.is_none() =>
+            {
+                Some(i)
+            }
+            _ => None,
+        };
+        let release = only.and_then(|i| match writes.remove(i) {
+            Write::UpdateRun(p) => Some(p),
+            _ => None,
+        });
         Self { fence, release }
     }
 }
