@@ -722,7 +722,7 @@ impl Bookings {
 
     async fn get_row(&self, id: i64) -> Result<Option<BookingRow>, BookingError> {
         // A read sees every commit before it (callers read after their commit).
-        let read = Sql::new(&format!("{SELECT_BOOKING} WHERE id = $1")).arg(id);
+        let read = Sql::new(format!("{SELECT_BOOKING} WHERE id = $1")).arg(id);
         let row = self.store.fetch_optional(read).await?;
         row.map(|r| BookingRow::from_row(&r)).transpose()
     }

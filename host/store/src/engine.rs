@@ -238,7 +238,10 @@ impl Batch {
     }
 
     /// Starts the next statement (with its own `$1…$k`); bind its values on the result.
-    pub(crate) fn statement(&mut self, text: &str) -> &mut Sql {
+    pub(crate) fn statement(
+        &mut self,
+        text: impl Into<std::borrow::Cow<'static, str>>,
+    ) -> &mut Sql {
         self.open_segment().push_statement(text)
     }
 
@@ -249,7 +252,11 @@ impl Batch {
 
     /// Starts a guard: a statement that returns one row when the batch may go on (see
     /// [`Check`]); the statements before it take effect first.
-    pub(crate) fn guard(&mut self, text: &str, check: Check) -> &mut Sql {
+    pub(crate) fn guard(
+        &mut self,
+        text: impl Into<std::borrow::Cow<'static, str>>,
+        check: Check,
+    ) -> &mut Sql {
         self.pending.push(Sql::default());
         let last = self.pending.len() - 1;
         self.pending[last].push_statement(text).check(check)
@@ -270,7 +277,7 @@ impl Batch {
 
     /// Starts a compare-and-set statement that returns one row when it applied. The batch
     /// fails with [`StoreError::Conflict`] when it returns none.
-    pub(crate) fn cas(&mut self, text: &str) -> &mut Sql {
+    pub(crate) fn cas(&mut self, text: impl Into<std::borrow::Cow<'static, str>>) -> &mut Sql {
         self.guard(text, Check::Holds("the value moved"))
     }
 
@@ -315,7 +322,7 @@ struct SetList {
 }
 
 impl SetList {
-    fn new(update: &str) -> Self {
+    fn new(update: &'static str) -> Self {
         Self {
             sql: Sql::new(update),
             columns: 0,
@@ -1077,7 +1084,7 @@ impl Store {
             return Ok(decoded.done());
         }
         let rows = self
-            .fetch_all(Sql::new(&EXECUTION_WITH_STAGES).arg(id.to_owned()))
+            .fetch_all(Sql::new(EXECUTION_WITH_STAGES.as_str()).arg(id.to_owned()))
             .await
             .map_err(unavailable)?;
         let mut found = ExecutionWithStages::default();
@@ -1357,7 +1364,7 @@ impl RunStore for Store {
             .bind(run_id.to_owned());
         read.push_statement("SELECT * FROM waits WHERE run_id = $1 ORDER BY seq")
             .bind(run_id.to_owned());
-        read.push_statement(&SELECT_STAGES)
+        read.push_statement(SELECT_STAGES.as_str())
             .bind(execution_id.to_owned());
         let mut state = ReplayState::default();
         let mut chunks = Vec::new();
@@ -1381,7 +1388,7 @@ impl RunStore for Store {
 impl ExecutionReads for Store {
     async fn execution(&self, id: &str) -> Result<Option<ExecutionRecord>, StoreError> {
         let row = self
-            .fetch_optional(Sql::new(&SELECT_EXECUTION).arg(id.to_owned()))
+            .fetch_optional(Sql::new(SELECT_EXECUTION.as_str()).arg(id.to_owned()))
             .await
             .map_err(unavailable)?;
         row.as_ref().map(execution_row).transpose()
@@ -1391,7 +1398,7 @@ impl ExecutionReads for Store {
         &self,
         filter: &ExecutionFilter,
     ) -> Result<Vec<ExecutionRecord>, StoreError> {
-        let mut q = Sql::new(&format!("{} WHERE 1 = 1", *SELECT_EXECUTIONS));
+        let mut q = Sql::new(format!("{} WHERE 1 = 1", *SELECT_EXECUTIONS));
         if let Some(workflows) = &filter.workflows {
             if workflows.is_empty() {
                 return Ok(Vec::new());
@@ -1417,7 +1424,7 @@ impl ExecutionReads for Store {
 
     async fn stages(&self, execution_id: &str) -> Result<Vec<StageRecord>, StoreError> {
         let rows = self
-            .fetch_all(Sql::new(&SELECT_STAGES).arg(execution_id.to_owned()))
+            .fetch_all(Sql::new(SELECT_STAGES.as_str()).arg(execution_id.to_owned()))
             .await
             .map_err(unavailable)?;
         rows.iter().map(stage_row).collect()
@@ -1521,7 +1528,7 @@ mod tests {
             .into_sql()
             .into_statements()
             .into_iter()
-            .map(|s| s.text)
+            .map(|s| s.text.into_owned())
             .collect()
     }
 
@@ -1583,7 +1590,10 @@ mod tests {
             }
             let statements = batch.into_sql().into_statements();
             assert_eq!(statements[0].check, Some(Check::Fence));
-            statements.into_iter().map(|s| s.text).collect::<Vec<_>>()
+            statements
+                .into_iter()
+                .map(|s| s.text.into_owned())
+                .collect::<Vec<_>>()
         };
         let renew = "UPDATE runs SET lease_expires_ms = $1 WHERE id = $2 AND lease_owner = $3 RETURNING cancel_requested";
 

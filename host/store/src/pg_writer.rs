@@ -810,7 +810,7 @@ impl<'a> Step<'a> {
     fn job(job: usize, statement: &'a Statement) -> Self {
         let text = match statement.check {
             Some(check) => Cow::Owned(raising(&statement.text, check)),
-            None => Cow::Borrowed(statement.text.as_str()),
+            None => Cow::Borrowed(&*statement.text),
         };
         let values = statement.values();
         Self {

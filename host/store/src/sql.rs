@@ -11,6 +11,7 @@ use capstan_core::store::StoreError;
 use sqlx::any::AnyArguments;
 use sqlx::{Any, Arguments, Encode, Type};
 use sqlx_core::any::AnyValueKind;
+use std::borrow::Cow;
 use std::fmt::Write as _;
 
 /// SQL text plus its arguments; every [`Sql::push_bind`] appends the next `$N`.
@@ -19,10 +20,12 @@ pub struct Sql {
     statements: Vec<Statement>,
 }
 
-/// One statement: its text with `$1…$k` and its `k` values.
+/// One statement: its text with `$1…$k` and its `k` values. A text written in the source is
+/// borrowed, not copied: a ten-stage execution queues over a hundred statements, each of whose
+/// copies would be allocated on a worker and freed on the writer's thread.
 #[derive(Default)]
 pub(crate) struct Statement {
-    pub(crate) text: String,
+    pub(crate) text: Cow<'static, str>,
     args: AnyArguments,
     /// A guard: what the statement returns decides whether its transaction goes on.
     pub(crate) check: Option<Check>,
@@ -120,10 +123,10 @@ impl Clone for Sql {
 }
 
 impl Sql {
-    pub fn new(text: &str) -> Self {
+    pub fn new(text: impl Into<Cow<'static, str>>) -> Self {
         Self {
             statements: vec![Statement {
-                text: text.to_owned(),
+                text: text.into(),
                 ..Statement::default()
             }],
         }
@@ -139,7 +142,7 @@ impl Sql {
 
     /// Appends SQL text to the current statement.
     pub fn push(&mut self, text: &str) -> &mut Self {
-        self.last().text.push_str(text);
+        self.last().text.to_mut().push_str(text);
         self
     }
 
@@ -150,7 +153,7 @@ impl Sql {
     {
         let last = self.last();
         let n = last.args.values.0.len() + 1;
-        let _ = write!(last.text, "${n}");
+        let _ = write!(last.text.to_mut(), "${n}");
         // Encoding into `AnyArguments` only copies the value into a buffer; it cannot fail for
         // the plain types (integers, strings, floats) bound here.
         self.bind(value)
@@ -159,9 +162,9 @@ impl Sql {
     /// Starts the next statement, written with its own `$1…$k` placeholders; bind its `k`
     /// values, in order, with [`Sql::bind`]. (Joined into one text by [`Sql::build`], the
     /// placeholders are renumbered to follow the earlier statements'.)
-    pub fn push_statement(&mut self, text: &str) -> &mut Self {
+    pub fn push_statement(&mut self, text: impl Into<Cow<'static, str>>) -> &mut Self {
         self.statements.push(Statement {
-            text: text.to_owned(),
+            text: text.into(),
             ..Statement::default()
         });
         self
@@ -267,7 +270,7 @@ impl Sql {
     /// `reader::plan_once`). Limits are integers the server chose, so the text is safe, and the
     /// few distinct limits each stay prepared.
     pub fn push_limit(&mut self, n: i64) -> &mut Self {
-        let _ = write!(self.last().text, " LIMIT {n}");
+        let _ = write!(self.last().text.to_mut(), " LIMIT {n}");
         self
     }
 
@@ -292,11 +295,11 @@ impl Sql {
         let Some(first) = statements.next() else {
             return (String::new(), AnyArguments::default());
         };
-        let (mut text, mut args) = (first.text, first.args);
+        let (mut text, mut args) = (first.text.into_owned(), first.args);
         for statement in statements {
             let offset = args.values.0.len();
             text.push_str(";\n");
-            let mut rest = statement.text.as_str();
+            let mut rest = &*statement.text;
             while let Some(at) = rest.find('$') {
                 text.push_str(&rest[..at]);
                 let after = &rest[at + 1..];
@@ -356,7 +359,7 @@ mod tests {
         b.push_statement("SELECT $1, $2").bind(2i64).bind("x");
         b.push_statement("SELECT $1").bind(3i64);
         a.append(&b);
-        let texts: Vec<&str> = a.statements().iter().map(|s| s.text.as_str()).collect();
+        let texts: Vec<&str> = a.statements().iter().map(|s| &*s.text).collect();
         assert_eq!(texts, ["SELECT $1", "SELECT $1, $2", "SELECT $1"]);
         assert_eq!(a.binds(), 4);
         assert_eq!(a.statements()[1].values().len(), 2);

@@ -59,7 +59,10 @@ impl SimTx {
 
     /// Starts the next statement (with its own `$1…$k`); bind its values on the result, then
     /// call [`SimTx::done`] (a write) or [`SimTx::fetch`] (it returns rows).
-    pub(crate) fn statement(&mut self, text: &str) -> &mut Sql {
+    pub(crate) fn statement(
+        &mut self,
+        text: impl Into<std::borrow::Cow<'static, str>>,
+    ) -> &mut Sql {
         self.pending.push_statement(text)
     }
 
