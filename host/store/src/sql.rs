@@ -329,6 +329,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_constant_text_is_borrowed_until_something_is_appended_to_it() {
+        static TEXT: &str = "UPDATE t SET a = $1 WHERE id = $2";
+        let mut sql = Sql::default();
+        sql.push_statement(TEXT).bind(1i64).bind("x");
+        sql.push_statement(TEXT).bind(2i64).bind("y");
+        sql.push(" AND b = ").push_bind(3i64);
+        let [first, second] = sql.statements() else {
+            panic!("two statements");
+        };
+        // The first still points at the constant; the second was copied before it grew.
+        assert!(matches!(&first.text, Cow::Borrowed(t) if std::ptr::eq(*t, TEXT)));
+        assert!(matches!(second.text, Cow::Owned(_)));
+        assert_eq!(second.text, "UPDATE t SET a = $1 WHERE id = $2 AND b = $3");
+        assert_eq!(TEXT, "UPDATE t SET a = $1 WHERE id = $2");
+        let (text, args) = sql.joined();
+        assert_eq!(
+            text,
+            "UPDATE t SET a = $1 WHERE id = $2;\nUPDATE t SET a = $3 WHERE id = $4 AND b = $5"
+        );
+        assert_eq!(args.values.0.len(), 5);
+    }
+
+    #[test]
     fn statements_are_renumbered_to_follow_earlier_binds() {
         let mut sql = Sql::default();
         sql.push_statement("INSERT INTO t (a, b) VALUES ($1, $2)")
