@@ -61,11 +61,17 @@ impl Store {
             q.push(" AND o.principal_id = ").push_bind(p.clone());
         }
         q.push(" ORDER BY o.seq").push_limit(limit);
-        let rows = q
-            .build()
-            .fetch_all(&mut *self.read().await.map_err(unavailable)?)
-            .await
-            .map_err(unavailable)?;
+        let rows = if filter.execution_id.is_some() {
+            // One execution's events (its feed): a read bounded by its key (`outbox_by_execution`)
+            // and the page, so on SQLite it runs on the calling thread (`reader.rs`) like the
+            // execution reads, not as a hand-off to one of sqlx's threads per wake of every feed.
+            self.fetch_all(q).await
+        } else {
+            q.build()
+                .fetch_all(&mut *self.read().await.map_err(unavailable)?)
+                .await
+        }
+        .map_err(unavailable)?;
         let mut top = after;
         let mut events = Vec::with_capacity(rows.len());
         for row in &rows {
