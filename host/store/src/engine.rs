@@ -208,12 +208,20 @@ impl Batch {
             .bind(fence.owner.clone());
             return;
         };
+        // Every field named, so a field added to `RunPatch` is a decision here, not dropped.
+        let RunPatch {
+            id: _,
+            state,
+            wake_ms,
+            release_lease: _,
+            cancel_requested: _,
+        } = release;
         let sql = self.guard("UPDATE runs SET ", Check::Fence);
-        if let Some(state) = release.state {
-            sql.push("state = ").push_bind(enum_text(&state)).push(", ");
+        if let Some(state) = state {
+            sql.push("state = ").push_bind(enum_text(state)).push(", ");
         }
-        if let Some(wake) = release.wake_ms {
-            sql.push("wake_ms = ").push_bind(wake).push(", ");
+        if let Some(wake) = wake_ms {
+            sql.push("wake_ms = ").push_bind(*wake).push(", ");
         }
         sql.push("lease_owner = NULL, lease_expires_ms = NULL WHERE id = ")
             .push_bind(fence.run_id.clone())

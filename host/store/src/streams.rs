@@ -17,6 +17,40 @@ pub struct StreamFilter {
     pub principal_id: Option<String>,
 }
 
+/// The page [`Store::events_after`] reads: the newest event's `seq` (`top`) beside each event
+/// after `after` that passes `filter`, at most `limit` (one row with no event when none does).
+fn page(after: i64, filter: &StreamFilter, limit: i64) -> Sql {
+    let mut q = Sql::new(
+        "SELECT o.*, t.top FROM (SELECT MAX(seq) AS top FROM outbox) AS t LEFT JOIN outbox AS o ON o.seq > ",
+    );
+    q.push_bind(after)
+        .push(" AND o.seq <= t.top AND o.workflow IN (")
+        .push_binds(filter.workflows.iter().cloned())
+        .push(")");
+    if !filter.events.is_empty() {
+        q.push(" AND (");
+        for (i, (ty, version)) in filter.events.iter().enumerate() {
+            if i > 0 {
+                q.push(" OR ");
+            }
+            q.push("(o.event_type = ")
+                .push_bind(ty.clone())
+                .push(" AND o.event_version = ")
+                .push_bind(version.clone())
+                .push(")");
+        }
+        q.push(")");
+    }
+    if let Some(id) = &filter.execution_id {
+        q.push(" AND o.execution_id = ").push_bind(id.clone());
+    }
+    if let Some(p) = &filter.principal_id {
+        q.push(" AND o.principal_id = ").push_bind(p.clone());
+    }
+    q.push(" ORDER BY o.seq").push_limit(limit);
+    q
+}
+
 impl Store {
     /// Up to `limit` events with `seq > after` that pass `filter`, in order, and the cursor to
     /// ask from next: past the last of them, or, when fewer than `limit` passed, past every
@@ -33,34 +67,7 @@ impl Store {
         if filter.workflows.is_empty() {
             return Ok((Vec::new(), after));
         }
-        let mut q = Sql::new(
-            "SELECT o.*, t.top FROM (SELECT MAX(seq) AS top FROM outbox) AS t LEFT JOIN outbox AS o ON o.seq > ",
-        );
-        q.push_bind(after)
-            .push(" AND o.seq <= t.top AND o.workflow IN (")
-            .push_binds(filter.workflows.iter().cloned())
-            .push(")");
-        if !filter.events.is_empty() {
-            q.push(" AND (");
-            for (i, (ty, version)) in filter.events.iter().enumerate() {
-                if i > 0 {
-                    q.push(" OR ");
-                }
-                q.push("(o.event_type = ")
-                    .push_bind(ty.clone())
-                    .push(" AND o.event_version = ")
-                    .push_bind(version.clone())
-                    .push(")");
-            }
-            q.push(")");
-        }
-        if let Some(id) = &filter.execution_id {
-            q.push(" AND o.execution_id = ").push_bind(id.clone());
-        }
-        if let Some(p) = &filter.principal_id {
-            q.push(" AND o.principal_id = ").push_bind(p.clone());
-        }
-        q.push(" ORDER BY o.seq").push_limit(limit);
+        let q = page(after, filter, limit);
         let rows = if filter.execution_id.is_some() {
             // One execution's events (its feed): a read bounded by its key (`outbox_by_execution`)
             // and the page, so on SQLite it runs on the calling thread (`reader.rs`) like the
@@ -180,5 +187,50 @@ impl Store {
         let principal: String = row.try_get(0).map_err(unavailable)?;
         let key_id: Option<String> = row.try_get(1).map_err(unavailable)?;
         Ok(Some((principal, key_id)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A feed's page runs on the calling thread (SQLite's point readers), which is right only
+    /// while SQLite reads it through `outbox_by_execution`: the execution's own events from the
+    /// cursor on, not every event after the cursor. Whatever the filter adds, the plan must
+    /// search that index and scan nothing.
+    #[tokio::test]
+    async fn a_feed_page_is_read_through_the_executions_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&capstan_testdb::fresh_database_url(dir.path()).await)
+            .await
+            .unwrap();
+        let Some(readers) = store.point_readers() else {
+            return; // PostgreSQL: the feed's page is the same pooled read as before.
+        };
+        let filters = [
+            StreamFilter {
+                workflows: vec!["w".into()],
+                execution_id: Some("e1".into()),
+                ..StreamFilter::default()
+            },
+            StreamFilter {
+                workflows: vec!["w".into(), "v".into()],
+                events: vec![("StageStarted".into(), "1".into())],
+                execution_id: Some("e1".into()),
+                principal_id: Some("p".into()),
+            },
+        ];
+        for filter in filters {
+            let mut statement = page(0, &filter, 200).into_statements().remove(0);
+            statement.text = format!("EXPLAIN QUERY PLAN {}", statement.text).into();
+            let rows = readers.fetch(&[statement]).unwrap();
+            let plan: Vec<String> = rows.iter().map(|r| r.get("detail")).collect();
+            assert!(
+                plan.iter()
+                    .any(|d| d.contains("o USING INDEX outbox_by_execution (execution_id=?")),
+                "{plan:?}"
+            );
+            assert!(!plan.iter().any(|d| d.starts_with("SCAN o")), "{plan:?}");
+        }
     }
 }
