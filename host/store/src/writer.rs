@@ -765,7 +765,7 @@ pub(crate) fn bind(
             .unwrap_or(index);
         let value = values
             .get(at - 1)
-            .ok_or(rusqlite::Error::InvalidParameterCount(at, values.len()))?;
+            .ok_or_else(|| rusqlite::Error::InvalidParameterCount(at, values.len()))?;
         prepared.raw_bind_parameter(index, value_of(value)?)?;
     }
     Ok(())
