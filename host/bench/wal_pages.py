@@ -13,9 +13,11 @@ BENCHMARKS.md ("What a lone execution writes") says how the figures there were t
 """
 
 import collections
+import shutil
 import struct
 import subprocess
 import sys
+import tempfile
 
 
 def frames(wal):
@@ -31,14 +33,18 @@ def frames(wal):
     return out
 
 
-def owners(db):
-    """Page number → (B-tree, page type), from `dbstat`."""
-    rows = subprocess.run(
-        ["sqlite3", db, "SELECT pageno, name, pagetype FROM dbstat"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+def owners(directory):
+    """Page number → (B-tree, page type), from `dbstat`, read from copies of the files: the
+    shell checkpoints the WAL it opens and removes it on closing."""
+    with tempfile.TemporaryDirectory() as scratch:
+        for name in ("capstan.db", "capstan.db-wal"):
+            shutil.copy(f"{directory}/{name}", f"{scratch}/{name}")
+        rows = subprocess.run(
+            ["sqlite3", f"{scratch}/capstan.db", "SELECT pageno, name, pagetype FROM dbstat"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
     found = {}
     for line in rows.splitlines():
         page, name, kind = line.split("|")
@@ -60,10 +66,10 @@ def main():
     commits = commits[-last:]
     if not commits:
         sys.exit("no complete commit in the WAL")
-    names = owners(f"{directory}/capstan.db")
+    names = owners(directory)
     print(f"frames per commit, last {len(commits)} commits:", [len(c) for c in commits])
     print(f"mean {sum(map(len, commits)) / len(commits):.1f} frames per commit")
-    tally = collections.Counter(names.get(page, ("(new since the copy)", "?")) for c in commits for page in c)
+    tally = collections.Counter(names.get(page, ("(in no B-tree: freed since)", "?")) for c in commits for page in c)
     for (name, kind), n in tally.most_common():
         print(f"{n / len(commits):6.2f}  {name} ({kind})")
 
