@@ -205,7 +205,7 @@ mod tests {
             .await
             .unwrap();
         let Some(readers) = store.point_readers() else {
-            return; // PostgreSQL: the feed's page is the same pooled read as before.
+            return; // PostgreSQL has no point readers: both pages are one pooled read.
         };
         let filters = [
             StreamFilter {
