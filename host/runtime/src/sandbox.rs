@@ -145,7 +145,8 @@ impl GuestState {
         let answer = self.host.call(op, request).await;
         self.clock.leave_host();
         match answer {
-            Ok(answer) => serde_json::from_value(answer.clone()).map_err(|e| {
+            // Decoded from a borrow: the answer is kept for the error's message only.
+            Ok(answer) => T::deserialize(&answer).map_err(|e| {
                 wasmtime::Error::msg(format!("the host's answer to `{op}` does not fit its WIT type: {e}; answer was {answer}"))
             }),
             Err(interrupt) => {

@@ -66,10 +66,10 @@ impl SimulatedCloud {
             }
             "dns.list-records" => {
                 let rows = sqlx::query(
-                    "SELECT body FROM sim_records WHERE zone_id = $1 AND name = $2 ORDER BY type",
+                    "SELECT body FROM sim_records WHERE zone_id = $1 AND dns_key = $2 ORDER BY type",
                 )
                 .bind(s(request, "zone_id"))
-                .bind(s(request, "name").to_ascii_lowercase())
+                .bind(dns_key(&s(request, "name").to_ascii_lowercase()))
                 .fetch_all(tx.conn().await.map_err(unavailable)?)
                 .await
                 .map_err(unavailable)?;
@@ -120,10 +120,10 @@ impl SimulatedCloud {
                     let mut olds = Vec::new();
                     for c in &changes {
                         tx.statement(
-                            "SELECT body FROM sim_records WHERE zone_id = $1 AND name = $2 AND type = $3",
+                            "SELECT body FROM sim_records WHERE zone_id = $1 AND dns_key = $2 AND type = $3",
                         )
                         .bind(zone_id.to_owned())
-                        .bind(c.name.clone())
+                        .bind(dns_key(&c.name))
                         .bind(c.ty.clone());
                         olds.push(match tx.fetch().await.map_err(unavailable)?.first() {
                             Some(row) => Some(row.try_get::<String, _>(0).map_err(unavailable)?),
@@ -202,6 +202,18 @@ pub(super) fn record_set_lock(zone_id: &str, name: &str, ty: &str) -> String {
     format!("{zone_id}\u{1f}{name}\u{1f}{ty}")
 }
 
+/// A record set's name with its labels in reverse order (`www.example.com` →
+/// `com.example.www`): `sim_records`' key, so that a domain's record sets sit side by side in the
+/// primary key (Route 53 lists a zone in this order too) and a change of several of them writes
+/// one leaf, not one per name. Every label is kept, empty ones too, so distinct names keep
+/// distinct keys (`www.example.com.` → `.com.example.www`). The migrations that added the key
+/// compute the same text in SQL for the rows they found.
+pub(super) fn dns_key(name: &str) -> String {
+    let mut labels: Vec<&str> = name.split('.').collect();
+    labels.reverse();
+    labels.join(".")
+}
+
 pub(super) fn no_zone(zone_id: &str) -> CapabilityError {
     CapabilityError::permanent("not-found", format!("no hosted zone {zone_id}"))
 }
@@ -269,8 +281,8 @@ pub(super) enum Write {
 }
 
 /// A record set's insert where the batch found none ([`Write::Claim`]).
-const CLAIM: &str = "INSERT INTO sim_records (zone_id, name, type, body) VALUES ($1, $2, $3, $4) ON CONFLICT (zone_id, name, type) DO NOTHING";
-const UPSERT: &str = "INSERT INTO sim_records (zone_id, name, type, body) VALUES ($1, $2, $3, $4) ON CONFLICT (zone_id, name, type) DO UPDATE SET body = excluded.body";
+const CLAIM: &str = "INSERT INTO sim_records (zone_id, dns_key, name, type, body) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (zone_id, dns_key, type) DO NOTHING";
+const UPSERT: &str = "INSERT INTO sim_records (zone_id, dns_key, name, type, body) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (zone_id, dns_key, type) DO UPDATE SET body = excluded.body";
 pub(super) const CHANGE_INSERT: &str =
     "INSERT INTO sim_changes (id, zone_id, submitted_ms, insync_ms) VALUES ($1, $2, $3, $4)";
 
@@ -345,16 +357,17 @@ impl ChangePlan {
                     let text = if *claim { CLAIM } else { UPSERT };
                     sql.push_statement(text)
                         .bind(self.zone_id.clone())
+                        .bind(dns_key(&c.name))
                         .bind(c.name.clone())
                         .bind(c.ty.clone())
                         .bind(body.clone());
                 }
                 None => {
                     sql.push_statement(
-                        "DELETE FROM sim_records WHERE zone_id = $1 AND name = $2 AND type = $3",
+                        "DELETE FROM sim_records WHERE zone_id = $1 AND dns_key = $2 AND type = $3",
                     )
                     .bind(self.zone_id.clone())
-                    .bind(c.name.clone())
+                    .bind(dns_key(&c.name))
                     .bind(c.ty.clone());
                 }
             }

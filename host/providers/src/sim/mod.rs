@@ -419,8 +419,9 @@ impl SimulatedCloud {
                     r.name, r.zone
                 )));
             }
-            sqlx::query("INSERT INTO sim_records (zone_id, name, type, body) VALUES ($1, $2, $3, $4) ON CONFLICT (zone_id, name, type) DO UPDATE SET body = excluded.body")
+            sqlx::query("INSERT INTO sim_records (zone_id, dns_key, name, type, body) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (zone_id, dns_key, type) DO UPDATE SET body = excluded.body")
                 .bind(&zone)
+                .bind(dns::dns_key(&name))
                 .bind(&name)
                 .bind(ty)
                 .bind(body.to_string())

@@ -489,14 +489,17 @@ async fn an_ordinary_change_meeting_a_record_set_created_meanwhile_is_decided_ag
     let mut other = sqlx::PgConnection::connect(&url).await.unwrap();
     other.execute("BEGIN").await.unwrap();
     let theirs = json!({"name": "race.example.com", "type_": "Txt", "ttl": 60, "values": ["theirs"], "alias_target": null});
-    sqlx::query("INSERT INTO sim_records (zone_id, name, type, body) VALUES ($1, $2, $3, $4)")
-        .bind(zone["id"].as_str().unwrap())
-        .bind("race.example.com")
-        .bind("Txt")
-        .bind(theirs.to_string())
-        .execute(&mut other)
-        .await
-        .unwrap();
+    sqlx::query(
+        "INSERT INTO sim_records (zone_id, dns_key, name, type, body) VALUES ($1, $2, $3, $4, $5)",
+    )
+    .bind(zone["id"].as_str().unwrap())
+    .bind("com.example.race")
+    .bind("race.example.com")
+    .bind("Txt")
+    .bind(theirs.to_string())
+    .execute(&mut other)
+    .await
+    .unwrap();
     let other_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
         .fetch_one(&mut other)
         .await
@@ -1254,4 +1257,80 @@ async fn a_token_is_bound_to_its_call_in_memory_and_in_the_database() {
         "the refused calls changed nothing"
     );
     assert_eq!(fresh.snapshot().await.unwrap()["effects"], 1);
+}
+
+/// Record sets stored before `sim_records` was keyed in DNS order get the key the simulator
+/// computes (`dns::dns_key`), on both backends: the migrations reverse the labels in SQL.
+#[tokio::test]
+async fn the_migrations_key_stored_record_sets_as_the_simulator_does() {
+    use sqlx::{Connection as _, Executor as _};
+    const OLD_TABLE: &str = "CREATE TABLE sim_records (zone_id TEXT NOT NULL, name TEXT NOT NULL, type TEXT NOT NULL, body TEXT NOT NULL, PRIMARY KEY (zone_id, name, type))";
+    let names = [
+        "example.com",
+        "www.example.com",
+        "www.example.com.",
+        "_acme-challenge.www.example.com",
+        "a..b",
+        "com",
+        "",
+    ];
+    let insert = "INSERT INTO sim_records (zone_id, name, type, body) VALUES ($1, $2, 'Txt', '{}')";
+    let read = "SELECT name, dns_key FROM sim_records ORDER BY name";
+
+    let mut sqlite = sqlx::SqliteConnection::connect("sqlite::memory:")
+        .await
+        .unwrap();
+    sqlite.execute(OLD_TABLE).await.unwrap();
+    for name in names {
+        sqlx::query(insert)
+            .bind("z")
+            .bind(name)
+            .execute(&mut sqlite)
+            .await
+            .unwrap();
+    }
+    sqlite
+        .execute(include_str!(
+            "../../../store/migrations/sqlite/0020_sim_records_dns_order.sql"
+        ))
+        .await
+        .unwrap();
+    let on_sqlite: Vec<(String, String)> =
+        sqlx::query_as(read).fetch_all(&mut sqlite).await.unwrap();
+
+    let mut postgres = sqlx::PgConnection::connect(&capstan_testdb::fresh_postgres_url().await)
+        .await
+        .unwrap();
+    postgres.execute(OLD_TABLE).await.unwrap();
+    for name in names {
+        sqlx::query(insert)
+            .bind("z")
+            .bind(name)
+            .execute(&mut postgres)
+            .await
+            .unwrap();
+    }
+    postgres
+        .execute(include_str!(
+            "../../../store/migrations/postgres/0016_sim_records_dns_order.sql"
+        ))
+        .await
+        .unwrap();
+    let mut on_postgres: Vec<(String, String)> =
+        sqlx::query_as(read).fetch_all(&mut postgres).await.unwrap();
+    // The two servers order names by their own collations.
+    on_postgres.sort();
+
+    let mut expected: Vec<(String, String)> = names
+        .iter()
+        .map(|name| (name.to_string(), dns::dns_key(name)))
+        .collect();
+    expected.sort();
+    assert_eq!(on_sqlite, expected);
+    assert_eq!(on_postgres, expected);
+    assert_eq!(
+        dns::dns_key("_acme-challenge.www.example.com"),
+        "com.example.www._acme-challenge"
+    );
+    assert_eq!(dns::dns_key("www.example.com."), ".com.example.www");
 }

@@ -34,7 +34,7 @@
 //! are refused (their runs replay their calls), and memory, which decided on what the failed
 //! write said, is emptied before the next decision.
 
-use super::dns::{CHANGE_INSERT, ChangePlan, Write, parse_changes, record_set_lock};
+use super::dns::{CHANGE_INSERT, ChangePlan, Write, dns_key, parse_changes, record_set_lock};
 use super::{SimulatedCloud, s};
 use capstan_core::CapabilityError;
 use capstan_store::{Backend, Sql};
@@ -361,8 +361,8 @@ impl SimulatedCloud {
                     "SELECT 'record', body, name, type FROM sim_records WHERE zone_id = ",
                 );
                 read.push_bind(zone.clone())
-                    .push(" AND name = ")
-                    .push_bind(name.clone())
+                    .push(" AND dns_key = ")
+                    .push_bind(dns_key(name))
                     .push(" AND type = ")
                     .push_bind(ty.clone());
             }
@@ -508,9 +508,10 @@ fn claims(
         .once();
     for ((zone, name, ty), body) in keys.iter().zip(plan.bodies()) {
         sql.push_statement(
-            "INSERT INTO sim_records (zone_id, name, type, body) VALUES ($1, $2, $3, $4)",
+            "INSERT INTO sim_records (zone_id, dns_key, name, type, body) VALUES ($1, $2, $3, $4, $5)",
         )
         .bind(zone.clone())
+        .bind(dns_key(name))
         .bind(name.clone())
         .bind(ty.clone())
         .bind(body.clone());
@@ -583,8 +584,10 @@ fn checked_write(
         sql.push(&format!("w{i} AS ("));
         match (old, new) {
             (None, Some(new)) => {
-                sql.push("INSERT INTO sim_records (zone_id, name, type, body) SELECT ")
+                sql.push("INSERT INTO sim_records (zone_id, dns_key, name, type, body) SELECT ")
                     .push_bind(zone)
+                    .push(", ")
+                    .push_bind(dns_key(&name))
                     .push(", ")
                     .push_bind(name)
                     .push(", ")
@@ -593,7 +596,7 @@ fn checked_write(
                     .push_bind(new.clone())
                     .push(" WHERE pg_advisory_xact_lock(hashtext(")
                     .push_bind(lock)
-                    .push(")) IS NOT NULL ON CONFLICT (zone_id, name, type) DO NOTHING");
+                    .push(")) IS NOT NULL ON CONFLICT (zone_id, dns_key, type) DO NOTHING");
             }
             (old, new) => {
                 // `ChangePlan::new` refuses to delete a record set there is none of.
@@ -606,8 +609,8 @@ fn checked_write(
                 };
                 sql.push(" WHERE zone_id = ")
                     .push_bind(zone)
-                    .push(" AND name = ")
-                    .push_bind(name)
+                    .push(" AND dns_key = ")
+                    .push_bind(dns_key(&name))
                     .push(" AND type = ")
                     .push_bind(ty)
                     .push(" AND pg_advisory_xact_lock(hashtext(")
