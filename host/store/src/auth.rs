@@ -475,7 +475,7 @@ impl Store {
                 Err(e) => return (Err(failed(e)), work.await),
             };
             let done = work.await;
-            let written = patient_answer(answer, || writer.nudge()).await;
+            let written = patient_answer(answer, || writer.nudge(), |a| a).await;
             return (written.map_err(failed), done);
         }
         let part = crate::writer::Part::Statements(sql.into_statements());
@@ -485,7 +485,12 @@ impl Store {
         };
         let done = work.await;
         // The part is queued, so the writer has started.
-        let written = patient_answer(answer, || self.group_writer().map(|w| w.hurry())).await;
+        let written = patient_answer(
+            answer,
+            || self.group_writer().map(|w| w.hurry()),
+            crate::writer::Answered::into_answer,
+        )
+        .await;
         (written.map(drop).map_err(failed), done)
     }
 
@@ -599,17 +604,18 @@ impl Store {
 
 /// The answer of a patient part or job whose change has ended: at once when a commit took it,
 /// else after `hurry` (whose value is held until the answer comes) has sent it on.
-async fn patient_answer<R, G>(
-    mut answer: tokio::sync::oneshot::Receiver<Result<R, capstan_core::store::StoreError>>,
+async fn patient_answer<T, R, G>(
+    mut answer: tokio::sync::oneshot::Receiver<T>,
     hurry: impl FnOnce() -> G,
+    written: impl FnOnce(T) -> Result<R, capstan_core::store::StoreError>,
 ) -> Result<R, capstan_core::store::StoreError> {
     match answer.try_recv() {
-        Ok(written) => written,
+        Ok(answered) => written(answered),
         Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {
             let _hurried = hurry();
             answer
                 .await
-                .unwrap_or_else(|_| Err(crate::engine::interrupted()))
+                .map_or_else(|_| Err(crate::engine::interrupted()), written)
         }
         Err(tokio::sync::oneshot::error::TryRecvError::Closed) => Err(crate::engine::interrupted()),
     }

@@ -886,7 +886,9 @@ impl Store {
         requires: Option<u64>,
     ) -> Result<Vec<Returned>, StoreError> {
         let answer = self.queue_part(part, events, requires, false).await?;
-        answer.await.unwrap_or_else(|_| Err(interrupted()))
+        answer
+            .await
+            .map_or_else(|_| Err(interrupted()), crate::writer::Answered::into_answer)
     }
 
     /// [`Store::grouped`] for statements nobody hurries: a patient part
@@ -894,7 +896,9 @@ impl Store {
     pub(crate) async fn grouped_patiently(&self, sql: Sql) -> Result<Vec<Returned>, StoreError> {
         let part = crate::writer::Part::Statements(sql.into_statements());
         let answer = self.queue_part(part, false, None, true).await?;
-        answer.await.unwrap_or_else(|_| Err(interrupted()))
+        answer
+            .await
+            .map_or_else(|_| Err(interrupted()), crate::writer::Answered::into_answer)
     }
 
     /// Queues `part`, which someone waits for, for the group writer; where its answer comes.
@@ -905,7 +909,7 @@ impl Store {
         events: bool,
         requires: Option<u64>,
         patient: bool,
-    ) -> Result<tokio::sync::oneshot::Receiver<crate::writer::Answer>, StoreError> {
+    ) -> Result<tokio::sync::oneshot::Receiver<crate::writer::Answered>, StoreError> {
         let (done, answer) = tokio::sync::oneshot::channel();
         // Waits while the queue is full: back-pressure on a writer that cannot keep up.
         let room = self.group_writer()?.room(&part).await?;

@@ -1573,6 +1573,37 @@ mod tests {
     /// duplicate key) answers its error; none of those lands any of its writes, its events
     /// and its run's release (which its fence writes) included, and none keeps the others'
     /// writes from landing.
+    /// A waited-for part comes back from SQLite's group writer with its answer, so its
+    /// statements are freed on the caller's thread (`writer::Answered`), not on the writer's.
+    #[tokio::test]
+    async fn a_waited_for_part_comes_back_with_its_answer() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&format!("sqlite://{}/capstan.db", dir.path().display()))
+            .await
+            .unwrap();
+        let text = "INSERT INTO sim_zones (id, name) VALUES ($1, $2)";
+        let mut sql = Sql::default();
+        sql.push_statement(text)
+            .bind("zback".to_owned())
+            .bind("back.example".to_owned());
+        let part = crate::writer::Part::Statements(sql.into_statements());
+        let answered = store
+            .queue_part(part, false, None, false)
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        assert!(answered.answer.is_ok(), "{:?}", answered.answer.err());
+        let crate::writer::Part::Statements(statements) = answered.part;
+        let texts: Vec<&str> = statements.iter().map(|s| s.text.as_ref()).collect();
+        assert_eq!(texts, [text]);
+        let name: String = sqlx::query_scalar("SELECT name FROM sim_zones WHERE id = 'zback'")
+            .fetch_one(&mut *store.read().await.unwrap())
+            .await
+            .unwrap();
+        assert_eq!(name, "back.example");
+    }
+
     #[tokio::test]
     async fn each_commit_of_a_group_lands_or_fails_alone() {
         use capstan_core::execution::ExecutionStatus;
