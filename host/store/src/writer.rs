@@ -92,6 +92,11 @@ pub(crate) type Answer = Result<Vec<Returned>, StoreError>;
 /// at 32 in flight, besides the writer's own time spent dropping them).
 pub(crate) struct Answered {
     pub(crate) answer: Answer,
+    /// Held to be dropped where the answer is received; read only by a test.
+    #[cfg_attr(
+        not(test),
+        expect(dead_code, reason = "carried back only to be freed by its caller")
+    )]
     pub(crate) part: Part,
 }
 
