@@ -603,7 +603,8 @@ impl Store {
 }
 
 /// The answer of a patient part or job whose change has ended: at once when a commit took it,
-/// else after `hurry` (whose value is held until the answer comes) has sent it on.
+/// else after `hurry` (whose value is held until the answer comes) has sent it on. `written`
+/// takes the answer out of what the writer sends (SQLite's sends the part back with it).
 async fn patient_answer<T, R, G>(
     mut answer: tokio::sync::oneshot::Receiver<T>,
     hurry: impl FnOnce() -> G,

@@ -1567,12 +1567,6 @@ mod tests {
         );
     }
 
-    /// A node's runs commit at the same moment, as they do under load: each commit lands or
-    /// fails alone, whichever group carries it. A fence whose lease is gone answers `LeaseLost`,
-    /// one whose run was asked to cancel answers `Canceled`, a write the database refuses (a
-    /// duplicate key) answers its error; none of those lands any of its writes, its events
-    /// and its run's release (which its fence writes) included, and none keeps the others'
-    /// writes from landing.
     /// A waited-for part comes back from SQLite's group writer with its answer, so its
     /// statements are freed on the caller's thread (`writer::Answered`), not on the writer's.
     #[tokio::test]
@@ -1604,6 +1598,12 @@ mod tests {
         assert_eq!(name, "back.example");
     }
 
+    /// A node's runs commit at the same moment, as they do under load: each commit lands or
+    /// fails alone, whichever group carries it. A fence whose lease is gone answers `LeaseLost`,
+    /// one whose run was asked to cancel answers `Canceled`, a write the database refuses (a
+    /// duplicate key) answers its error; none of those lands any of its writes, its events
+    /// and its run's release (which its fence writes) included, and none keeps the others'
+    /// writes from landing.
     #[tokio::test]
     async fn each_commit_of_a_group_lands_or_fails_alone() {
         use capstan_core::execution::ExecutionStatus;
