@@ -461,13 +461,12 @@ async fn open(
                     // what it would find unchanged.
                     c.caught_up = (events.len() as i64) < PAGE;
                     for e in events {
-                        let data = serde_json::to_string(&views::event(&e)).unwrap_or_default();
-                        c.pending.push_back(
-                            Event::default()
-                                .id(e.seq.to_string())
-                                .event(format!("{}.v{}", e.event_type, e.event_version))
-                                .data(data),
-                        );
+                        let id = e.seq.to_string();
+                        let name = format!("{}.v{}", e.event_type, e.event_version);
+                        let data =
+                            serde_json::to_string(&views::OutboxEvent::from(e)).unwrap_or_default();
+                        c.pending
+                            .push_back(Event::default().id(id).event(name).data(data));
                     }
                 }
                 Err(error) => {

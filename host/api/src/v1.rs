@@ -798,7 +798,7 @@ async fn events(
         .await
         .map_err(capstan_engine::EngineError::from)?;
     Ok(Json(EventList {
-        events: events.iter().map(views::event).collect(),
+        events: events.into_iter().map(views::OutboxEvent::from).collect(),
     })
     .into_response())
 }

@@ -258,19 +258,28 @@ pub struct OutboxEvent {
     pub traceparent: Option<String>,
 }
 
+/// The view of a record the caller keeps (a webhook signs and sends it, then records it).
 pub fn event(e: &OutboxRecord) -> OutboxEvent {
-    OutboxEvent {
-        dispatched_at: opt_time(e.dispatched_ms),
-        event_id: e.event_id.clone(),
-        event_type: e.event_type.clone(),
-        event_version: e.event_version.clone(),
-        execution_id: e.execution_id.clone(),
-        occurred_at: rfc3339(e.occurred_ms),
-        payload_json: e.payload_json.clone(),
-        principal_id: e.principal_id.clone(),
-        routed_at: opt_time(e.routed_ms),
-        stream_published_at: opt_time(e.stream_published_ms),
-        traceparent: e.traceparent.clone(),
+    OutboxEvent::from(e.clone())
+}
+
+/// The view of a record the caller is done with: its texts and payload move into the view, not
+/// copied (an SSE stream turns each event it reads into one).
+impl From<OutboxRecord> for OutboxEvent {
+    fn from(e: OutboxRecord) -> Self {
+        OutboxEvent {
+            dispatched_at: opt_time(e.dispatched_ms),
+            event_id: e.event_id,
+            event_type: e.event_type,
+            event_version: e.event_version,
+            execution_id: e.execution_id,
+            occurred_at: rfc3339(e.occurred_ms),
+            payload_json: e.payload_json,
+            principal_id: e.principal_id,
+            routed_at: opt_time(e.routed_ms),
+            stream_published_at: opt_time(e.stream_published_ms),
+            traceparent: e.traceparent,
+        }
     }
 }
 
