@@ -1263,9 +1263,7 @@ async fn a_token_is_bound_to_its_call_in_memory_and_in_the_database() {
 /// computes (`dns::dns_key`), on both backends: the migrations reverse the labels in SQL.
 #[tokio::test]
 async fn the_migrations_key_stored_record_sets_as_the_simulator_does() {
-    use sqlx::{Connection as _, Executor as _};
-    const OLD_TABLE: &str = "CREATE TABLE sim_records (zone_id TEXT NOT NULL, name TEXT NOT NULL, type TEXT NOT NULL, body TEXT NOT NULL, PRIMARY KEY (zone_id, name, type))";
-    let names = [
+    const NAMES: [&str; 7] = [
         "example.com",
         "www.example.com",
         "www.example.com.",
@@ -1274,60 +1272,52 @@ async fn the_migrations_key_stored_record_sets_as_the_simulator_does() {
         "com",
         "",
     ];
-    let insert = "INSERT INTO sim_records (zone_id, name, type, body) VALUES ($1, $2, 'Txt', '{}')";
-    let read = "SELECT name, dns_key FROM sim_records ORDER BY name";
-
-    let mut sqlite = sqlx::SqliteConnection::connect("sqlite::memory:")
-        .await
-        .unwrap();
-    sqlite.execute(OLD_TABLE).await.unwrap();
-    for name in names {
-        sqlx::query(insert)
-            .bind("z")
-            .bind(name)
-            .execute(&mut sqlite)
+    /// The table as it was, its rows, then `migration`; what it left, sorted (the two servers
+    /// order names by their own collations).
+    async fn migrate(url: &str, migration: &'static str) -> Vec<(String, String)> {
+        use sqlx::{Connection as _, Executor as _};
+        sqlx::any::install_default_drivers();
+        let mut conn = sqlx::AnyConnection::connect(url).await.unwrap();
+        conn.execute("CREATE TABLE sim_records (zone_id TEXT NOT NULL, name TEXT NOT NULL, type TEXT NOT NULL, body TEXT NOT NULL, PRIMARY KEY (zone_id, name, type))")
             .await
             .unwrap();
-    }
-    sqlite
-        .execute(include_str!(
-            "../../../store/migrations/sqlite/0020_sim_records_dns_order.sql"
-        ))
-        .await
-        .unwrap();
-    let on_sqlite: Vec<(String, String)> =
-        sqlx::query_as(read).fetch_all(&mut sqlite).await.unwrap();
-
-    let mut postgres = sqlx::PgConnection::connect(&capstan_testdb::fresh_postgres_url().await)
-        .await
-        .unwrap();
-    postgres.execute(OLD_TABLE).await.unwrap();
-    for name in names {
-        sqlx::query(insert)
+        for name in NAMES {
+            sqlx::query(
+                "INSERT INTO sim_records (zone_id, name, type, body) VALUES ($1, $2, 'Txt', '{}')",
+            )
             .bind("z")
             .bind(name)
-            .execute(&mut postgres)
+            .execute(&mut conn)
             .await
             .unwrap();
+        }
+        conn.execute(migration).await.unwrap();
+        let mut rows: Vec<(String, String)> =
+            sqlx::query_as("SELECT name, dns_key FROM sim_records")
+                .fetch_all(&mut conn)
+                .await
+                .unwrap();
+        rows.sort();
+        rows
     }
-    postgres
-        .execute(include_str!(
-            "../../../store/migrations/postgres/0016_sim_records_dns_order.sql"
-        ))
-        .await
-        .unwrap();
-    let mut on_postgres: Vec<(String, String)> =
-        sqlx::query_as(read).fetch_all(&mut postgres).await.unwrap();
-    // The two servers order names by their own collations.
-    on_postgres.sort();
 
-    let mut expected: Vec<(String, String)> = names
+    let mut expected: Vec<(String, String)> = NAMES
         .iter()
         .map(|name| (name.to_string(), dns::dns_key(name)))
         .collect();
     expected.sort();
-    assert_eq!(on_sqlite, expected);
-    assert_eq!(on_postgres, expected);
+    let sqlite = migrate(
+        "sqlite::memory:",
+        include_str!("../../../store/migrations/sqlite/0020_sim_records_dns_order.sql"),
+    )
+    .await;
+    assert_eq!(sqlite, expected);
+    let postgres = migrate(
+        &capstan_testdb::fresh_postgres_url().await,
+        include_str!("../../../store/migrations/postgres/0016_sim_records_dns_order.sql"),
+    )
+    .await;
+    assert_eq!(postgres, expected);
     assert_eq!(
         dns::dns_key("_acme-challenge.www.example.com"),
         "com.example.www._acme-challenge"
