@@ -92,17 +92,32 @@ enum Slot {
 
 type Slots = Arc<Mutex<HashMap<String, Slot>>>;
 
-/// The JSON `data` of every complete SSE message at the front of `buffer`, taken out of it.
-fn complete_events(buffer: &mut Vec<u8>) -> anyhow::Result<Vec<Value>> {
-    let mut events = Vec::new();
-    while let Some(end) = buffer.windows(2).position(|w| w == b"\n\n") {
-        let message: Vec<u8> = buffer.drain(..end + 2).collect();
-        let text = String::from_utf8_lossy(&message);
-        if let Some(data) = text.lines().find_map(|l| l.strip_prefix("data:")) {
-            events.push(serde_json::from_str(data.trim_start())?);
-        }
+/// One SSE message: its `event:` name and its `data:` text.
+struct Message {
+    name: String,
+    data: String,
+}
+
+/// Every complete SSE message at the front of `buffer`, taken out of it.
+fn complete_messages(buffer: &mut Vec<u8>) -> Vec<Message> {
+    let mut messages = Vec::new();
+    let mut start = 0;
+    while let Some(end) = buffer[start..].windows(2).position(|w| w == b"\n\n") {
+        let text = String::from_utf8_lossy(&buffer[start..start + end]);
+        let field = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(|v| v.trim_start().to_owned())
+                .unwrap_or_default()
+        };
+        messages.push(Message {
+            name: field("event:"),
+            data: field("data:"),
+        });
+        start += end + 2;
     }
-    Ok(events)
+    buffer.drain(..start);
+    messages
 }
 
 /// Reads the stream, handing each terminal event to its waiter (or parking it for one that has
@@ -112,7 +127,8 @@ async fn terminal_events(mut response: reqwest::Response, slots: Slots) -> anyho
     while let Some(chunk) = response.chunk().await? {
         let at = Instant::now();
         buffer.extend_from_slice(&chunk);
-        for event in complete_events(&mut buffer)? {
+        for message in complete_messages(&mut buffer) {
+            let event: Value = serde_json::from_str(&message.data)?;
             let (Some(id), Some(kind)) =
                 (event["executionId"].as_str(), event["eventType"].as_str())
             else {
@@ -199,11 +215,13 @@ async fn feed(
     while let Some(chunk) = response.chunk().await? {
         let at = Instant::now();
         buffer.extend_from_slice(&chunk);
-        for event in complete_events(&mut buffer)? {
+        // Dispatched on the SSE event name (`<EventType>.v<N>`), as an `EventSource` client
+        // listening for the terminal types does: the stage events' JSON is never parsed.
+        for message in complete_messages(&mut buffer) {
             if let Some(
                 kind @ ("ExecutionSucceeded" | "ExecutionFailed" | "ExecutionCanceled"
                 | "ExecutionPaused"),
-            ) = event["eventType"].as_str()
+            ) = message.name.split_once(".v").map(|(ty, _)| ty)
             {
                 return Ok((kind.to_owned(), at));
             }
