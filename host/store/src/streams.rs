@@ -25,19 +25,17 @@ pub struct StreamFilter {
 /// newest `seq`, SQLite could not tell the join yields one row and sorted the page in a
 /// temporary B-tree, and read the outbox's right edge besides.
 fn page(after: i64, filter: &StreamFilter, limit: i64) -> Sql {
-    let mut q = if filter.execution_id.is_some() {
-        Sql::new("SELECT o.* FROM outbox AS o WHERE o.seq > ")
+    let (head, bound) = if filter.execution_id.is_some() {
+        ("SELECT o.* FROM outbox AS o WHERE o.seq > ", "")
     } else {
-        Sql::new(
+        (
             "SELECT o.*, t.top FROM (SELECT MAX(seq) AS top FROM outbox) AS t LEFT JOIN outbox AS o ON o.seq > ",
+            " AND o.seq <= t.top",
         )
     };
+    let mut q = Sql::new(head);
     q.push_bind(after)
-        .push(if filter.execution_id.is_some() {
-            ""
-        } else {
-            " AND o.seq <= t.top"
-        })
+        .push(bound)
         .push(" AND o.workflow IN (")
         .push_binds(filter.workflows.iter().cloned())
         .push(")");
@@ -84,7 +82,8 @@ impl Store {
             return Ok((Vec::new(), after));
         }
         let q = page(after, filter, limit);
-        let rows = if filter.execution_id.is_some() {
+        let one_execution = filter.execution_id.is_some();
+        let rows = if one_execution {
             // One execution's events (its feed): a read bounded by its key (`outbox_by_execution`)
             // and the page, so on SQLite it runs on the calling thread (`reader.rs`) like the
             // execution reads, not as a hand-off to one of sqlx's threads per wake of every feed.
@@ -98,7 +97,7 @@ impl Store {
         let mut top = after;
         let mut events = Vec::with_capacity(rows.len());
         for row in &rows {
-            if filter.execution_id.is_none() {
+            if !one_execution {
                 top = top.max(
                     row.try_get::<Option<i64>, _>("top")
                         .map_err(unavailable)?
@@ -115,7 +114,7 @@ impl Store {
             }
         }
         let cursor = match events.last() {
-            Some(last) if events.len() as i64 >= limit || filter.execution_id.is_some() => last.seq,
+            Some(last) if one_execution || events.len() as i64 >= limit => last.seq,
             _ => top,
         };
         Ok((events, cursor))
