@@ -120,6 +120,25 @@ pub async fn step_effects(home: &Path, booking_id: &str) -> Vec<(String, serde_j
         .collect()
 }
 
+/// Whether a booking's fulfilment is between a step's effect and its answer: the simulated
+/// services hold an effect made under the key of the step the job still stands at
+/// (`booking:<id>:step:<index>`), so that step's answer is not committed yet. A node killed
+/// now re-runs the step, which asks again under the same key.
+pub async fn step_in_flight(home: &Path, booking_id: &str) -> bool {
+    let db = database(home).await;
+    let (mid_step,): (i64,) = sqlx::query_as(
+        "SELECT COUNT(*) FROM sim_step_effects AS e
+         JOIN fulfilment_jobs AS j ON e.idempotency_key = 'booking:' || j.booking_id || ':step:' || j.step_index
+         WHERE e.booking_id = $1 AND j.state = 'running'",
+    )
+    .bind(booking_id)
+    .fetch_one(&db)
+    .await
+    .expect("read sim_step_effects and fulfilment_jobs");
+    db.close().await;
+    mid_step > 0
+}
+
 /// What the simulated supplier recorded a booking's confirmation was worth: `(amount in the
 /// currency's minor units, currency)`.
 pub async fn supplier_charge(home: &Path, booking_id: &str) -> Option<(i64, String)> {

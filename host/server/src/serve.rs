@@ -309,9 +309,12 @@ fn every_request(router: Router) -> Router {
             tower_http::trace::TraceLayer::new_for_http()
                 .make_span_with(request_span)
                 // The access log (inside the span) writes the line; the span only learns the
-                // status.
+                // status, for traces (a log line has it from the access log).
                 .on_request(())
                 .on_response(|response: &Response, _: Duration, span: &tracing::Span| {
+                    if !capstan_core::trace::is_exporting() {
+                        return;
+                    }
                     let status = response.status();
                     span.record("http.response.status_code", status.as_u16());
                     if status.is_server_error() {
@@ -411,8 +414,11 @@ fn request_span(request: &axum::http::Request<axum::body::Body>) -> tracing::Spa
     let method = request.method().as_str();
     let span = tracing::info_span!(
         "request",
-        otel.name = format_args!("{method} {route}").to_string(),
-        otel.kind = "server",
+        // For the OpenTelemetry layer alone: recorded below only when spans are exported, so
+        // a process that exports none neither builds the name nor prints these in its logs
+        // (the log layer formats every field a span is given, once per request).
+        otel.name = tracing::field::Empty,
+        otel.kind = tracing::field::Empty,
         otel.status_code = tracing::field::Empty,
         http.request.method = method,
         http.route = route,
@@ -424,6 +430,11 @@ fn request_span(request: &axum::http::Request<axum::body::Body>) -> tracing::Spa
             .unwrap_or_default(),
         principal = tracing::field::Empty,
     );
+    if !capstan_core::trace::is_exporting() {
+        return span;
+    }
+    span.record("otel.name", format!("{method} {route}"));
+    span.record("otel.kind", "server");
     capstan_core::trace::set_parent(
         &span,
         request

@@ -216,7 +216,16 @@ impl Batch {
             release_lease: _,
             cancel_requested: _,
         } = release;
-        let sql = self.guard("UPDATE runs SET ", Check::Fence);
+        // SQLite: `OR FAIL`. As `ABORT` (the default), an `UPDATE … RETURNING` that moves its
+        // row in an index (`runs_runnable`) opens a statement journal, which copies every page
+        // the statement changes that its transaction had changed before, and frees the copies
+        // when it ends. `FAIL` keeps what a failing statement changed before it failed; the group
+        // writer rolls the whole transaction back on any failure anyway (`writer::commit`).
+        let update = match self.backend {
+            Backend::Sqlite => "UPDATE OR FAIL runs SET ",
+            Backend::Postgres => "UPDATE runs SET ",
+        };
+        let sql = self.guard(update, Check::Fence);
         if let Some(state) = state {
             sql.push("state = ").push_bind(enum_text(state)).push(", ");
         }
@@ -1306,10 +1315,11 @@ impl RunStore for Store {
         // SQLite: one writer, the statement is atomic as it is. A claim joins the next group
         // commit, whose answer is a first column, so it returns the ids; the claimed runs are
         // then read on a read connection (they are committed by the time the group answers).
+        // `OR FAIL`: no statement journal ([`Batch::fence`] says why).
         let mut claim = Sql::default();
         claim
             .push_statement(
-                "UPDATE runs SET lease_owner = $1, lease_expires_ms = $2, activations = activations + 1
+                "UPDATE OR FAIL runs SET lease_owner = $1, lease_expires_ms = $2, activations = activations + 1
                  WHERE id IN (
                     SELECT id FROM runs WHERE state = 'runnable' AND wake_ms <= $3
                       AND (lease_owner IS NULL OR lease_expires_ms < $4)
@@ -1612,7 +1622,7 @@ mod tests {
         let texts = fenced_texts(vec![stage("s1", StageStatus::Succeeded), release("r1")]);
         assert_eq!(
             texts[0],
-            "UPDATE runs SET state = $1, lease_owner = NULL, lease_expires_ms = NULL WHERE id = $2 AND lease_owner = $3 RETURNING cancel_requested"
+            "UPDATE OR FAIL runs SET state = $1, lease_owner = NULL, lease_expires_ms = NULL WHERE id = $2 AND lease_owner = $3 RETURNING cancel_requested"
         );
         assert_eq!(texts.len(), 2, "the run's own update is gone: {texts:?}");
         assert!(texts[1].starts_with("INSERT INTO stages"), "{texts:?}");
