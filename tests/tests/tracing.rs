@@ -204,6 +204,11 @@ async fn one_onboard_domain_execution_is_one_trace_tree() {
     });
     assert_eq!(hex(&request.parent_span_id), caller_span);
     assert_eq!(
+        request.kind,
+        opentelemetry_proto::tonic::trace::v1::span::SpanKind::Server as i32,
+        "a request is a server span"
+    );
+    assert_eq!(
         attr(&request, "http.route").as_deref(),
         Some("/v1/workflows/{name}")
     );
