@@ -45,6 +45,10 @@ int main(int argc, char **argv) {
     sqlite3_exec(db, "PRAGMA foreign_keys = ON", 0, 0, 0);
     for (int i = 1; i < argc; i++) {
         FILE *f = fopen(argv[i], "rb");
+        if (f == 0) {
+            perror(argv[i]);
+            return 1;
+        }
         char *migration = slurp(f);
         fclose(f);
         if (sqlite3_exec(db, migration, 0, 0, &error) != SQLITE_OK) {
