@@ -186,7 +186,8 @@ fmt:
     for m in examples/*/Cargo.toml; do (cd "$(dirname "$m")" && cargo fmt); done
 
 # Benchmarks (release build; spawned `capstan serve` nodes): table + target/bench/results.json.
-# `just bench --quick` is the smoke run CI executes; `just bench --only engine` one section.
+# `just bench --quick` is the smoke run CI executes; `just bench --only engine` one section;
+# `just bench --runs 3` three runs, ending with each target's figure run by run.
 bench *ARGS: build-guests postgres
     #!/usr/bin/env bash
     set -euo pipefail

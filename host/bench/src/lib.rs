@@ -9,7 +9,8 @@
 //! (SSE clients and webhook deliveries, `fanout`), memory and start-up (`memory`), and
 //! the cluster (1, 2, 3 nodes on PostgreSQL next to 1 on SQLite, `cluster`). Every section
 //! but the runtime and the in-process engine run drives a spawned `capstan serve`. Results are
-//! printed as a table and written to `target/bench/results.json` (only the sections that ran).
+//! printed as a table, with the targets of BENCHMARKS.md checked against them ([`targets`]), and
+//! written to `target/bench/results.json` (only the sections that ran; `--runs N` repeats them).
 //!
 //! A spawned server is the `capstan` binary next to this one (`target/release/capstan`), or the
 //! build `CAPSTAN_BENCH_SERVER` names. `timing` splits an execution's time between the store and
@@ -21,6 +22,7 @@ pub mod cluster;
 pub mod engine;
 pub mod fanout;
 pub mod memory;
+pub mod targets;
 mod timing;
 
 use async_trait::async_trait;
@@ -340,15 +342,55 @@ fn latency(mut samples: Vec<Duration>) -> Latency {
     }
 }
 
-/// Runs the benchmarks on the components of `workflows`: every section, or only `only`.
-/// `backends` narrows the engine section's stores (all of them when empty).
+/// Runs the benchmarks on the components of `workflows`: every section, or only `only`, `runs`
+/// times over. `backends` narrows the engine section's stores (all of them when empty). Each
+/// run prints its table and its targets; several runs end with every target's figures side by
+/// side. `target/bench/results.json` holds every run's results and the targets over them.
 pub async fn run(
     workflows: &Path,
     quick: bool,
     only: Option<Section>,
     backends: &[String],
     executions: Option<usize>,
+    runs: usize,
 ) -> anyhow::Result<()> {
+    let runs = runs.max(1);
+    let mut all = Vec::with_capacity(runs);
+    let mut checks = Vec::with_capacity(runs);
+    for i in 1..=runs {
+        if runs > 1 {
+            println!("run {i} of {runs}");
+        }
+        let results = measure(workflows, quick, only, backends, executions).await?;
+        print_table(&results);
+        let checked = crate::targets::check(&results);
+        crate::targets::print(&crate::targets::summarise(std::slice::from_ref(&checked)));
+        checks.push(checked);
+        all.push(results);
+    }
+    let targets = crate::targets::summarise(&checks);
+    if runs > 1 {
+        println!("targets over {runs} runs");
+        crate::targets::print(&targets);
+    }
+    let out = Path::new("target/bench");
+    std::fs::create_dir_all(out)?;
+    std::fs::write(
+        out.join("results.json"),
+        serde_json::to_string_pretty(&json!({"runs": all, "targets": targets}))?,
+    )?;
+    println!("wrote target/bench/results.json");
+    Ok(())
+}
+
+/// One run of the sections asked for.
+async fn measure(
+    workflows: &Path,
+    quick: bool,
+    only: Option<Section>,
+    backends: &[String],
+    executions: Option<usize>,
+) -> anyhow::Result<Results> {
     let runs = |section: Section| only.is_none_or(|o| o == section);
     let (components, hello) = if runs(Section::Runtime) {
         let (components, samples) = runtime(workflows, quick).await?;
@@ -387,7 +429,7 @@ pub async fn run(
     } else {
         Vec::new()
     };
-    let results = Results {
+    Ok(Results {
         quick,
         build: Build::CURRENT,
         components,
@@ -399,16 +441,7 @@ pub async fn run(
         booking,
         fanout,
         cluster,
-    };
-    print_table(&results);
-    let out = Path::new("target/bench");
-    std::fs::create_dir_all(out)?;
-    std::fs::write(
-        out.join("results.json"),
-        serde_json::to_string_pretty(&results)?,
-    )?;
-    println!("wrote target/bench/results.json");
-    Ok(())
+    })
 }
 
 /// Compile vs cached load of each component, and `iterations` instantiate + call of hello.

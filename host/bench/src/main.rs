@@ -29,6 +29,10 @@ struct Args {
     /// longer steady state to profile.
     #[arg(long, value_name = "N")]
     executions: Option<usize>,
+    /// Run the sections this many times and end with each target's figure run by run (the
+    /// spread BENCHMARKS.md's targets table reports).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    runs: u16,
 }
 
 #[tokio::main]
@@ -40,6 +44,7 @@ async fn main() -> ExitCode {
         args.only,
         &args.backends,
         args.executions,
+        usize::from(args.runs),
     )
     .await
     {
