@@ -345,7 +345,8 @@ fn latency(mut samples: Vec<Duration>) -> Latency {
 /// Runs the benchmarks on the components of `workflows`: every section, or only `only`, `runs`
 /// times over. `backends` narrows the engine section's stores (all of them when empty). Each
 /// run prints its table and its targets; several runs end with every target's figures side by
-/// side. `target/bench/results.json` holds every run's results and the targets over them.
+/// side. `target/bench/results.json` holds every run's results so far and the targets over them,
+/// rewritten after each run, so a run that fails leaves the ones before it.
 pub async fn run(
     workflows: &Path,
     quick: bool,
@@ -355,6 +356,8 @@ pub async fn run(
     runs: usize,
 ) -> anyhow::Result<()> {
     let runs = runs.max(1);
+    let out = Path::new("target/bench");
+    std::fs::create_dir_all(out)?;
     let mut all = Vec::with_capacity(runs);
     let mut checks = Vec::with_capacity(runs);
     for i in 1..=runs {
@@ -364,21 +367,24 @@ pub async fn run(
         let results = measure(workflows, quick, only, backends, executions).await?;
         print_table(&results);
         let checked = crate::targets::check(&results);
+        if results.quick || results.build == Build::Debug {
+            println!(
+                "(a smoke run or a debug build: these figures do not tell whether the targets hold)"
+            );
+        }
         crate::targets::print(&crate::targets::summarise(std::slice::from_ref(&checked)));
         checks.push(checked);
         all.push(results);
+        let targets = crate::targets::summarise(&checks);
+        std::fs::write(
+            out.join("results.json"),
+            serde_json::to_string_pretty(&json!({"runs": all, "targets": targets}))?,
+        )?;
+        if i == runs && runs > 1 {
+            println!("targets over {runs} runs");
+            crate::targets::print(&targets);
+        }
     }
-    let targets = crate::targets::summarise(&checks);
-    if runs > 1 {
-        println!("targets over {runs} runs");
-        crate::targets::print(&targets);
-    }
-    let out = Path::new("target/bench");
-    std::fs::create_dir_all(out)?;
-    std::fs::write(
-        out.join("results.json"),
-        serde_json::to_string_pretty(&json!({"runs": all, "targets": targets}))?,
-    )?;
     println!("wrote target/bench/results.json");
     Ok(())
 }
