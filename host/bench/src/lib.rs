@@ -8,7 +8,8 @@
 //! (execution reads next to `/healthz`, `api`), booking creates (`booking`), fan-out
 //! (SSE clients and webhook deliveries, `fanout`), memory and start-up (`memory`), and
 //! the cluster (1, 2, 3 nodes on PostgreSQL next to 1 on SQLite, `cluster`). Every section
-//! but the runtime and the in-process engine run drives a spawned `capstan serve`. Results are
+//! but the runtime, booking (the booking engine on its own SQLite file) and the in-process engine
+//! run drives a spawned `capstan serve`. Results are
 //! printed as a table, with the targets of BENCHMARKS.md checked against them ([`targets`]), and
 //! written to `target/bench/results.json` (only the sections that ran; `--runs N` repeats them).
 //!
