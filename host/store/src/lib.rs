@@ -2599,6 +2599,44 @@ mod tests {
         assert_eq!(zones(&store).await.len(), 0);
     }
 
+    /// With nothing written since a checkpoint copied the whole WAL, the checkpointer rests
+    /// instead of taking SQLite's locks ten times a second; the next commit wakes it.
+    #[tokio::test]
+    async fn the_checkpointer_rests_while_nothing_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&format!("sqlite://{}", dir.path().join("r.db").display()))
+            .await
+            .unwrap();
+        let commit = |i: usize| {
+            let mut zone = Sql::default();
+            zone.push_statement("INSERT INTO sim_zones (id, name) VALUES ($1, $2)")
+                .bind(format!("g{i}"))
+                .bind(format!("{i}.example"));
+            store.commit_guarded(zone, 0)
+        };
+        commit(0).await.unwrap();
+        let checkpoints = || store.group_writer().unwrap().checkpoints();
+        let after = |n: u64| async move {
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while checkpoints() <= n {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "no checkpoint after {n}"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        after(0).await;
+        // Ten of the checkpointer's intervals, once the one that copied the commit is done.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let resting = checkpoints();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(checkpoints(), resting, "checkpoints of an unchanged WAL");
+        commit(1).await.unwrap();
+        after(resting).await;
+        assert_eq!(zones(&store).await.len(), 2);
+    }
+
     #[tokio::test]
     async fn refuses_an_unknown_url_scheme() {
         let err = Store::open("mysql://localhost/x").await.unwrap_err();

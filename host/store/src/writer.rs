@@ -329,6 +329,12 @@ pub(crate) struct GroupWriter {
     room: Arc<tokio::sync::Semaphore>,
     capacity: usize,
     _checkpoints: mpsc::Sender<()>,
+    /// Checkpoints the checkpointer has run (not those it skipped: [`checkpoint_until_stopped`]).
+    #[cfg_attr(
+        not(test),
+        expect(dead_code, reason = "counted for the test that the checkpointer rests")
+    )]
+    checkpointed: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for GroupWriter {
@@ -351,9 +357,13 @@ impl GroupWriter {
     ) -> std::io::Result<Self> {
         let (checkpoints, stop) = mpsc::channel::<()>();
         let checkpointer_path = path.clone();
+        let checkpointed = Arc::new(AtomicU64::new(0));
+        let ran = checkpointed.clone();
         std::thread::Builder::new()
             .name("capstan-sqlite-checkpoint".to_owned())
-            .spawn(move || checkpoint_until_stopped(&checkpointer_path, synchronous, &stop))?;
+            .spawn(move || {
+                checkpoint_until_stopped(&checkpointer_path, synchronous, &stop, &ran)
+            })?;
         let (sessions, receive) = mpsc::channel::<Session>();
         let shared = Arc::new(Shared {
             behind,
@@ -379,6 +389,7 @@ impl GroupWriter {
             room: Arc::new(tokio::sync::Semaphore::new(capacity)),
             capacity,
             _checkpoints: checkpoints,
+            checkpointed,
         })
     }
 
@@ -445,6 +456,12 @@ impl GroupWriter {
         self.shared.hurried.fetch_add(1, Ordering::AcqRel);
         self.nudge();
         Hurry(&self.shared.hurried)
+    }
+
+    /// Checkpoints the checkpointer thread has run so far.
+    #[cfg(test)]
+    pub(crate) fn checkpoints(&self) -> u64 {
+        self.checkpointed.load(Ordering::Acquire)
     }
 
     /// Transactions the thread has committed so far (a group that runs again without a failed
@@ -599,10 +616,17 @@ fn run_session(
 /// connection moves that threshold out of the way ([`BACKSTOP_PAGES`]) and this thread
 /// checkpoints instead, `PASSIVE`ly: it copies what no reader still needs and never blocks the
 /// writer or a reader.
+///
+/// Once a checkpoint has copied the whole WAL, the next ones wait until the WAL file changes
+/// (its length or modification time): a checkpoint with nothing to copy still takes and gives
+/// back SQLite's locks, ~15 `fcntl` calls ten times a second on an idle node (BENCHMARKS.md,
+/// "What an idle node spends"). The file's metadata is read before the checkpoint, so a commit
+/// that lands during it shows as a change and is copied by the next one.
 fn checkpoint_until_stopped(
     path: &str,
     synchronous: crate::Synchronous,
     stop: &mpsc::Receiver<()>,
+    ran: &AtomicU64,
 ) {
     let conn = match open(path, synchronous) {
         Ok(conn) => conn,
@@ -611,11 +635,39 @@ fn checkpoint_until_stopped(
             return;
         }
     };
+    let wal = std::path::PathBuf::from(format!("{path}-wal"));
+    // The WAL as it stood before the last checkpoint that copied all of it.
+    let mut copied = None;
     while let Err(mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(CHECKPOINT_EVERY) {
-        if let Err(error) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
-            tracing::debug!(%error, "WAL checkpoint failed; retrying");
+        let stamp = wal_stamp(&wal);
+        if stamp.is_some() && stamp == copied {
+            continue;
         }
+        let outcome = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
+            Ok((
+                row.get::<_, i64>(0)?,
+                row.get::<_, i64>(1)?,
+                row.get::<_, i64>(2)?,
+            ))
+        });
+        ran.fetch_add(1, Ordering::AcqRel);
+        copied = match outcome {
+            // Not blocked, and every frame of the log copied into the database file.
+            Ok((0, log, done)) if log == done => stamp,
+            Ok(_) => None,
+            Err(error) => {
+                tracing::debug!(%error, "WAL checkpoint failed; retrying");
+                None
+            }
+        };
     }
+}
+
+/// The WAL file's length and modification time, which every write to it changes; `None` when
+/// they cannot be read (no file yet, an in-memory database): then the checkpointer never rests.
+fn wal_stamp(wal: &std::path::Path) -> Option<(u64, std::time::SystemTime)> {
+    let metadata = std::fs::metadata(wal).ok()?;
+    Some((metadata.len(), metadata.modified().ok()?))
 }
 
 fn open(path: &str, synchronous: crate::Synchronous) -> Result<Connection, String> {
