@@ -2,8 +2,8 @@
 //! runs side by side (`--runs N`): each target's figure run by run and in how many runs it held.
 //!
 //! The speed and memory targets live here rather than in tests: a test that times itself fails
-//! on a loaded machine and passes on a fast one, while a bench run reports the figure and leaves
-//! the verdict to the reader of its table. A target whose section did not run is left out.
+//! on a loaded machine and passes on a fast one, while a bench run reports each figure with its
+//! verdict and fails on none of them. A target whose section did not run is left out.
 
 use crate::Results;
 use crate::engine::{EngineHttpRun, Waiter};

@@ -2627,7 +2627,7 @@ mod tests {
             }
         };
         after(0).await;
-        // Ten of the checkpointer's intervals, once the one that copied the commit is done.
+        // Room for the checkpoint that copies the commit to finish, then ten of its intervals.
         tokio::time::sleep(Duration::from_millis(300)).await;
         let resting = checkpoints();
         tokio::time::sleep(Duration::from_secs(1)).await;
