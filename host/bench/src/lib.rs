@@ -225,7 +225,6 @@ async fn engine_run(
         clock,
         EngineConfig {
             workers: concurrency,
-            poll: Duration::from_millis(2),
             ..EngineConfig::default()
         },
     );
@@ -234,7 +233,7 @@ async fn engine_run(
     let mut ids = Vec::with_capacity(executions);
     let started = Instant::now();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let workers = engine.spawn_workers(stop_rx);
+    let workers = engine.spawn_workers(stop_rx, None);
     let mut triggered_at = std::collections::HashMap::new();
     for _ in 0..executions {
         let t = engine

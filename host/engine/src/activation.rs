@@ -19,7 +19,6 @@ impl Engine {
                     tracing::warn!(run = %run_id, error = %e, "activation failed; the run will be retried");
                     let _ = self
                         .inner
-                        .store
                         .apply(
                             None,
                             vec![Write::UpdateRun(RunPatch {
@@ -121,7 +120,11 @@ impl Engine {
                 json!({"workflowRunId": run.id}),
                 self.now(),
             ));
-            match store.apply(Some(&self.inner.fence(&run.id)), start).await {
+            match self
+                .inner
+                .apply(Some(&self.inner.fence(&run.id)), start)
+                .await
+            {
                 Ok(()) => {}
                 Err(StoreError::Canceled) => return self.finish_cancel(&execution, &run).await,
                 Err(StoreError::Conflict(_)) => return self.finish_run(&run, vec![]).await,
@@ -445,7 +448,6 @@ impl Engine {
             .collect();
         match self
             .inner
-            .store
             .apply(Some(&self.inner.fence(&run.id)), writes)
             .await
         {
@@ -478,11 +480,7 @@ impl Engine {
             release_lease: true,
             ..RunPatch::default()
         }));
-        self.inner
-            .store
-            .apply(None, writes)
-            .await
-            .map_err(Into::into)
+        self.inner.apply(None, writes).await.map_err(Into::into)
     }
 }
 

@@ -572,7 +572,6 @@ impl JournalHost {
             .collect();
         match self
             .inner
-            .store
             .apply(Some(&self.inner.fence(&st.run.id)), writes)
             .await
         {

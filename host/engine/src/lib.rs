@@ -14,6 +14,7 @@
 //! - `lib.rs` — [`Engine`], its configuration, errors and the requests and answers of its API.
 //! - `trigger` — an execution and its run created in one commit; the eager start.
 //! - `workers` — claims, leases, the scheduler's slots and the worker loops.
+//! - `schedule` — when runs fall due: the claimer's wake-ups, read off every commit.
 //! - `activation` — one activation of a run and what its outcome means for the execution.
 //! - `control` — the control commands (cancel, resume and recoveries, rollback, approve), one
 //!   file each, applying the rows `capstan_core::transitions::decide` picks.
@@ -30,6 +31,7 @@ pub mod effects;
 pub mod events;
 mod host;
 pub mod replay_check;
+mod schedule;
 mod trigger;
 mod workers;
 
@@ -110,8 +112,13 @@ pub struct EngineConfig {
     pub node_id: String,
     pub lease_ms: i64,
     pub workers: usize,
-    /// How often idle workers look for due runs.
+    /// The shortest interval between claims that other nodes' commits prompt, and between
+    /// retries of a claim that failed.
     pub poll: Duration,
+    /// The longest an idle claimer sleeps: due runs that no commit of this node and no
+    /// announcement of another node's told it of (a writer outside the engine, a notification
+    /// lost) wait at most this long.
+    pub idle_poll: Duration,
     /// Retries of transient provider errors within one call.
     pub provider_retry: Backoff,
     /// Per-capability policies that replace `provider_retry` for that capability's calls.
@@ -142,6 +149,7 @@ impl Default for EngineConfig {
             lease_ms: 30_000,
             workers: 4,
             poll: Duration::from_millis(25),
+            idle_poll: Duration::from_secs(1),
             provider_retry: Backoff {
                 initial_ms: 200,
                 max_ms: 5_000,
@@ -316,7 +324,7 @@ pub(crate) struct EngineState {
     /// Every build by digest (runs are pinned to one).
     builds: RwLock<HashMap<String, Arc<LoadedWorkflow>>>,
     local_cancels: Mutex<HashSet<String>>,
-    wake: tokio::sync::Notify,
+    schedule: schedule::Schedule,
     /// While the node's scheduler runs ([`Engine::spawn_workers`]): how a trigger hands its run
     /// straight to a free worker slot.
     eager: Mutex<Option<EagerStart>>,
@@ -485,7 +493,7 @@ impl Engine {
                 current: RwLock::new(HashMap::new()),
                 builds: RwLock::new(HashMap::new()),
                 local_cancels: Mutex::new(HashSet::new()),
-                wake: tokio::sync::Notify::new(),
+                schedule: schedule::Schedule::default(),
                 eager: Mutex::new(None),
             }),
         }

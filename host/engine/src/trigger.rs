@@ -97,7 +97,7 @@ impl Engine {
             ],
         );
         let Some((key, body)) = &request.idempotency else {
-            self.inner.store.apply(None, writes).await?;
+            self.inner.apply(None, writes).await?;
             self.start(slot, run, &execution);
             return Ok(Triggered {
                 execution,
@@ -118,7 +118,7 @@ impl Engine {
         }));
         let mut dropped = false;
         loop {
-            let Err(error) = self.inner.store.apply(None, writes.clone()).await else {
+            let Err(error) = self.inner.apply(None, writes.clone()).await else {
                 self.start(slot, run, &execution);
                 return Ok(Triggered {
                     execution,
@@ -185,24 +185,22 @@ impl Engine {
         Some((eager, permit))
     }
 
-    /// After a trigger committed its run: hands it to the scheduler when it took a slot, else
-    /// wakes the claimer. (A run the scheduler can no longer take — it is shutting down — keeps
-    /// its lease until it expires, and is claimed then, as after a crash.)
+    /// After a trigger committed its run: hands it to the scheduler when it took a slot (a run
+    /// committed without one woke the claimer as it committed: [`EngineState::apply`]). (A run
+    /// the scheduler can no longer take — it is shutting down — keeps its lease until it
+    /// expires, and is claimed then, as after a crash.)
     pub(crate) fn start(
         &self,
         slot: Option<(EagerStart, tokio::sync::OwnedSemaphorePermit)>,
         run: RunRecord,
         execution: &ExecutionRecord,
     ) {
-        match slot {
-            Some((eager, permit)) => {
-                let _ = eager.runs.send(Started {
-                    run,
-                    execution: execution.clone(),
-                    permit,
-                });
-            }
-            None => self.inner.wake.notify_waiters(),
+        if let Some((eager, permit)) = slot {
+            let _ = eager.runs.send(Started {
+                run,
+                execution: execution.clone(),
+                permit,
+            });
         }
     }
 }

@@ -38,12 +38,20 @@ impl Engine {
 
     /// Starts the node's scheduler: one claimer that takes due runs in batches (as many as there
     /// are free worker slots) and activates each on its own task, at most `config.workers` at
-    /// once, until `shutdown` flips. One claimer per node keeps idle polling off SQLite's single
-    /// writer; a trigger or command wakes it at once. A trigger that finds a slot free starts its
-    /// run itself ([`EagerStart`]) and the claimer only takes the task over.
+    /// once, until `shutdown` flips. One claimer per node keeps claims off SQLite's single
+    /// writer; a commit of this node that makes a run due wakes it at once ([`schedule`]). A
+    /// trigger that finds a slot free starts its run itself ([`EagerStart`]) and the claimer
+    /// only takes the task over.
+    ///
+    /// Between claims the claimer sleeps until the earliest run it knows of falls due: the
+    /// store's earliest wake time, read after a claim that came up short; the runs this node's
+    /// commits scheduled since; and at most [`EngineConfig::idle_poll`], for due runs no one
+    /// announced. `others` changes when another node commits (PostgreSQL's `NOTIFY`): the
+    /// claimer then claims, at most once per [`EngineConfig::poll`].
     pub fn spawn_workers(
         &self,
         mut shutdown: tokio::sync::watch::Receiver<bool>,
+        others: Option<tokio::sync::watch::Receiver<u64>>,
     ) -> Vec<tokio::task::JoinHandle<()>> {
         let engine = self.clone();
         let workers = self.inner.config.workers.max(1);
@@ -58,21 +66,43 @@ impl Engine {
             runs,
         });
         let handle = tokio::spawn(async move {
+            use tokio::time::Instant;
+            let config = &engine.inner.config;
+            let schedule = &engine.inner.schedule;
+            // No other node's commits to hear of: a receiver that never changes.
+            let (_no_others, quiet) = tokio::sync::watch::channel(0);
+            let mut others = others.unwrap_or(quiet);
+            let mut others_open = true;
             let mut tasks = tokio::task::JoinSet::new();
-            // Whether runs may be due that no claim has taken yet: set by a wake-up or a poll,
-            // cleared by a claim that found fewer than it could take. A slot that frees up
-            // claims only then (with triggers starting their own runs, most finished tasks
+            // Whether runs may be due that no claim has taken yet: set by a wake-up or the
+            // alarm, cleared by a claim that found fewer than it could take. A slot that frees
+            // up claims only then (with triggers starting their own runs, most finished tasks
             // leave nothing behind to claim).
             let mut backlog = true;
+            // When the earliest run the claimer knows of falls due; once it has passed, the
+            // next claim that comes up short reads the store's next one.
+            let mut alarm = Instant::now();
+            let mut last_claim = Instant::now();
+            // A clock time as an instant of the runtime's timer (in the past: now).
+            let at = |ms: Millis| {
+                let wait = u64::try_from(ms.saturating_sub(engine.now())).unwrap_or(0);
+                Instant::now() + Duration::from_millis(wait)
+            };
             'claims: loop {
                 if *shutdown.borrow() {
                     break;
                 }
-                // Listen for wake-ups before claiming, so a trigger that lands while the claim
-                // runs is not missed (it would otherwise wait for the next poll).
-                let woken = engine.inner.wake.notified();
+                // Listen for wake-ups before claiming, so a commit that lands while the claim
+                // runs is not missed (it would otherwise wait for the alarm).
+                let woken = schedule.now.notified();
                 tokio::pin!(woken);
                 woken.as_mut().enable();
+                let sooner = schedule.sooner.notified();
+                tokio::pin!(sooner);
+                sooner.as_mut().enable();
+                if let Some(next) = schedule.take_next() {
+                    alarm = alarm.min(at(next));
+                }
                 // The slots are taken before the claim, so a trigger cannot take one between
                 // the claim and its run's start (the claimer must never wait for a slot: the
                 // runs that would free one may be waiting in its own inbox).
@@ -83,22 +113,18 @@ impl Engine {
                 };
                 let free = permits.len();
                 if free > 0 {
+                    last_claim = Instant::now();
                     let now = engine.now();
                     match engine
                         .inner
                         .store
-                        .claim_runs(
-                            &engine.inner.config.node_id,
-                            now,
-                            engine.inner.config.lease_ms,
-                            free as i64,
-                        )
+                        .claim_runs(&config.node_id, now, config.lease_ms, free as i64)
                         .await
                     {
                         Ok(runs) => {
                             // Fewer than asked for: nothing else is due now, so wait for a
-                            // wake-up instead of claiming again at once (an empty claim is
-                            // still a write statement on SQLite's single writer).
+                            // wake-up or the alarm instead of claiming again at once (an empty
+                            // claim is still a write statement).
                             backlog = runs.len() >= free;
                             for (run, permit) in runs.into_iter().zip(permits) {
                                 let engine = engine.clone();
@@ -110,16 +136,48 @@ impl Engine {
                             if backlog {
                                 continue;
                             }
+                            if alarm <= Instant::now() {
+                                // What the alarm was set for has been claimed: the store
+                                // tells when the next run falls due (a read, not a claim).
+                                let idle = Instant::now() + config.idle_poll;
+                                alarm = match engine.inner.store.next_wake().await {
+                                    // A millisecond late: a lease expiring at `ms` is
+                                    // claimable only after it.
+                                    Ok(Some(ms)) => idle.min(at(ms.saturating_add(1))),
+                                    Ok(None) => idle,
+                                    Err(e) => {
+                                        tracing::warn!(error = %e, "reading when runs fall due failed; retrying");
+                                        Instant::now() + config.poll
+                                    }
+                                };
+                            }
                         }
-                        Err(e) => tracing::warn!(error = %e, "claiming runs failed; retrying"),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "claiming runs failed; retrying");
+                            // The alarm retries.
+                            backlog = false;
+                            alarm = Instant::now() + config.poll;
+                        }
                     }
                 }
-                let poll = tokio::time::sleep(engine.inner.config.poll);
-                tokio::pin!(poll);
+                let sleep = tokio::time::sleep_until(alarm);
+                tokio::pin!(sleep);
                 loop {
                     tokio::select! {
-                        () = &mut poll => backlog = true,
+                        // With a backlog every slot is taken: a slot that frees claims.
+                        () = &mut sleep, if !backlog => backlog = true,
                         () = &mut woken => backlog = true,
+                        // Sets the alarm again, at the top of the loop.
+                        () = &mut sooner => {}
+                        changed = others.changed(), if others_open => {
+                            if changed.is_err() {
+                                others_open = false;
+                                continue;
+                            }
+                            // Another node's commit may have made runs due: claim, though
+                            // not more often than `poll` while they keep committing.
+                            alarm = alarm.min(last_claim + config.poll);
+                        }
                         // Also when the sender is gone (a panicking owner): that means stop
                         // too, and waiting on a closed channel would return at once, forever.
                         _ = shutdown.wait_for(|s| *s) => break 'claims,

@@ -1221,8 +1221,9 @@ async fn a_trigger_starts_its_run_in_a_free_slot_and_the_claimer_takes_the_rest(
     let gate = Arc::new(Gate::new(&w.cloud, 2));
     let mut one_slot = config("node-a");
     one_slot.workers = 1;
-    // Only wake-ups and freed slots claim here, never the poll.
+    // Only wake-ups and freed slots claim here, never the alarm.
     one_slot.poll = std::time::Duration::from_secs(3_600);
+    one_slot.idle_poll = std::time::Duration::from_secs(3_600);
     let engine = Engine::new(
         Arc::new(w.store.clone()),
         runtime(),
@@ -1232,7 +1233,7 @@ async fn a_trigger_starts_its_run_in_a_free_slot_and_the_claimer_takes_the_rest(
     );
     engine.register(w.engine.workflow("fixture-steps").unwrap());
     let (stop, stop_rx) = tokio::sync::watch::channel(false);
-    let workers = engine.spawn_workers(stop_rx);
+    let workers = engine.spawn_workers(stop_rx, None);
     let trigger = |stages: u32| {
         let engine = engine.clone();
         async move {
@@ -1278,6 +1279,138 @@ async fn a_trigger_starts_its_run_in_a_free_slot_and_the_claimer_takes_the_rest(
     assert_eq!(w.store.receipts(&second.id).await.unwrap().len(), 2);
     let events = w.event_types(&first.id).await;
     assert_eq!(events[..2], ["ExecutionQueued", "ExecutionStarted"]);
+    stop.send(true).unwrap();
+    for worker in workers {
+        worker.await.unwrap();
+    }
+}
+
+/// A node's scheduler on the real clock, whose claimer never polls: only commits of this node,
+/// the store's earliest wake time and `others` (another node's announcements) wake it.
+fn unpolled_scheduler(
+    w: &World,
+    node: &str,
+    others: Option<tokio::sync::watch::Receiver<u64>>,
+) -> (
+    Engine,
+    tokio::sync::watch::Sender<bool>,
+    Vec<tokio::task::JoinHandle<()>>,
+) {
+    let mut config = config(node);
+    config.poll = std::time::Duration::from_millis(20);
+    config.idle_poll = std::time::Duration::from_secs(3_600);
+    let engine = Engine::new(
+        Arc::new(w.store.clone()),
+        runtime(),
+        Arc::new(w.cloud.clone()),
+        Arc::new(capstan_core::SystemClock),
+        config,
+    );
+    engine.register(w.engine.workflow("fixture-steps").unwrap());
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let workers = engine.spawn_workers(stop_rx, others);
+    (engine, stop, workers)
+}
+
+async fn trigger_on(engine: &Engine, stages: u32) -> capstan_core::store::ExecutionRecord {
+    engine
+        .trigger(TriggerRequest {
+            workflow: "fixture-steps".into(),
+            principal_id: "ops".into(),
+            input: json!({"zone": "Z1", "stages": stages}),
+            idempotency: None,
+            traceparent: None,
+        })
+        .await
+        .unwrap()
+        .execution
+}
+
+/// The execution's status once it ends, or after ten seconds.
+async fn ended(w: &World, id: &str) -> ExecutionStatus {
+    let mut status = ExecutionStatus::Queued;
+    for _ in 0..1_000 {
+        status = w.status(id).await;
+        if status.is_terminal() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    status
+}
+
+/// A run left leased by a node that died is found by the claimer's read of when runs fall due,
+/// after a claim that found nothing: it is taken over when the lease expires, with no poll.
+#[tokio::test]
+async fn an_idle_claimer_wakes_when_a_dead_nodes_lease_expires() {
+    let w = world().await;
+    // Triggered where no scheduler runs: the run waits for a claim.
+    let origin = Engine::new(
+        Arc::new(w.store.clone()),
+        runtime(),
+        Arc::new(w.cloud.clone()),
+        Arc::new(capstan_core::SystemClock),
+        config("node-gone"),
+    );
+    origin.register(w.engine.workflow("fixture-steps").unwrap());
+    let execution = trigger_on(&origin, 2).await;
+    // The node claims it and dies: its lease runs for another 300 ms.
+    let now = capstan_core::Clock::now_millis(&capstan_core::SystemClock) as i64;
+    let claimed = w.store.claim_runs("node-gone", now, 300, 8).await.unwrap();
+    assert_eq!(claimed.len(), 1);
+    let (_engine, stop, workers) = unpolled_scheduler(&w, "node-a", None);
+    assert_eq!(ended(&w, &execution.id).await, ExecutionStatus::Succeeded);
+    let run = w.store.run(&execution.run_id).await.unwrap().unwrap();
+    assert_eq!(
+        run.activations, 2,
+        "claimed by the dead node, then by node-a: {run:?}"
+    );
+    stop.send(true).unwrap();
+    for worker in workers {
+        worker.await.unwrap();
+    }
+}
+
+/// A run this node's own commit schedules for later (a refused commit retried a second later)
+/// sets the idle claimer's alarm: the retry runs on time, with no poll.
+#[tokio::test]
+async fn a_run_this_node_schedules_for_later_wakes_the_idle_claimer_then() {
+    let w = world().await;
+    w.cloud.write_behind(&w.store, 1);
+    let (engine, stop, workers) = unpolled_scheduler(&w, "node-a", None);
+    let execution = trigger_on(&engine, 2).await;
+    assert_eq!(ended(&w, &execution.id).await, ExecutionStatus::Succeeded);
+    let run = w.store.run(&execution.run_id).await.unwrap().unwrap();
+    assert_eq!(run.activations, 2, "refused once, retried: {run:?}");
+    stop.send(true).unwrap();
+    for worker in workers {
+        worker.await.unwrap();
+    }
+}
+
+/// A run another node made due, which this node's commits never told its claimer of, is claimed
+/// when the other node's commit is announced (PostgreSQL's `NOTIFY`, relayed by
+/// `Store::subscribe_other_nodes`).
+#[tokio::test]
+async fn another_nodes_announced_commit_wakes_the_idle_claimer() {
+    let w = world().await;
+    let (announce, announced) = tokio::sync::watch::channel(0_u64);
+    let (_engine, stop, workers) = unpolled_scheduler(&w, "node-a", Some(announced));
+    // The other node has no scheduler: its trigger leaves the run for a claim.
+    let other = Engine::new(
+        Arc::new(w.store.clone()),
+        runtime(),
+        Arc::new(w.cloud.clone()),
+        Arc::new(capstan_core::SystemClock),
+        config("node-b"),
+    );
+    other.register(w.engine.workflow("fixture-steps").unwrap());
+    let execution = trigger_on(&other, 2).await;
+    announce.send_modify(|n| *n += 1);
+    assert_eq!(ended(&w, &execution.id).await, ExecutionStatus::Succeeded);
+    let run = w.store.run(&execution.run_id).await.unwrap().unwrap();
+    assert_eq!(run.lease_owner, None, "{run:?}");
+    assert_eq!(run.activations, 1, "{run:?}");
     stop.send(true).unwrap();
     for worker in workers {
         worker.await.unwrap();

@@ -729,7 +729,10 @@ pub async fn serve(
         );
     }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let workers = app.api.engine.spawn_workers(stop_rx.clone());
+    let workers = app
+        .api
+        .engine
+        .spawn_workers(stop_rx.clone(), Some(app.store.subscribe_other_nodes()));
     let webhooks = tokio::spawn(capstan_api::webhooks::delivery::run(
         app.api.clone(),
         stop_rx.clone(),

@@ -243,6 +243,9 @@ pub struct Store {
     /// Bumped for events this node cannot attribute to an execution (a redelivery, another
     /// node's `NOTIFY` that names no executions): they wake the waiters of every execution too.
     foreign_events: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
+    /// Bumped for every commit another node announces, and when the listener (re)connects
+    /// (what was committed while it was not listening): wakes the engine's claimer.
+    other_nodes: std::sync::Arc<tokio::sync::watch::Sender<u64>>,
     /// The waiters of single executions ([`Store::wake_for`]).
     wakes: std::sync::Arc<wakes::ExecutionWakes>,
     /// This process's name in leases it takes through the store (webhook attempts).
@@ -421,6 +424,7 @@ impl Store {
             writer,
             events: std::sync::Arc::new(tokio::sync::watch::Sender::new(0)),
             foreign_events: std::sync::Arc::new(tokio::sync::watch::Sender::new(0)),
+            other_nodes: std::sync::Arc::new(tokio::sync::watch::Sender::new(0)),
             wakes: std::sync::Arc::default(),
             node_id: capstan_core::ids::new_id(),
             synchronous: Synchronous::default(),
@@ -503,9 +507,21 @@ impl Store {
         self.events.subscribe()
     }
 
+    /// Changes after every commit another node announces (PostgreSQL, once
+    /// [`Store::listen_for_events`] runs; whether or not it wrote events of an execution this
+    /// node waits on) and when the listener (re)connects. Never changes on SQLite.
+    pub fn subscribe_other_nodes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.other_nodes.subscribe()
+    }
+
+    /// Another node committed, or may have while this node was not listening.
+    fn other_nodes_committed(&self) {
+        self.other_nodes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
     /// PostgreSQL: relays other nodes' `NOTIFY capstan_events` (each signed with its node's id;
-    /// this node's own are skipped) to [`Store::subscribe_events`] and to the waiters of the
-    /// executions each names, until `stop` turns true. Reconnects after a lost connection;
+    /// this node's own are skipped) to [`Store::subscribe_events`], to the waiters of the
+    /// executions each names and to [`Store::subscribe_other_nodes`], until `stop` turns true. Reconnects after a lost connection;
     /// readers poll as well, so a missed notification delays an event by at most their polling
     /// interval. SQLite: returns at once (one node, and its commits wake readers directly).
     pub async fn listen_for_events(&self, mut stop: tokio::sync::watch::Receiver<bool>) {
@@ -523,6 +539,7 @@ impl Store {
                     } else {
                         // Anything committed while we were not listening.
                         self.events_committed();
+                        self.other_nodes_committed();
                         loop {
                             tokio::select! {
                                 n = listener.try_recv() => match n {
@@ -530,6 +547,7 @@ impl Store {
                                     Ok(None) => {
                                         tracing::warn!("event listener lost its connection; reconnecting");
                                         self.events_committed();
+                                        self.other_nodes_committed();
                                     }
                                     Err(error) => {
                                         tracing::warn!(%error, "event listener failed; reconnecting");
@@ -560,6 +578,7 @@ impl Store {
         if announced.node_id == self.node_id {
             return;
         }
+        self.other_nodes_committed();
         match announced.executions {
             Some((moved, stopped)) => {
                 self.events.send_modify(|n| *n = n.wrapping_add(1));
@@ -2277,6 +2296,7 @@ mod tests {
 
     /// PostgreSQL: another node's commit wakes the waiters on this node of the executions it
     /// names in its `NOTIFY`, and no others; one that names too many to fit wakes them all.
+    /// Every one of them reaches the node's claimer.
     #[tokio::test]
     async fn another_nodes_commit_wakes_the_waiters_of_its_executions() {
         use capstan_core::store::*;
@@ -2291,7 +2311,9 @@ mod tests {
         let mut other = b.wake_for(Some("e2"));
         let mut all = b.wake_for(None);
         let mut outcome = b.wake_when_stopped("e1");
+        let mut other_nodes = b.subscribe_other_nodes();
         all.mark_seen();
+        other_nodes.mark_unchanged();
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let listener = tokio::spawn({
             let b = b.clone();
@@ -2302,6 +2324,11 @@ mod tests {
             tokio::time::timeout(Duration::from_secs(10), w.changed()).await
         }
         soon(&mut all).await.expect("the listener listens");
+        assert!(
+            other_nodes.has_changed().unwrap(),
+            "the claimer too, for what other nodes committed before it listened"
+        );
+        other_nodes.mark_unchanged();
         let woken = |w: &mut Wake| futures_util::FutureExt::now_or_never(w.changed()).is_some();
         for w in [&mut mine, &mut other, &mut all, &mut outcome] {
             w.mark_seen();
@@ -2317,6 +2344,10 @@ mod tests {
             "an event that leaves the status alone does not wake a waiter for the outcome"
         );
         assert!(woken(&mut all), "a reader of every event is woken");
+        assert!(
+            other_nodes.has_changed().unwrap(),
+            "and the claimer: any commit of another node may have made a run due"
+        );
         mine.mark_seen();
         let waiting = Write::UpdateExecution(ExecutionPatch {
             id: "e1".to_owned(),

@@ -58,7 +58,6 @@ impl Engine {
         };
         let now = self.now();
         self.inner
-            .store
             .apply(
                 None,
                 vec![
@@ -75,7 +74,6 @@ impl Engine {
                 ],
             )
             .await?;
-        self.inner.wake.notify_waiters();
         self.get(id).await
     }
 

@@ -78,7 +78,7 @@ impl Engine {
         receipts: Vec<Write>,
     ) -> Result<(), EngineError> {
         if !receipts.is_empty() {
-            self.inner.store.apply(None, receipts).await?;
+            self.inner.apply(None, receipts).await?;
         }
         if let Ok(mut local) = self.inner.local_cancels.lock() {
             local.remove(&run.id);
@@ -89,7 +89,6 @@ impl Engine {
         };
         match self
             .inner
-            .store
             .apply(
                 None,
                 self.cancel_writes(execution, &run.id, row, self.now()),
@@ -219,7 +218,7 @@ impl Engine {
                     }));
                 }
                 if !writes.is_empty() {
-                    match self.inner.store.apply(None, writes).await {
+                    match self.inner.apply(None, writes).await {
                         Ok(()) => {}
                         Err(StoreError::Conflict(_)) => return Err(self.refused_now(id).await?),
                         Err(e) => return Err(e.into()),
@@ -249,7 +248,7 @@ impl Engine {
                         ..ExecutionPatch::default()
                     }));
                 }
-                match self.inner.store.apply(None, writes).await {
+                match self.inner.apply(None, writes).await {
                     Ok(()) => {}
                     Err(StoreError::Conflict(_)) => {
                         let now_state = self.get(id).await?;

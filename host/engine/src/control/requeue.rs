@@ -87,12 +87,11 @@ impl Engine {
             };
             writes.push(Write::Event(event(execution, name, to.as_str(), data, now)));
         }
-        match self.inner.store.apply(None, writes).await {
+        match self.inner.apply(None, writes).await {
             Ok(()) => {}
             Err(StoreError::Conflict(m)) => return Err(invalid("state_changed", m)),
             Err(e) => return Err(e.into()),
         }
-        self.inner.wake.notify_waiters();
         Ok(CommandOutcome {
             command: Some(command),
             execution: self.get(&execution.id).await?,

@@ -64,7 +64,7 @@ impl Engine {
                         now,
                     )));
                 }
-                match self.inner.store.apply(None, writes).await {
+                match self.inner.apply(None, writes).await {
                     Ok(()) => {}
                     Err(StoreError::Conflict(m)) => return Err(invalid("state_changed", m)),
                     Err(e) => return Err(e.into()),
@@ -111,8 +111,7 @@ impl Engine {
                 now,
             )));
         }
-        self.inner.store.apply(None, writes).await?;
-        self.inner.wake.notify_waiters();
+        self.inner.apply(None, writes).await?;
         Ok(CommandOutcome {
             command: Some(command),
             execution,
@@ -140,7 +139,7 @@ impl Engine {
             && c.status == CommandStatus::Queued
         {
             c.status = CommandStatus::Active;
-            store
+            self.inner
                 .apply(
                     Some(&self.inner.fence(&run.id)),
                     vec![Write::PutCommand(c.clone())],
@@ -171,7 +170,7 @@ impl Engine {
                         error_json: None,
                     };
                     stages.push(stage.clone());
-                    store
+                    self.inner
                         .apply(
                             Some(&self.inner.fence(&run.id)),
                             vec![
@@ -211,7 +210,7 @@ impl Engine {
                     if let Some(s) = stages.iter_mut().find(|s| s.id == done.id) {
                         *s = done.clone();
                     }
-                    store
+                    self.inner
                         .apply(
                             Some(&self.inner.fence(&run.id)),
                             vec![
@@ -239,7 +238,7 @@ impl Engine {
                             .config
                             .convergence
                             .delay_ms(run.activations.clamp(0, 20) as u32);
-                    store
+                    self.inner
                         .apply(
                             None,
                             vec![Write::UpdateRun(RunPatch {
