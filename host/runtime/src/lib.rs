@@ -87,8 +87,11 @@ impl Default for RuntimeConfig {
 /// How often running wasm checks its activation's deadline (and yields to the executor).
 const EPOCH_TICK: std::time::Duration = std::time::Duration::from_millis(10);
 
-/// Advances `engine`'s epoch every [`EPOCH_TICK`] until the engine is dropped.
-fn tick_epochs(engine: &Engine) -> anyhow::Result<()> {
+/// Advances `engine`'s epoch every [`EPOCH_TICK`] while a store is alive, until the engine is
+/// dropped. An epoch matters only to running wasm, so with no store alive the ticker sleeps
+/// ([`Alive`]) instead of waking a hundred times a second on an idle node; a store's deadline
+/// counts from the tick after it was created either way.
+fn tick_epochs(engine: &Engine, alive: Arc<Alive>) -> anyhow::Result<()> {
     let weak = engine.weak();
     std::thread::Builder::new()
         .name("capstan-epoch".to_owned())
@@ -97,9 +100,56 @@ fn tick_epochs(engine: &Engine) -> anyhow::Result<()> {
                 engine.increment_epoch();
                 drop(engine);
                 std::thread::sleep(EPOCH_TICK);
+                // Woken at once by the next store; now and then anyway, to notice a dropped
+                // engine and end.
+                alive.wait_for_a_store(std::time::Duration::from_secs(1));
             }
         })?;
     Ok(())
+}
+
+/// How many stores are alive, for the epoch ticker.
+#[derive(Debug, Default)]
+pub(crate) struct Alive {
+    stores: std::sync::Mutex<usize>,
+    first: std::sync::Condvar,
+}
+
+impl Alive {
+    fn count(&self) -> std::sync::MutexGuard<'_, usize> {
+        self.stores
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// One more store, until the guard drops.
+    fn store(self: &Arc<Self>) -> StoreAlive {
+        let mut n = self.count();
+        *n += 1;
+        if *n == 1 {
+            self.first.notify_all();
+        }
+        StoreAlive(self.clone())
+    }
+
+    /// Returns once a store is alive, or after `at_most`.
+    fn wait_for_a_store(&self, at_most: std::time::Duration) {
+        let n = self.count();
+        let _ = self
+            .first
+            .wait_timeout_while(n, at_most, |n| *n == 0)
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+    }
+}
+
+/// A store counted in [`Alive`] while this lives.
+#[derive(Debug)]
+pub(crate) struct StoreAlive(Arc<Alive>);
+
+impl Drop for StoreAlive {
+    fn drop(&mut self) {
+        *self.0.count() -= 1;
+    }
 }
 
 /// The result of one activation (one instantiation and `run` call) of a workflow.
@@ -126,23 +176,38 @@ pub struct Runtime {
     slots: Slots,
 }
 
-/// The pool's slots: one per activation alive at once ([`RuntimeConfig::instance_pool`]).
+/// The pool's slots: one per activation alive at once ([`RuntimeConfig::instance_pool`]), and
+/// the count of stores alive that keeps the epoch ticker going.
 #[derive(Debug, Clone)]
-pub(crate) struct Slots(Option<Arc<tokio::sync::Semaphore>>);
+pub(crate) struct Slots {
+    pool: Option<Arc<tokio::sync::Semaphore>>,
+    alive: Arc<Alive>,
+}
 
-/// A slot held for the life of one store (nothing without a pool).
-pub(crate) type Slot = Option<tokio::sync::OwnedSemaphorePermit>;
+/// A slot held for the life of one store (no permit without a pool).
+#[derive(Debug)]
+pub(crate) struct Slot {
+    _permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    _alive: StoreAlive,
+}
 
 impl Slots {
-    fn new(pool: u32) -> Self {
-        Self((pool > 0).then(|| Arc::new(tokio::sync::Semaphore::new(pool as usize))))
+    fn new(pool: u32, alive: Arc<Alive>) -> Self {
+        Self {
+            pool: (pool > 0).then(|| Arc::new(tokio::sync::Semaphore::new(pool as usize))),
+            alive,
+        }
     }
 
     /// Waits for a free slot. The semaphore is never closed, so this only waits.
     pub(crate) async fn take(&self) -> Slot {
-        match &self.0 {
+        let permit = match &self.pool {
             Some(semaphore) => semaphore.clone().acquire_owned().await.ok(),
             None => None,
+        };
+        Slot {
+            _permit: permit,
+            _alive: self.alive.store(),
         }
     }
 }
@@ -192,7 +257,8 @@ impl Runtime {
             wasm.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         }
         let engine = Engine::new(&wasm)?;
-        tick_epochs(&engine)?;
+        let alive = Arc::new(Alive::default());
+        tick_epochs(&engine, alive.clone())?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         bindings::Workflow::add_to_linker::<GuestState, wasmtime::component::HasSelf<GuestState>>(
@@ -201,7 +267,7 @@ impl Runtime {
         )?;
         let step_linker = steps::linker(&engine)?;
         let cache = cache::ComponentCache::new(&engine, config.cache_dir.clone())?;
-        let slots = Slots::new(config.instance_pool);
+        let slots = Slots::new(config.instance_pool, alive);
         Ok(Self {
             engine,
             linker,
@@ -214,5 +280,33 @@ impl Runtime {
 
     pub fn config(&self) -> &RuntimeConfig {
         &self.config
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_epoch_ticker_waits_only_while_no_store_is_alive() {
+        let alive = Arc::new(Alive::default());
+        let first = alive.store();
+        let second = alive.store();
+        assert_eq!(*alive.count(), 2);
+        // A store is alive: no wait at all (an hour would hang the test).
+        alive.wait_for_a_store(std::time::Duration::from_secs(3_600));
+        drop(first);
+        drop(second);
+        assert_eq!(*alive.count(), 0);
+        // None: the ticker sleeps until one is created on another thread.
+        let waiter = {
+            let alive = alive.clone();
+            std::thread::spawn(move || {
+                alive.wait_for_a_store(std::time::Duration::from_secs(3_600))
+            })
+        };
+        let store = alive.store();
+        waiter.join().unwrap();
+        drop(store);
     }
 }
