@@ -83,10 +83,12 @@ impl Engine {
             // next claim that comes up short reads the store's next one.
             let mut alarm = Instant::now();
             let mut last_claim = Instant::now();
-            // A clock time as an instant of the runtime's timer (in the past: now).
+            // A clock time as an instant of the runtime's timer (in the past: now; at most a
+            // day ahead, so a wake time far off cannot overflow the timer, and the alarm is
+            // never later than `idle_poll` anyway once the store has been read).
             let at = |ms: Millis| {
                 let wait = u64::try_from(ms.saturating_sub(engine.now())).unwrap_or(0);
-                Instant::now() + Duration::from_millis(wait)
+                Instant::now() + Duration::from_millis(wait.min(86_400_000))
             };
             'claims: loop {
                 if *shutdown.borrow() {
