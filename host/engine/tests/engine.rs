@@ -1299,6 +1299,15 @@ fn unpolled_scheduler(
     let mut config = config(node);
     config.poll = std::time::Duration::from_millis(20);
     config.idle_poll = std::time::Duration::from_secs(3_600);
+    let engine = node_on_the_real_clock(w, config);
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let workers = engine.spawn_workers(stop_rx, others);
+    (engine, stop, workers)
+}
+
+/// A node of `w`'s store and cloud on the real clock, with `fixture-steps` loaded and no
+/// scheduler running (its triggers leave their runs for a claim).
+fn node_on_the_real_clock(w: &World, config: capstan_engine::EngineConfig) -> Engine {
     let engine = Engine::new(
         Arc::new(w.store.clone()),
         runtime(),
@@ -1307,9 +1316,7 @@ fn unpolled_scheduler(
         config,
     );
     engine.register(w.engine.workflow("fixture-steps").unwrap());
-    let (stop, stop_rx) = tokio::sync::watch::channel(false);
-    let workers = engine.spawn_workers(stop_rx, others);
-    (engine, stop, workers)
+    engine
 }
 
 async fn trigger_on(engine: &Engine, stages: u32) -> capstan_core::store::ExecutionRecord {
@@ -1345,14 +1352,7 @@ async fn ended(w: &World, id: &str) -> ExecutionStatus {
 async fn an_idle_claimer_wakes_when_a_dead_nodes_lease_expires() {
     let w = world().await;
     // Triggered where no scheduler runs: the run waits for a claim.
-    let origin = Engine::new(
-        Arc::new(w.store.clone()),
-        runtime(),
-        Arc::new(w.cloud.clone()),
-        Arc::new(capstan_core::SystemClock),
-        config("node-gone"),
-    );
-    origin.register(w.engine.workflow("fixture-steps").unwrap());
+    let origin = node_on_the_real_clock(&w, config("node-gone"));
     let execution = trigger_on(&origin, 2).await;
     // The node claims it and dies: its lease runs for another 300 ms.
     let now = capstan_core::Clock::now_millis(&capstan_core::SystemClock) as i64;
@@ -1397,14 +1397,7 @@ async fn another_nodes_announced_commit_wakes_the_idle_claimer() {
     let (announce, announced) = tokio::sync::watch::channel(0_u64);
     let (_engine, stop, workers) = unpolled_scheduler(&w, "node-a", Some(announced));
     // The other node has no scheduler: its trigger leaves the run for a claim.
-    let other = Engine::new(
-        Arc::new(w.store.clone()),
-        runtime(),
-        Arc::new(w.cloud.clone()),
-        Arc::new(capstan_core::SystemClock),
-        config("node-b"),
-    );
-    other.register(w.engine.workflow("fixture-steps").unwrap());
+    let other = node_on_the_real_clock(&w, config("node-b"));
     let execution = trigger_on(&other, 2).await;
     announce.send_modify(|n| *n += 1);
     assert_eq!(ended(&w, &execution.id).await, ExecutionStatus::Succeeded);
