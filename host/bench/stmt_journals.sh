@@ -10,8 +10,8 @@
 # server runs, and prepares each statement. It prints the prepared statement's
 # `usesStmtJournal` (SQLite's internal flag, read by including the amalgamation): 1 when the
 # statement runs in a transaction behind a statement journal, which copies every page the
-# statement changes that the transaction had changed before it. BENCHMARKS.md ("No statement
-# journals for the release and the claim") says why it matters.
+# statement changes that the transaction had changed before it. BENCHMARKS.md
+# ("Allocation: statement journals and frees across threads") says why it matters.
 set -eu
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 version=$(awk '/^name = "libsqlite3-sys"$/ { getline; gsub(/"/, "", $3); print $3 }' "$repo/Cargo.lock")
