@@ -33,6 +33,25 @@ pub trait Providers: Send + Sync {
         self.call(op, request, token).await
     }
 
+    /// A call answered only if the provider acts on nothing outside the engine's store: its
+    /// writes queued behind its answer for the store's group commit
+    /// (`capstan_store::Store::write_behind`) under the epoch `epoch`, so they commit only after
+    /// everything queued before them, and never if that epoch has moved. `None`: it cannot
+    /// (a remote service, a fault to inject, memory full, the epoch moved); the engine then
+    /// makes the run durable first and calls [`Providers::call`]. Asked for a run that started
+    /// before its trigger was durable (`capstan_core::store::RunStore::queue_ahead`). `first` as
+    /// for [`Providers::call_first`]. By default `None`.
+    async fn call_behind(
+        &self,
+        _op: &str,
+        _request: &Value,
+        _token: &str,
+        _first: bool,
+        _epoch: u64,
+    ) -> Option<Result<Value, CapabilityError>> {
+        None
+    }
+
     /// The read that tells whether an `await-converged` condition holds now. The conditions
     /// are the capabilities' own vocabulary, so they are decided here, beside the calls, not by
     /// the engine; a provider with conditions of its own overrides this.

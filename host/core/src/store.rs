@@ -356,6 +356,19 @@ pub enum StoreError {
     Corrupt(String),
 }
 
+/// A batch queued by [`RunStore::queue_ahead`]: resolves once it is committed (or refused).
+pub type Queued =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), StoreError>> + Send>>;
+
+/// Why [`RunStore::queue_ahead`] queued nothing.
+#[derive(Debug)]
+pub enum Unqueued {
+    /// The store cannot queue this batch ahead: here it is back.
+    Unsupported(Vec<Write>),
+    /// Queuing failed (the writer is gone).
+    Failed(StoreError),
+}
+
 /// What the engine's storage does for a run's workers: the atomic write under the run's
 /// fence, claims, and the journal and waits a run replays.
 #[async_trait]
@@ -372,6 +385,37 @@ pub trait RunStore: Send + Sync + std::fmt::Debug {
 
     /// The activation of `run_id` that [`RunStore::activation_began`] announced has ended.
     fn activation_ended(&self, _run_id: &str) {}
+
+    /// The epoch of writes behind answers that the activation of `run_id` under way here began
+    /// under ([`RunStore::activation_began`]): a provider that answers it behind its own writes
+    /// ([`crate::Providers::call_behind`]) decides only while the epoch is still this one, so
+    /// nothing it writes outlives a failure that refuses the activation's commits. `None` where
+    /// the store writes nothing behind answers, or no activation of the run is under way.
+    fn activation_epoch(&self, _run_id: &str) -> Option<u64> {
+        None
+    }
+
+    /// Whether [`RunStore::queue_ahead`] can queue a batch (one small enough to group).
+    fn queues_ahead(&self) -> bool {
+        false
+    }
+
+    /// Queues `writes` (a trigger's: its execution, its run leased to this node) for the next
+    /// group commit and returns once they are queued, with the commit's answer to await;
+    /// [`Unqueued::Unsupported`] with the writes where the store cannot (no group writer, or a
+    /// batch too large to group): then [`RunStore::apply`].
+    ///
+    /// Meant for a run that starts before its trigger is durable. The batch waits a little for
+    /// company, so the run's first commit, queued behind it, usually carries it: one commit
+    /// makes a lone execution's start and its first steps durable. Everything the run queues
+    /// later commits after the batch (the group writer's queue is first in, first out), and if
+    /// the batch fails, the epoch of writes behind answers moves, refusing every commit of
+    /// activations begun before (the run's among them) and every write behind an answer
+    /// decided under the old epoch. The run may make no effect outside the store before one of
+    /// its own commits under its fence has succeeded: that commit proves the batch durable.
+    async fn queue_ahead(&self, writes: Vec<Write>) -> Result<Queued, Unqueued> {
+        Err(Unqueued::Unsupported(writes))
+    }
 
     async fn run(&self, id: &str) -> Result<Option<RunRecord>, StoreError>;
     /// Claims up to `limit` runnable runs due at `now_ms` (or whose lease expired) for `owner`.

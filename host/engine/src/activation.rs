@@ -7,10 +7,16 @@ use super::*;
 impl Engine {
     /// One activation of a claimed run, and what its outcome means for the execution.
     /// `fresh`: the execution a trigger of this node has just written with the run (nothing to
-    /// read back, no journal yet).
-    pub(crate) async fn activate(&self, run: RunRecord, fresh: Option<ExecutionRecord>) {
+    /// read back, no journal yet). `ahead`: the trigger's commit was still queued when the run
+    /// started ([`Started::ahead`]).
+    pub(crate) async fn activate(
+        &self,
+        run: RunRecord,
+        fresh: Option<ExecutionRecord>,
+        ahead: Option<ActivationScope>,
+    ) {
         let run_id = run.id.clone();
-        if let Err(e) = self.activate_inner(run, fresh).await {
+        if let Err(e) = self.activate_inner(run, fresh, ahead).await {
             match e {
                 EngineError::Store(StoreError::LeaseLost) => {
                     tracing::info!(run = %run_id, "lease lost; another node has the run")
@@ -38,6 +44,7 @@ impl Engine {
         &self,
         run: RunRecord,
         fresh: Option<ExecutionRecord>,
+        ahead: Option<ActivationScope>,
     ) -> Result<(), EngineError> {
         let store = &self.inner.store;
         let is_fresh = fresh.is_some();
@@ -139,8 +146,10 @@ impl Engine {
         } else {
             store.replay_state(&run.id, &execution.id).await?
         };
-        // Before the first provider call, until the last commit (the guard's drop).
-        let _scope = ActivationScope::begin(store, &run.id);
+        // Before the first provider call, until the last commit (the guard's drop). A run
+        // started ahead of its trigger's commit was announced before that commit was queued.
+        let durable = ahead.is_none();
+        let _scope = ahead.unwrap_or_else(|| ActivationScope::begin(store, &run.id));
         let span = tracing::info_span!(
             "activation",
             run = %run.id,
@@ -172,6 +181,7 @@ impl Engine {
             suspension: None,
             fenced_out: None,
             point_of_no_return: workflow.descriptor.point_of_no_return.clone(),
+            durable,
             span: span.clone(),
             stage_span: None,
         };

@@ -45,6 +45,11 @@ pub(crate) struct Activation {
     /// The workflow's point of no return: its stage-begin commits before the guest goes on, so
     /// a cancel either lands first (and this commit is refused) or sees the stage (and is).
     pub point_of_no_return: Option<String>,
+    /// A commit of the activation under its fence has succeeded, or the run was durable when it
+    /// began. A run started ahead of its trigger's commit ([`RunStore::queue_ahead`]) is not
+    /// until then: it asks its providers to answer behind their writes, and commits before a
+    /// call they cannot answer so ([`JournalHost::provide`]).
+    pub durable: bool,
     /// The activation's span, and the span of the stage it is in (provider calls are its
     /// children; at `debug`, so built only when traces are exported).
     pub span: tracing::Span,
@@ -413,6 +418,30 @@ impl JournalHost {
         token: &str,
         first: bool,
     ) -> (Result<Value, CapabilityError>, Option<Interrupt>) {
+        if !st.durable && is_effect(op) {
+            // Not durable yet: an answer given behind writes that commit after the trigger's
+            // batch, or none at all until a commit proves the run durable (an effect outside
+            // the store may not precede the execution that asks for it; a read acts on
+            // nothing, and goes ahead).
+            if let Some(epoch) = self.inner.store.activation_epoch(&st.run.id)
+                && let Some(answer) = self
+                    .inner
+                    .provide_behind(op, request, token, first, epoch)
+                    .instrument(st.current_span())
+                    .await
+            {
+                return (answer, None);
+            }
+            if let Err(interrupt) = self.flush(st).await {
+                return (
+                    Err(CapabilityError::transient(
+                        "interrupted",
+                        "the run stopped before the call was made",
+                    )),
+                    Some(interrupt),
+                );
+            }
+        }
         // The provider-call spans are children of the stage's span.
         let call = self
             .inner
@@ -575,7 +604,10 @@ impl JournalHost {
             .apply(Some(&self.inner.fence(&st.run.id)), writes)
             .await
         {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                st.durable = true;
+                Ok(())
+            }
             Err(StoreError::Canceled) => {
                 st.pending.splice(0..0, receipts);
                 st.fenced_out = Some(StoreError::Canceled);

@@ -347,6 +347,9 @@ struct Started {
     run: RunRecord,
     execution: ExecutionRecord,
     permit: tokio::sync::OwnedSemaphorePermit,
+    /// Started before its trigger committed: the activation's scope, begun before the trigger's
+    /// batch was queued ([`RunStore::queue_ahead`]).
+    ahead: Option<activation::ActivationScope>,
 }
 
 impl EngineState {
@@ -368,6 +371,37 @@ impl EngineState {
             .lock()
             .map(|s| s.contains(run_id))
             .unwrap_or(false)
+    }
+
+    /// A provider's answer given behind its writes ([`Providers::call_behind`]), if it can give
+    /// one, timed as [`EngineState::provide`]'s calls are.
+    pub async fn provide_behind(
+        &self,
+        op: &str,
+        request: &Value,
+        token: &str,
+        first: bool,
+        epoch: u64,
+    ) -> Option<Result<Value, CapabilityError>> {
+        let started = std::time::Instant::now();
+        let answer = self
+            .providers
+            .call_behind(op, request, token, first, epoch)
+            .await?;
+        let (capability, operation) = op.split_once('.').unwrap_or(("", op));
+        let outcome = match &answer {
+            Ok(_) => "ok",
+            Err(e) if e.is_transient() => "transient",
+            Err(_) => "permanent",
+        };
+        metrics::histogram!(
+            "capstan_provider_call_duration_seconds",
+            "capability" => capability.to_owned(),
+            "operation" => operation.to_owned(),
+            "outcome" => outcome,
+        )
+        .record(started.elapsed().as_secs_f64());
+        Some(answer)
     }
 
     /// A provider call with retries of transient errors under the backoff policy.

@@ -3,6 +3,7 @@
 //! of this node without a round trip through the claim query.
 
 use super::*;
+use crate::activation::ActivationScope;
 
 impl Engine {
     /// Creates an execution (status `queued`) and its run, pinned to the current build; with an
@@ -96,9 +97,25 @@ impl Engine {
                 Write::InsertRun(run.clone()),
             ],
         );
+        // A run with a slot starts before its trigger commits unless a batch that would fail is
+        // foreseeable: a key already recorded (a repeat of the request), whose failure would
+        // move the epoch of writes behind answers ([`RunStore::queue_ahead`]) and make every
+        // activation under way replay.
+        let ahead = slot.is_some()
+            && self.inner.store.queues_ahead()
+            && match &request.idempotency {
+                None => true,
+                Some((key, _)) => matches!(
+                    self.inner
+                        .store
+                        .idempotency(&request.principal_id, &request.workflow, key)
+                        .await,
+                    Ok(None)
+                ),
+            };
         let Some((key, body)) = &request.idempotency else {
-            self.inner.apply(None, writes).await?;
-            self.start(slot, run, &execution);
+            self.commit_and_start(slot, &run, &execution, writes, ahead)
+                .await?;
             return Ok(Triggered {
                 execution,
                 replayed: false,
@@ -117,9 +134,22 @@ impl Engine {
             created_ms: now,
         }));
         let mut dropped = false;
+        let mut first = Some((slot, ahead));
         loop {
-            let Err(error) = self.inner.apply(None, writes.clone()).await else {
-                self.start(slot, run, &execution);
+            let committed = match first.take() {
+                Some((slot, ahead)) => {
+                    self.commit_and_start(slot, &run, &execution, writes.clone(), ahead)
+                        .await
+                }
+                // Again after dropping a stale key: the first attempt's slot is spent (on a run
+                // started ahead, whose commits the failed batch refuses), so one free now starts
+                // the run, or its lease lapses and a claim takes it.
+                None => {
+                    self.commit_and_start(self.free_slot(), &run, &execution, writes.clone(), false)
+                        .await
+                }
+            };
+            let Err(error) = committed else {
                 return Ok(Triggered {
                     execution,
                     replayed: false,
@@ -170,6 +200,41 @@ impl Engine {
         }
     }
 
+    /// Commits a trigger's `writes` and hands its run to the scheduler when it has a `slot`.
+    /// `ahead`: the run starts before the commit, which the store queues for the next group
+    /// ([`RunStore::queue_ahead`]), and the trigger answers once it is durable; a lone
+    /// execution's first commit then usually carries its trigger too. The activation is held to
+    /// the epoch of writes behind answers from before the batch was queued, so if the batch
+    /// fails, none of its commits and none of its provider's writes behind answers commit; and
+    /// it makes no call that acts outside the store until one of its own commits has proved the
+    /// run durable ([`crate::host`]).
+    async fn commit_and_start(
+        &self,
+        slot: Option<(EagerStart, tokio::sync::OwnedSemaphorePermit)>,
+        run: &RunRecord,
+        execution: &ExecutionRecord,
+        writes: Vec<Write>,
+        ahead: bool,
+    ) -> Result<(), StoreError> {
+        let (slot, writes) = match slot {
+            Some(slot) if ahead => {
+                let scope = ActivationScope::begin(&self.inner.store, &run.id);
+                match self.inner.store.queue_ahead(writes).await {
+                    Ok(committed) => {
+                        self.start(Some(slot), run.clone(), execution, Some(scope));
+                        return committed.await;
+                    }
+                    Err(Unqueued::Failed(e)) => return Err(e),
+                    Err(Unqueued::Unsupported(writes)) => (Some(slot), writes),
+                }
+            }
+            slot => (slot, writes),
+        };
+        self.inner.apply(None, writes).await?;
+        self.start(slot, run.clone(), execution, None);
+        Ok(())
+    }
+
     /// A free worker slot for a trigger to start its run in, when the scheduler runs.
     pub(crate) fn free_slot(&self) -> Option<(EagerStart, tokio::sync::OwnedSemaphorePermit)> {
         let eager = self
@@ -194,12 +259,14 @@ impl Engine {
         slot: Option<(EagerStart, tokio::sync::OwnedSemaphorePermit)>,
         run: RunRecord,
         execution: &ExecutionRecord,
+        ahead: Option<ActivationScope>,
     ) {
         if let Some((eager, permit)) = slot {
             let _ = eager.runs.send(Started {
                 run,
                 execution: execution.clone(),
                 permit,
+                ahead,
             });
         }
     }

@@ -19,7 +19,7 @@ impl Engine {
             .await?;
         let n = runs.len();
         for run in runs {
-            self.activate(run, None).await;
+            self.activate(run, None, None).await;
         }
         Ok(n)
     }
@@ -131,7 +131,7 @@ impl Engine {
                             for (run, permit) in runs.into_iter().zip(permits) {
                                 let engine = engine.clone();
                                 tasks.spawn(async move {
-                                    engine.activate(run, None).await;
+                                    engine.activate(run, None, None).await;
                                     drop(permit);
                                 });
                             }
@@ -184,10 +184,10 @@ impl Engine {
                         // too, and waiting on a closed channel would return at once, forever.
                         _ = shutdown.wait_for(|s| *s) => break 'claims,
                         Some(_) = tasks.join_next() => {}
-                        Some(Started { run, execution, permit }) = started.recv() => {
+                        Some(Started { run, execution, permit, ahead }) = started.recv() => {
                             let engine = engine.clone();
                             tasks.spawn(async move {
-                                engine.activate(run, Some(execution)).await;
+                                engine.activate(run, Some(execution), ahead).await;
                                 drop(permit);
                             });
                             continue;
@@ -202,11 +202,12 @@ impl Engine {
                 run,
                 execution,
                 permit,
+                ahead,
             }) = started.try_recv()
             {
                 let engine = engine.clone();
                 tasks.spawn(async move {
-                    engine.activate(run, Some(execution)).await;
+                    engine.activate(run, Some(execution), ahead).await;
                     drop(permit);
                 });
             }

@@ -1388,6 +1388,33 @@ async fn a_run_this_node_schedules_for_later_wakes_the_idle_claimer_then() {
     }
 }
 
+/// A trigger with a free slot starts its run before its commit is durable (SQLite queues the
+/// commit ahead of the run's own, which usually carries it). The run's provider here cannot
+/// answer behind its writes, so before its first effect the run commits, and every effect finds
+/// the run already stored; on PostgreSQL the trigger commits first, with the same outcome.
+#[tokio::test]
+async fn a_run_started_ahead_of_its_trigger_makes_no_effect_before_it_is_durable() {
+    let w = world().await;
+    w.cloud.0.lock().unwrap().check_durable = Some(w.store.clone());
+    let (engine, stop, workers) = unpolled_scheduler(&w, "node-a", None);
+    let mut executions = Vec::new();
+    for _ in 0..4 {
+        executions.push(trigger_on(&engine, 3).await);
+    }
+    for execution in &executions {
+        assert_eq!(ended(&w, &execution.id).await, ExecutionStatus::Succeeded);
+        let run = w.store.run(&execution.run_id).await.unwrap().unwrap();
+        assert_eq!(run.activations, 1, "started by its trigger: {run:?}");
+    }
+    let asked = w.cloud.0.lock().unwrap().durable_when_asked.clone();
+    assert_eq!(asked.len(), 12, "three changes each: {asked:?}");
+    assert!(asked.iter().all(|durable| *durable), "{asked:?}");
+    stop.send(true).unwrap();
+    for worker in workers {
+        worker.await.unwrap();
+    }
+}
+
 /// A run another node made due, which this node's commits never told its claimer of, is claimed
 /// when the other node's commit is announced (PostgreSQL's `NOTIFY`, relayed by
 /// `Store::subscribe_other_nodes`).

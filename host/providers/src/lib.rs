@@ -130,6 +130,20 @@ impl Providers for ProviderSet {
         self.route(op)?.call_first(op, request, token).await
     }
 
+    async fn call_behind(
+        &self,
+        op: &str,
+        request: &Value,
+        token: &str,
+        first: bool,
+        epoch: u64,
+    ) -> Option<Result<Value, CapabilityError>> {
+        self.route(op)
+            .ok()?
+            .call_behind(op, request, token, first, epoch)
+            .await
+    }
+
     fn kind(&self) -> &'static str {
         "router"
     }

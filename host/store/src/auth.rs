@@ -479,7 +479,10 @@ impl Store {
             return (written.map_err(failed), done);
         }
         let part = crate::writer::Part::Statements(sql.into_statements());
-        let answer = match self.queue_part(part, false, None, true).await {
+        let answer = match self
+            .queue_part(part, false, None, crate::writer::Waits::Patient)
+            .await
+        {
             Ok(answer) => answer,
             Err(e) => return (Err(failed(e)), work.await),
         };

@@ -894,7 +894,9 @@ impl Store {
         events: bool,
         requires: Option<u64>,
     ) -> Result<Vec<Returned>, StoreError> {
-        let answer = self.queue_part(part, events, requires, false).await?;
+        let answer = self
+            .queue_part(part, events, requires, crate::writer::Waits::Hurried)
+            .await?;
         answer
             .await
             .map_or_else(|_| Err(interrupted()), crate::writer::Answered::into_answer)
@@ -904,21 +906,23 @@ impl Store {
     /// ([`crate::writer::Job::patient`]), which rides the next group someone waits for.
     pub(crate) async fn grouped_patiently(&self, sql: Sql) -> Result<Vec<Returned>, StoreError> {
         let part = crate::writer::Part::Statements(sql.into_statements());
-        let answer = self.queue_part(part, false, None, true).await?;
+        let answer = self
+            .queue_part(part, false, None, crate::writer::Waits::Patient)
+            .await?;
         answer
             .await
             .map_or_else(|_| Err(interrupted()), crate::writer::Answered::into_answer)
     }
 
     /// Queues `part`, which someone waits for, for the group writer; where its answer comes.
-    /// `patient`: see [`crate::writer::Job::patient`].
     pub(crate) async fn queue_part(
         &self,
         part: crate::writer::Part,
         events: bool,
         requires: Option<u64>,
-        patient: bool,
+        waits: crate::writer::Waits,
     ) -> Result<tokio::sync::oneshot::Receiver<crate::writer::Answered>, StoreError> {
+        use crate::writer::Waits;
         let (done, answer) = tokio::sync::oneshot::channel();
         // Waits while the queue is full: back-pressure on a writer that cannot keep up.
         let room = self.group_writer()?.room(&part).await?;
@@ -926,8 +930,9 @@ impl Store {
             part,
             events,
             requires,
+            ahead: waits == Waits::Ahead,
             done: Some(done),
-            patient,
+            patient: waits != Waits::Hurried,
             queued_at: std::time::Instant::now(),
             room,
         })?;
@@ -987,6 +992,7 @@ impl Store {
             part,
             events: false,
             requires: Some(epoch),
+            ahead: false,
             done: None,
             patient: true,
             queued_at: std::time::Instant::now(),
@@ -1183,6 +1189,44 @@ impl Store {
     }
 }
 
+/// The executions whose waiters a batch's commit wakes. Taken whether or not anyone waits now:
+/// a waiter may come while the commit is under way (read the execution before it lands, then
+/// wait), and must be woken when it does. On PostgreSQL the other nodes learn them from the
+/// commit's `NOTIFY`.
+fn touched_by(writes: &[Write]) -> Touched {
+    let mut moved: Vec<String> = writes
+        .iter()
+        .filter_map(|w| match w {
+            Write::Event(e) => Some(e.execution_id.clone()),
+            _ => None,
+        })
+        .collect();
+    moved.dedup();
+    // And those it takes out of `queued`/`running`, whose long polls answer.
+    let stopped: Vec<String> = writes
+        .iter()
+        .filter_map(|w| match w {
+            Write::UpdateExecution(p) if p.status.is_some_and(|s| !s.is_moving()) => {
+                Some(p.id.clone())
+            }
+            Write::InsertExecution(e) if !e.status.is_moving() => Some(e.id.clone()),
+            _ => None,
+        })
+        .collect();
+    Touched { moved, stopped }
+}
+
+impl Store {
+    /// After a batch committed: its executions counted, their waiters woken.
+    fn committed(&self, counted: ExecutionCounts, touched: &Touched) {
+        counted.record();
+        self.wakes.wake(
+            touched.moved.iter().map(String::as_str),
+            touched.stopped.iter().map(String::as_str),
+        );
+    }
+}
+
 /// Executions created and finished by a batch of writes, counted once it commits.
 #[derive(Default)]
 struct ExecutionCounts {
@@ -1237,39 +1281,12 @@ impl RunStore for Store {
         let mut writes = coalesce(writes);
         let fenced = fence.map(|fence| Fenced::take(fence, &mut writes));
         let counted = ExecutionCounts::of(&writes);
-        // The executions whose waiters this commit wakes. Taken whether or not anyone waits
-        // now: a waiter may come while the commit is under way (read the execution before it
-        // lands, then wait), and must be woken when it does.
-        // On PostgreSQL the other nodes learn them from the commit's `NOTIFY`.
-        let mut moved: Vec<String> = writes
-            .iter()
-            .filter_map(|w| match w {
-                Write::Event(e) => Some(e.execution_id.clone()),
-                _ => None,
-            })
-            .collect();
-        moved.dedup();
-        // And those it takes out of `queued`/`running`, whose long polls answer.
-        let stopped: Vec<String> = writes
-            .iter()
-            .filter_map(|w| match w {
-                Write::UpdateExecution(p) if p.status.is_some_and(|s| !s.is_moving()) => {
-                    Some(p.id.clone())
-                }
-                Write::InsertExecution(e) if !e.status.is_moving() => Some(e.id.clone()),
-                _ => None,
-            })
-            .collect();
-        let touched = Touched { moved, stopped };
+        let touched = touched_by(&writes);
         let applied = self
             .apply_coalesced(fenced.as_ref(), writes, &touched)
             .await;
         if applied.is_ok() {
-            counted.record();
-            self.wakes.wake(
-                touched.moved.iter().map(String::as_str),
-                touched.stopped.iter().map(String::as_str),
-            );
+            self.committed(counted, &touched);
         }
         applied
     }
@@ -1280,6 +1297,46 @@ impl RunStore for Store {
 
     fn activation_ended(&self, run_id: &str) {
         self.inner.behind.activation_ended(run_id);
+    }
+
+    fn activation_epoch(&self, run_id: &str) -> Option<u64> {
+        self.behind_epoch()?;
+        self.inner.behind.required_by(run_id)
+    }
+
+    /// SQLite's group writer only: on PostgreSQL other nodes write the same keys, and a batch
+    /// that fails there (a unique key another node took meanwhile) would move every
+    /// activation's epoch more often than a start ahead of its commit is worth.
+    fn queues_ahead(&self) -> bool {
+        self.backend() == Backend::Sqlite
+    }
+
+    async fn queue_ahead(&self, writes: Vec<Write>) -> Result<Queued, Unqueued> {
+        if !self.queues_ahead() || !groupable(&writes) {
+            return Err(Unqueued::Unsupported(writes));
+        }
+        let writes = coalesce(writes);
+        let counted = ExecutionCounts::of(&writes);
+        let touched = touched_by(&writes);
+        let events = writes.iter().any(|w| matches!(w, Write::Event(_)));
+        let mut batch = Batch::new(Backend::Sqlite);
+        push_writes(&mut batch, writes);
+        let part = crate::writer::Part::Statements(batch.into_sql().into_statements());
+        let answer = match self
+            .queue_part(part, events, None, crate::writer::Waits::Ahead)
+            .await
+        {
+            Ok(answer) => answer,
+            Err(e) => return Err(Unqueued::Failed(e)),
+        };
+        let store = self.clone();
+        Ok(Box::pin(async move {
+            answer
+                .await
+                .map_or_else(|_| Err(interrupted()), crate::writer::Answered::into_answer)?;
+            store.committed(counted, &touched);
+            Ok(())
+        }))
     }
 
     async fn run(&self, id: &str) -> Result<Option<RunRecord>, StoreError> {

@@ -1164,6 +1164,87 @@ mod tests {
         assert_eq!(zones(&store).await, ["galone", "gbefore", "gwaited"]);
     }
 
+    /// A batch queued ahead of the work built on it (a trigger whose run started at once) waits
+    /// for that work's next commit and rides it: one transaction carries the batch, the writes
+    /// behind answers queued after it and the commit someone waits for. One that fails moves the
+    /// epoch, so the writes behind answers decided under the old one, queued after it, are
+    /// refused.
+    #[tokio::test]
+    async fn a_batch_queued_ahead_rides_the_next_commit_or_moves_the_epoch_when_it_fails() {
+        use capstan_core::execution::ExecutionStatus;
+        use capstan_core::store::{ExecutionRecord, RunStore as _, Write};
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&format!("sqlite://{}/a.db", dir.path().display()))
+            .await
+            .unwrap();
+        let execution = |id: &str| {
+            Write::InsertExecution(ExecutionRecord {
+                id: id.into(),
+                workflow: "w".into(),
+                principal_id: "p".into(),
+                status: ExecutionStatus::Running,
+                status_reason: None,
+                current_stage: None,
+                created_ms: 10,
+                finished_ms: None,
+                cancellation_requested_ms: None,
+                input_json: serde_json::json!({}),
+                output_json: None,
+                outcome_json: None,
+                run_id: format!("r-{id}"),
+                traceparent: None,
+            })
+        };
+        assert!(store.queues_ahead());
+        let epoch = store.behind_epoch().unwrap();
+        let writer = store.group_writer().unwrap();
+        // The writer cannot begin a session while its connection is held: everything below is
+        // queued before the next group is taken.
+        let held = store.writer().acquire().await.unwrap();
+        let before = writer.committed();
+        let queued = store.queue_ahead(vec![execution("e1")]).await.unwrap();
+        store.write_behind(insert_zone("gahead"), epoch).unwrap();
+        let part = crate::writer::Part::Statements(insert_zone("gwaited").into_statements());
+        let waited = store
+            .queue_part(part, false, None, crate::writer::Waits::Hurried)
+            .await
+            .unwrap();
+        drop(held);
+        queued.await.unwrap();
+        waited.await.unwrap().answer.unwrap();
+        assert_eq!(
+            writer.committed() - before,
+            1,
+            "one transaction carried all three"
+        );
+        assert!(
+            capstan_core::store::ExecutionReads::execution(&store, "e1")
+                .await
+                .unwrap()
+                .is_some()
+        );
+        assert_eq!(zones(&store).await, ["gahead", "gwaited"]);
+        assert_eq!(store.behind_epoch(), Some(epoch));
+
+        // Its execution exists: the batch fails.
+        let held = store.writer().acquire().await.unwrap();
+        let queued = store.queue_ahead(vec![execution("e1")]).await.unwrap();
+        store.write_behind(insert_zone("grefused"), epoch).unwrap();
+        drop(held);
+        assert!(queued.await.is_err());
+        store.settle_behind().await;
+        assert_eq!(
+            store.behind_epoch(),
+            Some(epoch + 1),
+            "the failed batch moved the epoch"
+        );
+        assert_eq!(
+            zones(&store).await,
+            ["gahead", "gwaited"],
+            "the write behind it was refused"
+        );
+    }
+
     /// The writer's queue is bounded: while the writer cannot commit (its connection is held
     /// elsewhere), a full queue makes a caller that can wait wait for room, and refuses a write
     /// behind its answer (which cannot wait); both commit nothing twice and lose nothing once
@@ -1601,7 +1682,7 @@ mod tests {
             .bind("back.example".to_owned());
         let part = crate::writer::Part::Statements(sql.into_statements());
         let answered = store
-            .queue_part(part, false, None, false)
+            .queue_part(part, false, None, crate::writer::Waits::Hurried)
             .await
             .unwrap()
             .await

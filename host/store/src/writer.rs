@@ -107,6 +107,17 @@ impl Answered {
     }
 }
 
+/// How a part someone waits for rides the queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Waits {
+    /// Its caller waits for it: the thread takes it at once.
+    Hurried,
+    /// It waits for company ([`Job::patient`]).
+    Patient,
+    /// It waits for company, and work builds on it before it commits ([`Job::ahead`]).
+    Ahead,
+}
+
 /// One caller's statements waiting for the next group commit.
 pub(crate) struct Job {
     pub(crate) part: Part,
@@ -114,6 +125,10 @@ pub(crate) struct Job {
     pub(crate) events: bool,
     /// The part is refused, unrun, unless the [`Behind`] epoch is still this one.
     pub(crate) requires: Option<u64>,
+    /// Work already builds on the part before it commits (a trigger whose run started at once,
+    /// [`capstan_core::store::RunStore::queue_ahead`]): if it fails, the epoch moves, as for a
+    /// write behind its answer, so nothing decided on it commits.
+    pub(crate) ahead: bool,
     /// Who waits for the answer; `None`: a write behind its answer ([`Behind`]), which nobody
     /// waits for: if it fails, the epoch moves.
     pub(crate) done: Option<tokio::sync::oneshot::Sender<Answered>>,
@@ -498,7 +513,7 @@ impl Shared {
             std::mem::take(&mut queue.jobs)
         };
         let behind = jobs.iter().filter(|job| job.done.is_none()).count() as u64;
-        if behind > 0 {
+        if behind > 0 || jobs.iter().any(|job| job.ahead) {
             self.behind.fail();
         }
         for job in jobs {
@@ -567,7 +582,7 @@ fn run_session(
                 let entry = Entry {
                     part: job.part,
                     requires: job.requires,
-                    behind: job.done.is_none(),
+                    moves_epoch: job.done.is_none() || job.ahead,
                 };
                 (entry, (job.events, job.done))
             })
@@ -706,8 +721,9 @@ fn control(conn: &Connection, text: &str) -> Result<(), StoreError> {
 struct Entry {
     part: Part,
     requires: Option<u64>,
-    /// A write behind its answer: its failure moves the epoch.
-    behind: bool,
+    /// A write behind its answer, or a part work builds on ahead of its commit
+    /// ([`Job::ahead`]): its failure moves the epoch.
+    moves_epoch: bool,
 }
 
 /// Commits the group in one transaction and answers each part. A part that fails (a guard that
@@ -745,7 +761,7 @@ fn commit(conn: &Connection, parts: &[Entry], shared: &Shared) -> Vec<Answer> {
                     ran.push(i);
                 }
                 Err(e) => {
-                    if parts[i].behind {
+                    if parts[i].moves_epoch {
                         behind.fail();
                     }
                     if !conn.is_autocommit() && control(conn, "ROLLBACK").is_err() {
@@ -775,8 +791,8 @@ fn commit(conn: &Connection, parts: &[Entry], shared: &Shared) -> Vec<Answer> {
         .collect()
 }
 
-/// Every part not answered yet fails with `e` (a write behind its answer among them moves the
-/// epoch).
+/// Every part not answered yet fails with `e` (a write behind its answer or a part worked on
+/// ahead among them moves the epoch).
 fn fail_waiting(
     answers: Vec<Option<Answer>>,
     parts: &[Entry],
@@ -786,7 +802,7 @@ fn fail_waiting(
     if answers
         .iter()
         .zip(parts)
-        .any(|(answer, part)| answer.is_none() && part.behind)
+        .any(|(answer, part)| answer.is_none() && part.moves_epoch)
     {
         behind.fail();
     }

@@ -85,6 +85,10 @@ pub struct Cloud {
     pub answered_in: HashMap<String, u64>,
     /// Tokens asked through `call_first` (the engine says no attempt used them before).
     pub asked_first: Vec<String>,
+    /// Set: each side effect first looks its run up in this store, and `durable_when_asked`
+    /// says whether it was there (an effect outside the store may not precede its run).
+    pub check_durable: Option<Store>,
+    pub durable_when_asked: Vec<bool>,
 }
 
 #[derive(Clone, Default)]
@@ -123,6 +127,15 @@ impl Providers for FakeCloud {
     }
 
     async fn call(&self, op: &str, request: &Value, token: &str) -> Result<Value, CapabilityError> {
+        let check = self.0.lock().unwrap().check_durable.clone();
+        if let Some(store) = check
+            && !token.is_empty()
+        {
+            use capstan_core::store::RunStore as _;
+            let run_id = token.split(':').next().unwrap_or_default();
+            let durable = store.run(run_id).await.unwrap().is_some();
+            self.0.lock().unwrap().durable_when_asked.push(durable);
+        }
         let mut cloud = self.0.lock().unwrap();
         if let Some((left, error)) = cloud.fail.get_mut(op)
             && *left > 0

@@ -586,6 +586,18 @@ impl Providers for SimulatedCloud {
         self.answer(op, request, token, true).await
     }
 
+    /// The fast path alone (`write_behind.rs`), deciding only under `epoch`.
+    async fn call_behind(
+        &self,
+        op: &str,
+        request: &Value,
+        token: &str,
+        first: bool,
+        epoch: u64,
+    ) -> Option<Result<Value, CapabilityError>> {
+        self.fast(op, request, token, first, Some(epoch)).await
+    }
+
     fn kind(&self) -> &'static str {
         "simulated"
     }
@@ -610,7 +622,7 @@ impl SimulatedCloud {
         token: &str,
         first: bool,
     ) -> Result<Value, CapabilityError> {
-        if let Some(answer) = self.fast(op, request, token, first).await {
+        if let Some(answer) = self.fast(op, request, token, first, None).await {
             return answer;
         }
         // The fast path steps aside, and this call reads what it decided.

@@ -222,15 +222,19 @@ impl Memory {
 impl SimulatedCloud {
     /// The answer, or `None` to take the ordinary path.
     /// `first`: see [`capstan_core::Providers::call_first`].
+    /// `under`: decide only while the store's epoch of writes behind answers is this one (a
+    /// caller whose commits that epoch's end would refuse: [`capstan_core::Providers::call_behind`]).
     pub(super) async fn fast(
         &self,
         op: &str,
         request: &Value,
         token: &str,
         first: bool,
+        under: Option<u64>,
     ) -> Option<Result<Value, CapabilityError>> {
         // A call that a fault rule fits takes the ordinary path, which counts and applies faults.
-        if self.store.behind_epoch().is_none()
+        let epoch = self.store.behind_epoch()?;
+        if under.is_some_and(|under| under != epoch)
             || self.settings.faults.iter().any(|f| f.fits(op, request))
         {
             return None;
@@ -238,7 +242,7 @@ impl SimulatedCloud {
         match op {
             "dns.get-change" if token.is_empty() => self.get_change(request).await,
             "dns.change-records" if !token.is_empty() => {
-                self.change_records(request, token, first).await
+                self.change_records(request, token, first, under).await
             }
             _ => None,
         }
@@ -274,12 +278,13 @@ impl SimulatedCloud {
 
     /// `first`: no earlier attempt can have used the token, so the database is not asked for
     /// it (were that wrong, the write behind would fail on the token's primary key, the epoch
-    /// would move and the run would replay).
+    /// would move and the run would replay). `under`: as for [`SimulatedCloud::fast`].
     async fn change_records(
         &self,
         request: &Value,
         token: &str,
         first: bool,
+        under: Option<u64>,
     ) -> Option<Result<Value, CapabilityError>> {
         let zone_id = s(request, "zone_id").to_owned();
         let changes = parse_changes(request).ok()?;
@@ -395,7 +400,9 @@ impl SimulatedCloud {
                 .behind_epoch()
                 .filter(|epoch| state.ready(*epoch, self.store.behind_answered()));
             reading.end(&mut state);
-            let epoch = epoch?;
+            // Under the lock that queues the write: an epoch that moves after this check
+            // refuses the write, which names it.
+            let epoch = epoch.filter(|epoch| under.is_none_or(|under| under == *epoch))?;
             if state.generation != generation {
                 // Emptied while this call read (an ordinary call, a failed write): read again.
                 continue;
