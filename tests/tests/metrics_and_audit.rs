@@ -54,11 +54,12 @@ async fn metrics_count_the_write_transactions_of_an_execution() {
     let before = write_transactions(&client, &server.base).await;
     hello_done(&client, &server.base, &key).await;
     let after = write_transactions(&client, &server.base).await;
-    // At least: the trigger (with its idempotency key; a free worker slot starts the run in the
-    // same commit) and the activation's final batch. Audit records share those commits or,
-    // for the polls (reads), are written behind their answers several to a commit, so how many
-    // more there are depends on timing.
-    assert!(after >= before + 2, "{before} → {after}");
+    // At least the trigger's commit (with its idempotency key; a free worker slot starts the
+    // run, whose final batch, on SQLite, rides the same commit when it comes within 2 ms, and
+    // commits next otherwise). Audit records share those commits or, for the polls (reads), are
+    // written behind their answers several to a commit, so how many more there are depends on
+    // timing.
+    assert!(after > before, "{before} → {after}");
 }
 
 #[tokio::test]

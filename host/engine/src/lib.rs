@@ -328,14 +328,19 @@ pub(crate) struct EngineState {
     /// While the node's scheduler runs ([`Engine::spawn_workers`]): how a trigger hands its run
     /// straight to a free worker slot.
     eager: Mutex<Option<EagerStart>>,
+    /// Idempotency keys (principal, workflow, key) of triggers starting their runs ahead of
+    /// their commits ([`trigger::KeyHold`]).
+    ahead_keys: Mutex<HashSet<(String, String, String)>>,
 }
 
 /// A free worker slot, taken by a trigger, and the scheduler's inbox for runs started that way.
 ///
 /// A trigger that finds a slot free inserts its run already leased to this node and hands it
-/// over with the execution it just wrote: the run skips the claim (a write), reading back what
-/// was claimed, reading the execution and reading an empty journal. A trigger that finds every
-/// slot taken inserts its run unleased and wakes the claimer, which claims it like any due run.
+/// over with the execution it writes (once committed, or once queued on SQLite, where the run's
+/// first commit carries the trigger's: [`RunStore::queue_ahead`]): the run skips the claim (a
+/// write), reading back what was claimed, reading the execution and reading an empty journal. A
+/// trigger that finds every slot taken inserts its run unleased and wakes the claimer, which
+/// claims it like any due run.
 #[derive(Clone)]
 struct EagerStart {
     slots: Arc<tokio::sync::Semaphore>,
@@ -384,16 +389,33 @@ impl EngineState {
         epoch: u64,
     ) -> Option<Result<Value, CapabilityError>> {
         let started = std::time::Instant::now();
+        let (capability, operation) = op.split_once('.').unwrap_or(("", op));
+        let span = tracing::debug_span!(
+            "provider call",
+            otel.name = op,
+            otel.kind = "client",
+            otel.status_code = tracing::field::Empty,
+            capability,
+            operation,
+            attempt = 0,
+            outcome = tracing::field::Empty,
+            error = tracing::field::Empty,
+        );
         let answer = self
             .providers
             .call_behind(op, request, token, first, epoch)
+            .instrument(span.clone())
             .await?;
-        let (capability, operation) = op.split_once('.').unwrap_or(("", op));
         let outcome = match &answer {
             Ok(_) => "ok",
             Err(e) if e.is_transient() => "transient",
             Err(_) => "permanent",
         };
+        span.record("outcome", outcome);
+        if let Err(e) = &answer {
+            span.record("error", e.code.as_str());
+            span.record("otel.status_code", "ERROR");
+        }
         metrics::histogram!(
             "capstan_provider_call_duration_seconds",
             "capability" => capability.to_owned(),
@@ -529,6 +551,7 @@ impl Engine {
                 local_cancels: Mutex::new(HashSet::new()),
                 schedule: schedule::Schedule::default(),
                 eager: Mutex::new(None),
+                ahead_keys: Mutex::default(),
             }),
         }
     }

@@ -97,25 +97,14 @@ impl Engine {
                 Write::InsertRun(run.clone()),
             ],
         );
-        // A run with a slot starts before its trigger commits unless a batch that would fail is
-        // foreseeable: a key already recorded (a repeat of the request), whose failure would
-        // move the epoch of writes behind answers ([`RunStore::queue_ahead`]) and make every
-        // activation under way replay.
-        let ahead = slot.is_some()
-            && self.inner.store.queues_ahead()
-            && match &request.idempotency {
-                None => true,
-                Some((key, _)) => matches!(
-                    self.inner
-                        .store
-                        .idempotency(&request.principal_id, &request.workflow, key)
-                        .await,
-                    Ok(None)
-                ),
-            };
+        let (ahead, _held) = match slot {
+            Some(_) => self.may_start_ahead(&request).await,
+            None => (false, None),
+        };
         let Some((key, body)) = &request.idempotency else {
             self.commit_and_start(slot, &run, &execution, writes, ahead)
-                .await?;
+                .await
+                .map_err(|(e, _)| e)?;
             return Ok(Triggered {
                 execution,
                 replayed: false,
@@ -134,28 +123,23 @@ impl Engine {
             created_ms: now,
         }));
         let mut dropped = false;
-        let mut first = Some((slot, ahead));
+        let (mut slot, mut ahead) = (slot, ahead);
         loop {
-            let committed = match first.take() {
-                Some((slot, ahead)) => {
-                    self.commit_and_start(slot, &run, &execution, writes.clone(), ahead)
-                        .await
-                }
-                // Again after dropping a stale key: the first attempt's slot is spent (on a run
-                // started ahead, whose commits the failed batch refuses), so one free now starts
-                // the run, or its lease lapses and a claim takes it.
-                None => {
-                    self.commit_and_start(self.free_slot(), &run, &execution, writes.clone(), false)
-                        .await
-                }
-            };
-            let Err(error) = committed else {
+            let committed = self
+                .commit_and_start(slot.take(), &run, &execution, writes.clone(), ahead)
+                .await;
+            let Err((error, unused)) = committed else {
                 return Ok(Triggered {
                     execution,
                     replayed: false,
                     replay_response: None,
                 });
             };
+            // Again (after dropping a stale key), the run starts only in the slot its records
+            // were written for, after its commit: a run written for no slot is claimed, and
+            // one whose slot a run started ahead spent waits for its lease to lapse.
+            slot = unused;
+            ahead = false;
             let found = self
                 .inner
                 .store
@@ -208,35 +192,75 @@ impl Engine {
     /// fails, none of its commits and none of its provider's writes behind answers commit; and
     /// it makes no call that acts outside the store until one of its own commits has proved the
     /// run durable ([`crate::host`]).
+    ///
+    /// A failed commit gives the slot back, unless the run started ahead: then the run holds
+    /// it until its refused commits end it.
     async fn commit_and_start(
         &self,
-        slot: Option<(EagerStart, tokio::sync::OwnedSemaphorePermit)>,
+        slot: Option<Slot>,
         run: &RunRecord,
         execution: &ExecutionRecord,
         writes: Vec<Write>,
         ahead: bool,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), (StoreError, Option<Slot>)> {
         let (slot, writes) = match slot {
             Some(slot) if ahead => {
                 let scope = ActivationScope::begin(&self.inner.store, &run.id);
                 match self.inner.store.queue_ahead(writes).await {
                     Ok(committed) => {
                         self.start(Some(slot), run.clone(), execution, Some(scope));
-                        return committed.await;
+                        return committed.await.map_err(|e| (e, None));
                     }
-                    Err(Unqueued::Failed(e)) => return Err(e),
+                    Err(Unqueued::Failed(e)) => return Err((e, Some(slot))),
                     Err(Unqueued::Unsupported(writes)) => (Some(slot), writes),
                 }
             }
             slot => (slot, writes),
         };
-        self.inner.apply(None, writes).await?;
+        if let Err(e) = self.inner.apply(None, writes).await {
+            return Err((e, slot));
+        }
         self.start(slot, run.clone(), execution, None);
         Ok(())
     }
 
+    /// Whether a trigger that has a slot may start its run ahead of its commit, with the hold
+    /// on its idempotency key that keeps this node's other triggers of the same key from doing
+    /// so meanwhile. Only where the store queues batches ahead, and never when the batch's
+    /// failure is foreseeable: its key already recorded (a repeat of the request), or another
+    /// trigger of the same key under way here (two identical requests racing). A failed batch
+    /// moves the epoch of writes behind answers ([`RunStore::queue_ahead`]), which makes every
+    /// activation under way replay.
+    async fn may_start_ahead(&self, request: &TriggerRequest) -> (bool, Option<KeyHold>) {
+        if !self.inner.store.queues_ahead() {
+            return (false, None);
+        }
+        let Some((key, _)) = &request.idempotency else {
+            return (true, None);
+        };
+        let Some(held) = KeyHold::take(
+            &self.inner,
+            (
+                request.principal_id.clone(),
+                request.workflow.clone(),
+                key.clone(),
+            ),
+        ) else {
+            return (false, None);
+        };
+        let recorded = self
+            .inner
+            .store
+            .idempotency(&request.principal_id, &request.workflow, key)
+            .await;
+        match recorded {
+            Ok(None) => (true, Some(held)),
+            _ => (false, None),
+        }
+    }
+
     /// A free worker slot for a trigger to start its run in, when the scheduler runs.
-    pub(crate) fn free_slot(&self) -> Option<(EagerStart, tokio::sync::OwnedSemaphorePermit)> {
+    pub(crate) fn free_slot(&self) -> Option<Slot> {
         let eager = self
             .inner
             .eager
@@ -250,13 +274,14 @@ impl Engine {
         Some((eager, permit))
     }
 
-    /// After a trigger committed its run: hands it to the scheduler when it took a slot (a run
-    /// committed without one woke the claimer as it committed: [`EngineState::apply`]). (A run
-    /// the scheduler can no longer take — it is shutting down — keeps its lease until it
-    /// expires, and is claimed then, as after a crash.)
+    /// Hands a trigger's run to the scheduler when the trigger took a slot: once its commit is
+    /// durable, or once it is queued when the run starts ahead (a run committed without a slot
+    /// woke the claimer as it committed: [`EngineState::apply`]). (A run the scheduler can no
+    /// longer take — it is shutting down — keeps its lease until it expires, and is claimed
+    /// then, as after a crash.)
     pub(crate) fn start(
         &self,
-        slot: Option<(EagerStart, tokio::sync::OwnedSemaphorePermit)>,
+        slot: Option<Slot>,
         run: RunRecord,
         execution: &ExecutionRecord,
         ahead: Option<ActivationScope>,
@@ -269,5 +294,39 @@ impl Engine {
                 ahead,
             });
         }
+    }
+}
+
+/// A worker slot a trigger took, and the scheduler it belongs to.
+pub(crate) type Slot = (EagerStart, tokio::sync::OwnedSemaphorePermit);
+
+/// An idempotency key a trigger of this node is starting its run ahead under
+/// ([`Engine::may_start_ahead`]); let go when dropped.
+pub(crate) struct KeyHold {
+    state: Arc<EngineState>,
+    key: (String, String, String),
+}
+
+impl KeyHold {
+    /// The hold on `key` (principal, workflow, key), unless another trigger has it.
+    fn take(state: &Arc<EngineState>, key: (String, String, String)) -> Option<Self> {
+        let mut held = state
+            .ahead_keys
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        held.insert(key.clone()).then(|| Self {
+            state: state.clone(),
+            key,
+        })
+    }
+}
+
+impl Drop for KeyHold {
+    fn drop(&mut self) {
+        self.state
+            .ahead_keys
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&self.key);
     }
 }

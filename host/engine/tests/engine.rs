@@ -1415,6 +1415,33 @@ async fn a_run_started_ahead_of_its_trigger_makes_no_effect_before_it_is_durable
     }
 }
 
+/// Two identical keyed triggers racing on a node with free slots: one execution, and the epoch
+/// of writes behind answers never moves (the second trigger neither starts a run ahead of a
+/// batch bound to fail on the key, nor makes the activations under way replay).
+#[tokio::test]
+async fn identical_keyed_triggers_racing_start_one_run_and_move_no_epoch() {
+    let w = world().await;
+    let epoch = w.store.behind_epoch();
+    let (engine, stop, workers) = unpolled_scheduler(&w, "node-a", None);
+    let request = || TriggerRequest {
+        workflow: "fixture-steps".into(),
+        principal_id: "ops".into(),
+        input: json!({"zone": "Z1", "stages": 2}),
+        idempotency: Some(("same-key".into(), "same-body".into())),
+        traceparent: None,
+    };
+    let (a, b) = tokio::join!(engine.trigger(request()), engine.trigger(request()));
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!(a.execution.id, b.execution.id);
+    assert!(a.replayed != b.replayed, "one original, one replay");
+    assert_eq!(ended(&w, &a.execution.id).await, ExecutionStatus::Succeeded);
+    assert_eq!(w.store.behind_epoch(), epoch);
+    stop.send(true).unwrap();
+    for worker in workers {
+        worker.await.unwrap();
+    }
+}
+
 /// A run another node made due, which this node's commits never told its claimer of, is claimed
 /// when the other node's commit is announced (PostgreSQL's `NOTIFY`, relayed by
 /// `Store::subscribe_other_nodes`).
