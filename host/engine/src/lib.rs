@@ -379,7 +379,7 @@ impl EngineState {
     }
 
     /// A provider's answer given behind its writes ([`Providers::call_behind`]), if it can give
-    /// one, timed as [`EngineState::provide`]'s calls are.
+    /// one, traced and timed as [`EngineState::provide`]'s calls are.
     pub async fn provide_behind(
         &self,
         op: &str,
@@ -388,41 +388,13 @@ impl EngineState {
         first: bool,
         epoch: u64,
     ) -> Option<Result<Value, CapabilityError>> {
-        let started = std::time::Instant::now();
-        let (capability, operation) = op.split_once('.').unwrap_or(("", op));
-        let span = tracing::debug_span!(
-            "provider call",
-            otel.name = op,
-            otel.kind = "client",
-            otel.status_code = tracing::field::Empty,
-            capability,
-            operation,
-            attempt = 0,
-            outcome = tracing::field::Empty,
-            error = tracing::field::Empty,
-        );
+        let call = ProviderCall::begin(op, 0);
         let answer = self
             .providers
             .call_behind(op, request, token, first, epoch)
-            .instrument(span.clone())
+            .instrument(call.span.clone())
             .await?;
-        let outcome = match &answer {
-            Ok(_) => "ok",
-            Err(e) if e.is_transient() => "transient",
-            Err(_) => "permanent",
-        };
-        span.record("outcome", outcome);
-        if let Err(e) = &answer {
-            span.record("error", e.code.as_str());
-            span.record("otel.status_code", "ERROR");
-        }
-        metrics::histogram!(
-            "capstan_provider_call_duration_seconds",
-            "capability" => capability.to_owned(),
-            "operation" => operation.to_owned(),
-            "outcome" => outcome,
-        )
-        .record(started.elapsed().as_secs_f64());
+        call.end(&answer);
         Some(answer)
     }
 
@@ -440,47 +412,19 @@ impl EngineState {
         let (capability, operation) = op.split_once('.').unwrap_or(("", op));
         let mut attempt = 0;
         loop {
-            let started = std::time::Instant::now();
-            let span = tracing::debug_span!(
-                "provider call",
-                otel.name = op,
-                otel.kind = "client",
-                otel.status_code = tracing::field::Empty,
-                capability,
-                operation,
-                attempt,
-                outcome = tracing::field::Empty,
-                error = tracing::field::Empty,
-            );
+            let call = ProviderCall::begin(op, attempt);
             let answer = if first && attempt == 0 {
                 self.providers
                     .call_first(op, request, token)
-                    .instrument(span.clone())
+                    .instrument(call.span.clone())
                     .await
             } else {
                 self.providers
                     .call(op, request, token)
-                    .instrument(span.clone())
+                    .instrument(call.span.clone())
                     .await
             };
-            let outcome = match &answer {
-                Ok(_) => "ok",
-                Err(e) if e.is_transient() => "transient",
-                Err(_) => "permanent",
-            };
-            span.record("outcome", outcome);
-            if let Err(e) = &answer {
-                span.record("error", e.code.as_str());
-                span.record("otel.status_code", "ERROR");
-            }
-            drop(span);
-            metrics::histogram!(
-                "capstan_provider_call_duration_seconds",
-                "capability" => capability.to_owned(),
-                "operation" => operation.to_owned(),
-                "outcome" => outcome,
-            )
-            .record(started.elapsed().as_secs_f64());
+            call.end(&answer);
             match answer {
                 Err(e) if e.is_transient() && attempt + 1 < policy.max_attempts => {
                     metrics::counter!(
@@ -618,6 +562,59 @@ impl Engine {
         };
         let stages = self.inner.store.stages(id).await?;
         Ok(Some((execution, stages)))
+    }
+}
+
+/// One attempt of a provider call as traces and metrics see it: its span (a child of the
+/// stage's), and its duration by outcome (`capstan_provider_call_duration_seconds`).
+struct ProviderCall<'a> {
+    span: tracing::Span,
+    capability: &'a str,
+    operation: &'a str,
+    started: std::time::Instant,
+}
+
+impl<'a> ProviderCall<'a> {
+    fn begin(op: &'a str, attempt: u32) -> Self {
+        let (capability, operation) = op.split_once('.').unwrap_or(("", op));
+        let span = tracing::debug_span!(
+            "provider call",
+            otel.name = op,
+            otel.kind = "client",
+            otel.status_code = tracing::field::Empty,
+            capability,
+            operation,
+            attempt,
+            outcome = tracing::field::Empty,
+            error = tracing::field::Empty,
+        );
+        Self {
+            span,
+            capability,
+            operation,
+            started: std::time::Instant::now(),
+        }
+    }
+
+    fn end(self, answer: &Result<Value, CapabilityError>) {
+        let outcome = match answer {
+            Ok(_) => "ok",
+            Err(e) if e.is_transient() => "transient",
+            Err(_) => "permanent",
+        };
+        self.span.record("outcome", outcome);
+        if let Err(e) = answer {
+            self.span.record("error", e.code.as_str());
+            self.span.record("otel.status_code", "ERROR");
+        }
+        drop(self.span);
+        metrics::histogram!(
+            "capstan_provider_call_duration_seconds",
+            "capability" => self.capability.to_owned(),
+            "operation" => self.operation.to_owned(),
+            "outcome" => outcome,
+        )
+        .record(self.started.elapsed().as_secs_f64());
     }
 }
 
