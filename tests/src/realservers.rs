@@ -1252,19 +1252,18 @@ fn terminate(child: &mut Child, grace: Duration) -> ExitStatus {
     child.wait().expect("wait for a killed server")
 }
 
-/// Whether an HTTP server answers `GET path` on 127.0.0.1:`port` (any status). A socket that
+/// The status of the HTTP answer to `GET path` on 127.0.0.1:`port`, if one comes. A socket that
 /// connected to itself reads back its own request, which is not an answer.
-fn http_answers(port: u16, path: &str) -> bool {
-    let Ok(mut tcp) = std::net::TcpStream::connect((LOCALHOST, port)) else {
-        return false;
-    };
+fn http_status(port: u16, path: &str) -> Option<u16> {
+    let mut tcp = std::net::TcpStream::connect((LOCALHOST, port)).ok()?;
     let _ = tcp.set_read_timeout(Some(Duration::from_secs(2)));
     let request = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n");
-    if tcp.write_all(request.as_bytes()).is_err() {
-        return false;
-    }
-    let mut head = [0u8; 5];
-    tcp.read_exact(&mut head).is_ok() && &head == b"HTTP/"
+    tcp.write_all(request.as_bytes()).ok()?;
+    // `HTTP/1.x NNN`
+    let mut head = [0u8; 12];
+    tcp.read_exact(&mut head).ok()?;
+    let head = std::str::from_utf8(&head).ok()?;
+    head.strip_prefix("HTTP/")?.get(4..7)?.parse().ok()
 }
 
 /// What a log file got after it was `start` bytes long.
@@ -1379,7 +1378,12 @@ impl Moto {
                     ));
                     break;
                 }
-                if http_answers(port, "/moto-api/") {
+                // Moto's own answer, from the child still running: another server that took
+                // the port first (a test's `capstan serve` on an ephemeral port) answers too,
+                // while this moto exits on "address already in use".
+                if http_status(port, "/moto-api/") == Some(200)
+                    && matches!(child.try_wait(), Ok(None))
+                {
                     return Self {
                         child: Mutex::new(child),
                         dir,
