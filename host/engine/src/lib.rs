@@ -379,7 +379,9 @@ impl EngineState {
     }
 
     /// A provider's answer given behind its writes ([`Providers::call_behind`]), if it can give
-    /// one, traced and timed as [`EngineState::provide`]'s calls are.
+    /// one, traced and timed as [`EngineState::provide`]'s calls are. Its span is made once the
+    /// answer has come (from memory, within microseconds): a call the provider declines is made
+    /// again through [`EngineState::provide`], and must not leave a span without an outcome.
     pub async fn provide_behind(
         &self,
         op: &str,
@@ -388,13 +390,16 @@ impl EngineState {
         first: bool,
         epoch: u64,
     ) -> Option<Result<Value, CapabilityError>> {
-        let call = ProviderCall::begin(op, 0);
+        let started = std::time::Instant::now();
         let answer = self
             .providers
             .call_behind(op, request, token, first, epoch)
-            .instrument(call.span.clone())
             .await?;
-        call.end(&answer);
+        ProviderCall {
+            started,
+            ..ProviderCall::begin(op, 0)
+        }
+        .end(&answer);
         Some(answer)
     }
 
