@@ -329,8 +329,8 @@ pub(crate) struct EngineState {
     /// straight to a free worker slot.
     eager: Mutex<Option<EagerStart>>,
     /// Idempotency keys (principal, workflow, key) of triggers starting their runs ahead of
-    /// their commits ([`trigger::KeyHold`]).
-    ahead_keys: Mutex<HashSet<(String, String, String)>>,
+    /// their commits, with what wakes the same request's other triggers ([`trigger::KeyHold`]).
+    ahead_keys: Mutex<HashMap<(String, String, String), Arc<tokio::sync::Notify>>>,
 }
 
 /// A free worker slot, taken by a trigger, and the scheduler's inbox for runs started that way.

@@ -238,15 +238,20 @@ impl Engine {
         let Some((key, _)) = &request.idempotency else {
             return (true, None);
         };
-        let Some(held) = KeyHold::take(
+        let held = match KeyHold::take(
             &self.inner,
             (
                 request.principal_id.clone(),
                 request.workflow.clone(),
                 key.clone(),
             ),
-        ) else {
-            return (false, None);
+        ) {
+            Ok(held) => held,
+            // The same request under way here: this one commits after it, and so finds its key.
+            Err(released) => {
+                released.await;
+                return (false, None);
+            }
         };
         let recorded = self
             .inner
@@ -301,20 +306,33 @@ impl Engine {
 pub(crate) type Slot = (EagerStart, tokio::sync::OwnedSemaphorePermit);
 
 /// An idempotency key a trigger of this node is starting its run ahead under
-/// ([`Engine::may_start_ahead`]); let go when dropped.
+/// ([`Engine::may_start_ahead`]); let go, and its waiters woken, when dropped.
 pub(crate) struct KeyHold {
     state: Arc<EngineState>,
     key: (String, String, String),
 }
 
 impl KeyHold {
-    /// The hold on `key` (principal, workflow, key), unless another trigger has it.
-    fn take(state: &Arc<EngineState>, key: (String, String, String)) -> Option<Self> {
+    /// The hold on `key` (principal, workflow, key); if another trigger has it, what resolves
+    /// once that one lets it go (its commit answered). A second identical request must not
+    /// commit first: the first's batch, queued ahead of its run, would then fail on the key.
+    fn take(
+        state: &Arc<EngineState>,
+        key: (String, String, String),
+    ) -> Result<Self, impl std::future::Future<Output = ()> + use<>> {
         let mut held = state
             .ahead_keys
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        held.insert(key.clone()).then(|| Self {
+        if let Some(released) = held.get(&key) {
+            let released = released.clone();
+            // Registered under the lock, so a release after it is not missed.
+            let mut notified = Box::pin(released.notified_owned());
+            notified.as_mut().enable();
+            return Err(notified);
+        }
+        held.insert(key.clone(), Arc::new(tokio::sync::Notify::new()));
+        Ok(Self {
             state: state.clone(),
             key,
         })
@@ -323,10 +341,14 @@ impl KeyHold {
 
 impl Drop for KeyHold {
     fn drop(&mut self) {
-        self.state
+        let released = self
+            .state
             .ahead_keys
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(&self.key);
+        if let Some(released) = released {
+            released.notify_waiters();
+        }
     }
 }

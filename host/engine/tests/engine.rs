@@ -1416,8 +1416,9 @@ async fn a_run_started_ahead_of_its_trigger_makes_no_effect_before_it_is_durable
 }
 
 /// Two identical keyed triggers racing on a node with free slots: one execution, and the epoch
-/// of writes behind answers never moves (the second trigger neither starts a run ahead of a
-/// batch bound to fail on the key, nor makes the activations under way replay).
+/// of writes behind answers never moves (the second trigger waits for the first's commit, so
+/// neither a batch queued ahead nor a run started ahead fails on the key, and no activation
+/// under way replays).
 #[tokio::test]
 async fn identical_keyed_triggers_racing_start_one_run_and_move_no_epoch() {
     let w = world().await;
