@@ -1163,13 +1163,7 @@ impl Store {
         }
         if self.backend() == Backend::Sqlite && groupable(&writes) {
             // Built once here: the group appends it, and runs it alone if the group fails.
-            let events = writes.iter().any(|w| matches!(w, Write::Event(_)));
-            let mut batch = Batch::new(Backend::Sqlite);
-            if let Some(fence) = fence {
-                batch.fence(fence);
-            }
-            push_writes(&mut batch, writes);
-            let part = crate::writer::Part::Statements(batch.into_sql().into_statements());
+            let (part, events) = sqlite_part(fence, writes);
             self.grouped_requiring(part, events, requires)
                 .await
                 .map(drop)
@@ -1187,6 +1181,19 @@ impl Store {
             self.apply_alone(fence, writes, touched).await
         }
     }
+}
+
+/// A batch as SQLite's group writer runs it (its fence first), and whether it inserts outbox
+/// events (the writer wakes the streams after the commit).
+fn sqlite_part(fence: Option<&Fenced<'_>>, writes: Vec<Write>) -> (crate::writer::Part, bool) {
+    let events = writes.iter().any(|w| matches!(w, Write::Event(_)));
+    let mut batch = Batch::new(Backend::Sqlite);
+    if let Some(fence) = fence {
+        batch.fence(fence);
+    }
+    push_writes(&mut batch, writes);
+    let part = crate::writer::Part::Statements(batch.into_sql().into_statements());
+    (part, events)
 }
 
 /// The executions whose waiters a batch's commit wakes. Taken whether or not anyone waits now:
@@ -1318,10 +1325,7 @@ impl RunStore for Store {
         let writes = coalesce(writes);
         let counted = ExecutionCounts::of(&writes);
         let touched = touched_by(&writes);
-        let events = writes.iter().any(|w| matches!(w, Write::Event(_)));
-        let mut batch = Batch::new(Backend::Sqlite);
-        push_writes(&mut batch, writes);
-        let part = crate::writer::Part::Statements(batch.into_sql().into_statements());
+        let (part, events) = sqlite_part(None, writes);
         let answer = match self
             .queue_part(part, events, None, crate::writer::Waits::Ahead)
             .await
