@@ -16,10 +16,16 @@ impl Engine {
         ahead: Option<ActivationScope>,
     ) {
         let run_id = run.id.clone();
+        let started_ahead = ahead.is_some();
         if let Err(e) = self.activate_inner(run, fresh, ahead).await {
             match e {
                 EngineError::Store(StoreError::LeaseLost) => {
                     tracing::info!(run = %run_id, "lease lost; another node has the run")
+                }
+                // Its trigger's commit failed (its caller was told so): the run was never
+                // stored, and nothing is left to retry.
+                _ if started_ahead && matches!(self.inner.store.run(&run_id).await, Ok(None)) => {
+                    tracing::debug!(run = %run_id, error = %e, "a run started ahead of its trigger's commit stopped: the commit failed");
                 }
                 e => {
                     tracing::warn!(run = %run_id, error = %e, "activation failed; the run will be retried");

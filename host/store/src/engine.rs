@@ -1168,9 +1168,17 @@ impl Store {
                 .await
                 .map(drop)
         } else {
+            if self.backend() == Backend::Sqlite {
+                // A transaction of its own does not queue behind the group writer's jobs, and
+                // may take the write lock before a session that was about to commit them: it
+                // first waits for everything queued so far (a batch queued ahead of its run's
+                // first commit, [`RunStore::queue_ahead`], and the writes behind answers), so it
+                // commits after them, as a group part would.
+                self.grouped(Sql::default(), false).await?;
+            }
             if let Some(epoch) = requires {
-                // A transaction of its own does not queue behind the group writer's jobs: it
-                // waits for the writes behind answers queued so far, then checks they held.
+                // On PostgreSQL it waits for the writes behind answers queued so far; on both,
+                // it then checks they held.
                 self.settle_behind().await;
                 if self.behind_epoch() != Some(epoch) {
                     return Err(StoreError::Unavailable(

@@ -1245,6 +1245,79 @@ mod tests {
         );
     }
 
+    /// A batch too large for a group commits in a transaction of its own, which takes the write
+    /// lock directly: it still commits after everything queued for the group writer before it,
+    /// so a run's first commit never overtakes the trigger's batch queued ahead of it (the run's
+    /// row, which its fence checks, is in that batch).
+    #[tokio::test]
+    async fn a_batch_too_large_for_a_group_commits_after_the_batch_queued_ahead_of_it() {
+        use capstan_core::execution::ExecutionStatus;
+        use capstan_core::store::*;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&format!("sqlite://{}/big.db", dir.path().display()))
+            .await
+            .unwrap();
+        for round in 0..20 {
+            let (execution_id, run_id) = (format!("e{round}"), format!("r{round}"));
+            let trigger = vec![
+                Write::InsertExecution(ExecutionRecord {
+                    id: execution_id.clone(),
+                    workflow: "w".into(),
+                    principal_id: "p".into(),
+                    status: ExecutionStatus::Running,
+                    status_reason: None,
+                    current_stage: None,
+                    created_ms: 1,
+                    finished_ms: None,
+                    cancellation_requested_ms: None,
+                    input_json: serde_json::json!({}),
+                    output_json: None,
+                    outcome_json: None,
+                    run_id: run_id.clone(),
+                    traceparent: None,
+                }),
+                Write::InsertRun(RunRecord {
+                    id: run_id.clone(),
+                    execution_id: execution_id.clone(),
+                    workflow: "w".into(),
+                    digest: "d".into(),
+                    kind: RunKind::Workflow,
+                    state: RunState::Runnable,
+                    wake_ms: 1,
+                    lease_owner: Some("me".into()),
+                    lease_expires_ms: Some(60_000),
+                    activations: 1,
+                    cancel_requested: false,
+                    created_ms: 1,
+                    epoch: 0,
+                }),
+            ];
+            let queued = store.queue_ahead(trigger).await.unwrap();
+            let first_commit: Vec<Write> = (0..4_100)
+                .map(|seq| {
+                    Write::PutJournal(JournalEntry {
+                        run_id: run_id.clone(),
+                        seq,
+                        op: "dns.get".into(),
+                        request: serde_json::json!({"seq": seq}),
+                        response: Some(serde_json::json!({})),
+                        status: EntryStatus::Done,
+                        at_ms: 1,
+                    })
+                })
+                .collect();
+            let fence = Fence {
+                run_id: run_id.clone(),
+                owner: "me".into(),
+                lease_until_ms: 60_000,
+            };
+            store.apply(Some(&fence), first_commit).await.unwrap();
+            queued.await.unwrap();
+            let replay = store.replay_state(&run_id, &execution_id).await.unwrap();
+            assert_eq!(replay.journal.len(), 4_100, "round {round}");
+        }
+    }
+
     /// The writer's queue is bounded: while the writer cannot commit (its connection is held
     /// elsewhere), a full queue makes a caller that can wait wait for room, and refuses a write
     /// behind its answer (which cannot wait); both commit nothing twice and lose nothing once
