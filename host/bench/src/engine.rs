@@ -54,6 +54,9 @@ pub struct EngineHttpRun {
     /// Trigger sent → terminal event read by the client.
     pub latency_p50_ms: f64,
     pub latency_p99_ms: f64,
+    /// The slowest execution: one execution held up for a second shows here, not in the p99, and
+    /// ends the row late (its client waits, so the row's rate falls).
+    pub latency_max_ms: f64,
     /// Write transactions the server began per execution (every kind: trigger, claims, journal,
     /// receipts, the simulated cloud's own records, outbox, relay); `None` when the server has no
     /// `/metrics` (an older build under `CAPSTAN_BENCH_SERVER`).
@@ -391,6 +394,7 @@ async fn one(
         executions_per_second: executions as f64 / elapsed.as_secs_f64(),
         latency_p50_ms: pct(0.50),
         latency_p99_ms: pct(0.99),
+        latency_max_ms: latencies.last().map_or(0.0, |d| d.as_secs_f64() * 1e3),
         write_transactions_per_execution: writes.map(|w| w as f64 / executions as f64),
         server_cpu_s,
         client_cpu_s,
@@ -451,7 +455,7 @@ pub async fn run(
         for concurrency in [32, 1] {
             let run = one(fixture, backend, concurrency, executions, waiter).await?;
             println!(
-                "engine    {:<13} {:<9} {:>2} in flight: {} ten-stage executions over HTTP, {:.0}/s, trigger→terminal p50 {:.1} ms, p99 {:.1} ms, {} write transactions each, CPU {:.2} ms server + {:.2} ms client each",
+                "engine    {:<13} {:<9} {:>2} in flight: {} ten-stage executions over HTTP, {:.0}/s, trigger→terminal p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms, {} write transactions each, CPU {:.2} ms server + {:.2} ms client each",
                 run.backend,
                 run.waiter.as_str(),
                 run.concurrency,
@@ -459,6 +463,7 @@ pub async fn run(
                 run.executions_per_second,
                 run.latency_p50_ms,
                 run.latency_p99_ms,
+                run.latency_max_ms,
                 run.write_transactions_per_execution
                     .map_or("?".to_owned(), |w| format!("{w:.1}")),
                 run.server_cpu_ms_per_execution(),

@@ -323,6 +323,7 @@ mod tests {
             executions_per_second: rate,
             latency_p50_ms: p50,
             latency_p99_ms: p50 * 3.0,
+            latency_max_ms: p50 * 5.0,
             write_transactions_per_execution: Some(0.5),
             server_cpu_s: 2.0,
             client_cpu_s: 0.1,

@@ -37,11 +37,17 @@ impl Default for Schedule {
 
 impl Schedule {
     /// A committed batch made a run claimable at `due_ms`.
+    ///
+    /// `notify_one`, not `notify_waiters`: the node has one claimer, which listens only between
+    /// the top of its loop and its next turn, and a wake-up given while it was between two turns
+    /// would otherwise be lost; the run would then wait for the claimer's alarm (up to
+    /// `idle_poll`, a second by default). `notify_one` keeps it for the claimer's next turn
+    /// (which costs at most one claim that finds nothing).
     fn due(&self, due_ms: Millis, now_ms: Millis) {
         if due_ms <= now_ms {
-            self.now.notify_waiters();
+            self.now.notify_one();
         } else if due_ms < self.next_ms.fetch_min(due_ms, Ordering::SeqCst) {
-            self.sooner.notify_waiters();
+            self.sooner.notify_one();
         }
     }
 
@@ -223,6 +229,26 @@ mod tests {
         assert!(futures_now(later.as_mut()), "one due before it does");
         assert_eq!(schedule.take_next(), Some(2_000));
         assert_eq!(schedule.take_next(), None, "taken once");
+    }
+
+    /// A wake-up given while the claimer is between two turns (listening for neither) reaches
+    /// its next turn, once.
+    #[tokio::test]
+    async fn a_wake_up_between_the_claimers_turns_is_kept_for_its_next_turn() {
+        let schedule = Schedule::default();
+        schedule.due(1_000, 1_000);
+        schedule.due(1_000, 1_000);
+        schedule.due(5_000, 1_000);
+        let now = schedule.now.notified();
+        tokio::pin!(now);
+        assert!(now.as_mut().enable(), "kept for the next turn");
+        let sooner = schedule.sooner.notified();
+        tokio::pin!(sooner);
+        assert!(sooner.as_mut().enable(), "the sooner alarm too");
+        assert_eq!(schedule.take_next(), Some(5_000));
+        let again = schedule.now.notified();
+        tokio::pin!(again);
+        assert!(!again.as_mut().enable(), "two wake-ups make one turn");
     }
 
     /// Whether a future is ready without waiting.
