@@ -1076,6 +1076,46 @@ mod tests {
             .unwrap()
     }
 
+    /// A running execution of workflow `w`, whose run is `run_id`.
+    fn execution_record(id: &str, run_id: &str) -> capstan_core::store::ExecutionRecord {
+        capstan_core::store::ExecutionRecord {
+            id: id.into(),
+            workflow: "w".into(),
+            principal_id: "p".into(),
+            status: capstan_core::execution::ExecutionStatus::Running,
+            status_reason: None,
+            current_stage: None,
+            created_ms: 1,
+            finished_ms: None,
+            cancellation_requested_ms: None,
+            input_json: serde_json::json!({}),
+            output_json: None,
+            outcome_json: None,
+            run_id: run_id.into(),
+            traceparent: None,
+        }
+    }
+
+    /// A runnable workflow run of `execution_id`, due at 1, with no lease.
+    fn run_record(id: &str, execution_id: &str) -> capstan_core::store::RunRecord {
+        use capstan_core::store::{RunKind, RunRecord, RunState};
+        RunRecord {
+            id: id.into(),
+            execution_id: execution_id.into(),
+            workflow: "w".into(),
+            digest: "d".into(),
+            kind: RunKind::Workflow,
+            state: RunState::Runnable,
+            wake_ms: 1,
+            lease_owner: None,
+            lease_expires_ms: None,
+            activations: 0,
+            cancel_requested: false,
+            created_ms: 1,
+            epoch: 0,
+        }
+    }
+
     /// Concurrent callers share group commits; a batch whose guard fails or whose fence is
     /// lost changes nothing and gets its own answer, and the others in its group still commit.
     #[tokio::test]
@@ -1171,30 +1211,12 @@ mod tests {
     /// refused.
     #[tokio::test]
     async fn a_batch_queued_ahead_rides_the_next_commit_or_moves_the_epoch_when_it_fails() {
-        use capstan_core::execution::ExecutionStatus;
-        use capstan_core::store::{ExecutionRecord, RunStore as _, Write};
+        use capstan_core::store::{RunStore as _, Write};
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&format!("sqlite://{}/a.db", dir.path().display()))
             .await
             .unwrap();
-        let execution = |id: &str| {
-            Write::InsertExecution(ExecutionRecord {
-                id: id.into(),
-                workflow: "w".into(),
-                principal_id: "p".into(),
-                status: ExecutionStatus::Running,
-                status_reason: None,
-                current_stage: None,
-                created_ms: 10,
-                finished_ms: None,
-                cancellation_requested_ms: None,
-                input_json: serde_json::json!({}),
-                output_json: None,
-                outcome_json: None,
-                run_id: format!("r-{id}"),
-                traceparent: None,
-            })
-        };
+        let execution = |id: &str| Write::InsertExecution(execution_record(id, &format!("r-{id}")));
         assert!(store.queues_ahead());
         let epoch = store.behind_epoch().unwrap();
         let writer = store.group_writer().unwrap();
@@ -1251,7 +1273,6 @@ mod tests {
     /// row, which its fence checks, is in that batch).
     #[tokio::test]
     async fn a_batch_too_large_for_a_group_commits_after_the_batch_queued_ahead_of_it() {
-        use capstan_core::execution::ExecutionStatus;
         use capstan_core::store::*;
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&format!("sqlite://{}/big.db", dir.path().display()))
@@ -1260,36 +1281,13 @@ mod tests {
         for round in 0..20 {
             let (execution_id, run_id) = (format!("e{round}"), format!("r{round}"));
             let trigger = vec![
-                Write::InsertExecution(ExecutionRecord {
-                    id: execution_id.clone(),
-                    workflow: "w".into(),
-                    principal_id: "p".into(),
-                    status: ExecutionStatus::Running,
-                    status_reason: None,
-                    current_stage: None,
-                    created_ms: 1,
-                    finished_ms: None,
-                    cancellation_requested_ms: None,
-                    input_json: serde_json::json!({}),
-                    output_json: None,
-                    outcome_json: None,
-                    run_id: run_id.clone(),
-                    traceparent: None,
-                }),
+                Write::InsertExecution(execution_record(&execution_id, &run_id)),
+                // Leased by this node, as a run its trigger starts is.
                 Write::InsertRun(RunRecord {
-                    id: run_id.clone(),
-                    execution_id: execution_id.clone(),
-                    workflow: "w".into(),
-                    digest: "d".into(),
-                    kind: RunKind::Workflow,
-                    state: RunState::Runnable,
-                    wake_ms: 1,
                     lease_owner: Some("me".into()),
                     lease_expires_ms: Some(60_000),
                     activations: 1,
-                    cancel_requested: false,
-                    created_ms: 1,
-                    epoch: 0,
+                    ..run_record(&run_id, &execution_id)
                 }),
             ];
             let queued = store.queue_ahead(trigger).await.unwrap();
@@ -1547,36 +1545,10 @@ mod tests {
             .await
             .unwrap();
         let execution = ExecutionRecord {
-            id: "e1".into(),
-            workflow: "w".into(),
-            principal_id: "p".into(),
             status: ExecutionStatus::Queued,
-            status_reason: None,
-            current_stage: None,
-            created_ms: 1,
-            finished_ms: None,
-            cancellation_requested_ms: None,
-            input_json: serde_json::json!({}),
-            output_json: None,
-            outcome_json: None,
-            run_id: "r1".into(),
-            traceparent: None,
+            ..execution_record("e1", "r1")
         };
-        let run = RunRecord {
-            id: "r1".into(),
-            execution_id: "e1".into(),
-            workflow: "w".into(),
-            digest: "d".into(),
-            kind: RunKind::Workflow,
-            state: RunState::Runnable,
-            wake_ms: 1,
-            lease_owner: None,
-            lease_expires_ms: None,
-            activations: 0,
-            cancel_requested: false,
-            created_ms: 1,
-            epoch: 0,
-        };
+        let run = run_record("r1", "e1");
         store
             .apply(
                 None,
@@ -1785,39 +1757,13 @@ mod tests {
         let store = Store::open(&capstan_testdb::fresh_database_url(dir.path()).await)
             .await
             .unwrap();
-        let execution = |i: usize| ExecutionRecord {
-            id: format!("e{i:02}"),
-            workflow: "w".into(),
-            principal_id: "p".into(),
-            status: ExecutionStatus::Running,
-            status_reason: None,
-            current_stage: None,
-            created_ms: 1,
-            finished_ms: None,
-            cancellation_requested_ms: None,
-            input_json: serde_json::json!({}),
-            output_json: None,
-            outcome_json: None,
-            run_id: format!("r{i:02}"),
-            traceparent: None,
-        };
+        let execution = |i: usize| execution_record(&format!("e{i:02}"), &format!("r{i:02}"));
         let mut setup = Vec::new();
         for i in 0..24 {
             setup.push(Write::InsertExecution(execution(i)));
             setup.push(Write::InsertRun(RunRecord {
-                id: format!("r{i:02}"),
-                execution_id: format!("e{i:02}"),
-                workflow: "w".into(),
-                digest: "d".into(),
-                kind: RunKind::Workflow,
-                state: RunState::Runnable,
-                wake_ms: 1,
-                lease_owner: None,
-                lease_expires_ms: None,
-                activations: 0,
                 cancel_requested: i == 21,
-                created_ms: 1,
-                epoch: 0,
+                ..run_record(&format!("r{i:02}"), &format!("e{i:02}"))
             }));
         }
         store.apply(None, setup).await.unwrap();
