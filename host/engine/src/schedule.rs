@@ -251,6 +251,25 @@ mod tests {
         assert!(!again.as_mut().enable(), "two wake-ups make one turn");
     }
 
+    /// A wake-up kept for the claimer's next turn is taken by that turn's `enable`, and the
+    /// answer is then its only record: a future dropped before it is awaited (the turn ended on
+    /// another branch, a finished task) takes it along. So the claimer acts on what `enable`
+    /// answers ([`Engine::spawn_workers`]).
+    #[tokio::test]
+    async fn a_kept_wake_up_lives_only_in_the_answer_of_the_turn_that_takes_it() {
+        let schedule = Schedule::default();
+        schedule.due(1_000, 1_000);
+        {
+            let turn = schedule.now.notified();
+            tokio::pin!(turn);
+            assert!(turn.as_mut().enable(), "the turn takes it");
+        }
+        let next = schedule.now.notified();
+        tokio::pin!(next);
+        assert!(!next.as_mut().enable(), "gone with the dropped turn");
+        assert!(!futures_now(next.as_mut()));
+    }
+
     /// Whether a future is ready without waiting.
     fn futures_now<F: std::future::Future>(f: std::pin::Pin<&mut F>) -> bool {
         let waker = std::task::Waker::noop();

@@ -95,10 +95,15 @@ impl Engine {
                     break;
                 }
                 // Listen for wake-ups before claiming, so a commit that lands while the claim
-                // runs is not missed (it would otherwise wait for the alarm).
+                // runs is not missed (it would otherwise wait for the alarm). A wake-up kept
+                // since the last turn is taken here, and `enable`'s answer is then its only
+                // record: the future would drop it with itself if another branch of the wait
+                // below (a finished task, an announcement) ended the turn first.
                 let woken = schedule.now.notified();
                 tokio::pin!(woken);
-                woken.as_mut().enable();
+                if woken.as_mut().enable() {
+                    backlog = true;
+                }
                 let sooner = schedule.sooner.notified();
                 tokio::pin!(sooner);
                 sooner.as_mut().enable();

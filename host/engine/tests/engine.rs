@@ -1285,6 +1285,50 @@ async fn a_trigger_starts_its_run_in_a_free_slot_and_the_claimer_takes_the_rest(
     }
 }
 
+/// Clients triggering faster than two slots run them, each awaiting its execution before the
+/// next: most triggers find every slot taken and leave their runs for the claimer, whose
+/// wake-ups keep coming while finished runs free slots and its claims often come up short. With
+/// the alarm an hour away, a wake-up the claimer lost would leave a run unclaimed and its
+/// execution unfinished; every one ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_run_left_for_the_claimer_waits_for_its_alarm() {
+    let w = world().await;
+    let mut config = config("node-a");
+    config.workers = 2;
+    config.poll = std::time::Duration::from_secs(3_600);
+    config.idle_poll = std::time::Duration::from_secs(3_600);
+    let engine = node_on_the_real_clock(&w, config);
+    let (stop, stop_rx) = tokio::sync::watch::channel(false);
+    let workers = engine.spawn_workers(stop_rx, None);
+    let clients: Vec<_> = (0..8)
+        .map(|client| {
+            let engine = engine.clone();
+            let store = w.store.clone();
+            tokio::spawn(async move {
+                for i in 0..40 {
+                    let execution = trigger_on(&engine, 1 + (client + i) % 3).await;
+                    let mut status = ExecutionStatus::Queued;
+                    for _ in 0..10_000 {
+                        status = store.execution(&execution.id).await.unwrap().unwrap().status;
+                        if status.is_terminal() {
+                            break;
+                        }
+                        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                    }
+                    assert_eq!(status, ExecutionStatus::Succeeded, "{execution:?}");
+                }
+            })
+        })
+        .collect();
+    for client in clients {
+        client.await.unwrap();
+    }
+    stop.send(true).unwrap();
+    for worker in workers {
+        worker.await.unwrap();
+    }
+}
+
 /// A node's scheduler on the real clock, whose claimer never polls: only commits of this node,
 /// the store's earliest wake time and `others` (another node's announcements) wake it.
 fn unpolled_scheduler(
