@@ -1309,7 +1309,12 @@ async fn no_run_left_for_the_claimer_waits_for_its_alarm() {
                     let execution = trigger_on(&engine, 1 + (client + i) % 3).await;
                     let mut status = ExecutionStatus::Queued;
                     for _ in 0..10_000 {
-                        status = store.execution(&execution.id).await.unwrap().unwrap().status;
+                        status = store
+                            .execution(&execution.id)
+                            .await
+                            .unwrap()
+                            .unwrap()
+                            .status;
                         if status.is_terminal() {
                             break;
                         }
