@@ -239,16 +239,10 @@ mod tests {
         schedule.due(1_000, 1_000);
         schedule.due(1_000, 1_000);
         schedule.due(5_000, 1_000);
-        let now = schedule.now.notified();
-        tokio::pin!(now);
-        assert!(now.as_mut().enable(), "kept for the next turn");
-        let sooner = schedule.sooner.notified();
-        tokio::pin!(sooner);
-        assert!(sooner.as_mut().enable(), "the sooner alarm too");
+        assert!(turn_takes(&schedule.now), "kept for the next turn");
+        assert!(turn_takes(&schedule.sooner), "the sooner alarm too");
         assert_eq!(schedule.take_next(), Some(5_000));
-        let again = schedule.now.notified();
-        tokio::pin!(again);
-        assert!(!again.as_mut().enable(), "two wake-ups make one turn");
+        assert!(!turn_takes(&schedule.now), "two wake-ups make one turn");
     }
 
     /// A wake-up kept for the claimer's next turn is taken by that turn's `enable`, and the
@@ -259,15 +253,16 @@ mod tests {
     async fn a_kept_wake_up_lives_only_in_the_answer_of_the_turn_that_takes_it() {
         let schedule = Schedule::default();
         schedule.due(1_000, 1_000);
-        {
-            let turn = schedule.now.notified();
-            tokio::pin!(turn);
-            assert!(turn.as_mut().enable(), "the turn takes it");
-        }
-        let next = schedule.now.notified();
-        tokio::pin!(next);
-        assert!(!next.as_mut().enable(), "gone with the dropped turn");
-        assert!(!futures_now(next.as_mut()));
+        assert!(turn_takes(&schedule.now), "the turn takes it");
+        assert!(!turn_takes(&schedule.now), "gone with the dropped turn");
+    }
+
+    /// What a claimer's turn does first: listen, taking a wake-up kept for it (the answer),
+    /// then drop its future unawaited, as a turn another branch ended does.
+    fn turn_takes(notify: &tokio::sync::Notify) -> bool {
+        let turn = notify.notified();
+        tokio::pin!(turn);
+        turn.as_mut().enable()
     }
 
     /// Whether a future is ready without waiting.

@@ -1263,15 +1263,10 @@ async fn a_trigger_starts_its_run_in_a_free_slot_and_the_claimer_takes_the_rest(
     assert_eq!(second_run.activations, 0);
     gate.release.notify_one();
     for execution in [&first, &second] {
-        let mut status = ExecutionStatus::Queued;
-        for _ in 0..1_000 {
-            status = w.status(&execution.id).await;
-            if status.is_terminal() {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-        assert_eq!(status, ExecutionStatus::Succeeded);
+        assert_eq!(
+            ended(&w.store, &execution.id).await,
+            ExecutionStatus::Succeeded
+        );
         let run = w.store.run(&execution.run_id).await.unwrap().unwrap();
         assert_eq!(run.activations, 1, "{run:?}");
     }
@@ -1307,20 +1302,11 @@ async fn no_run_left_for_the_claimer_waits_for_its_alarm() {
             tokio::spawn(async move {
                 for i in 0..40 {
                     let execution = trigger_on(&engine, 1 + (client + i) % 3).await;
-                    let mut status = ExecutionStatus::Queued;
-                    for _ in 0..10_000 {
-                        status = store
-                            .execution(&execution.id)
-                            .await
-                            .unwrap()
-                            .unwrap()
-                            .status;
-                        if status.is_terminal() {
-                            break;
-                        }
-                        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-                    }
-                    assert_eq!(status, ExecutionStatus::Succeeded, "{execution:?}");
+                    assert_eq!(
+                        ended(&store, &execution.id).await,
+                        ExecutionStatus::Succeeded,
+                        "{execution:?}"
+                    );
                 }
             })
         })
@@ -1383,10 +1369,10 @@ async fn trigger_on(engine: &Engine, stages: u32) -> capstan_core::store::Execut
 }
 
 /// The execution's status once it ends, or after ten seconds.
-async fn ended(w: &World, id: &str) -> ExecutionStatus {
+async fn ended(store: &capstan_store::Store, id: &str) -> ExecutionStatus {
     let mut status = ExecutionStatus::Queued;
     for _ in 0..1_000 {
-        status = w.status(id).await;
+        status = store.execution(id).await.unwrap().unwrap().status;
         if status.is_terminal() {
             break;
         }
@@ -1408,7 +1394,10 @@ async fn an_idle_claimer_wakes_when_a_dead_nodes_lease_expires() {
     let claimed = w.store.claim_runs("node-gone", now, 300, 8).await.unwrap();
     assert_eq!(claimed.len(), 1);
     let (_engine, stop, workers) = unpolled_scheduler(&w, "node-a", None);
-    assert_eq!(ended(&w, &execution.id).await, ExecutionStatus::Succeeded);
+    assert_eq!(
+        ended(&w.store, &execution.id).await,
+        ExecutionStatus::Succeeded
+    );
     let run = w.store.run(&execution.run_id).await.unwrap().unwrap();
     assert_eq!(
         run.activations, 2,
@@ -1428,7 +1417,10 @@ async fn a_run_this_node_schedules_for_later_wakes_the_idle_claimer_then() {
     w.cloud.write_behind(&w.store, 1);
     let (engine, stop, workers) = unpolled_scheduler(&w, "node-a", None);
     let execution = trigger_on(&engine, 2).await;
-    assert_eq!(ended(&w, &execution.id).await, ExecutionStatus::Succeeded);
+    assert_eq!(
+        ended(&w.store, &execution.id).await,
+        ExecutionStatus::Succeeded
+    );
     let run = w.store.run(&execution.run_id).await.unwrap().unwrap();
     assert_eq!(run.activations, 2, "refused once, retried: {run:?}");
     stop.send(true).unwrap();
@@ -1451,7 +1443,10 @@ async fn a_run_started_ahead_of_its_trigger_makes_no_effect_before_it_is_durable
         executions.push(trigger_on(&engine, 3).await);
     }
     for execution in &executions {
-        assert_eq!(ended(&w, &execution.id).await, ExecutionStatus::Succeeded);
+        assert_eq!(
+            ended(&w.store, &execution.id).await,
+            ExecutionStatus::Succeeded
+        );
         let run = w.store.run(&execution.run_id).await.unwrap().unwrap();
         assert_eq!(run.activations, 1, "started by its trigger: {run:?}");
     }
@@ -1484,7 +1479,10 @@ async fn identical_keyed_triggers_racing_start_one_run_and_move_no_epoch() {
     let (a, b) = (a.unwrap(), b.unwrap());
     assert_eq!(a.execution.id, b.execution.id);
     assert!(a.replayed != b.replayed, "one original, one replay");
-    assert_eq!(ended(&w, &a.execution.id).await, ExecutionStatus::Succeeded);
+    assert_eq!(
+        ended(&w.store, &a.execution.id).await,
+        ExecutionStatus::Succeeded
+    );
     assert_eq!(w.store.behind_epoch(), epoch);
     stop.send(true).unwrap();
     for worker in workers {
@@ -1504,7 +1502,10 @@ async fn another_nodes_announced_commit_wakes_the_idle_claimer() {
     let other = node_on_the_real_clock(&w, config("node-b"));
     let execution = trigger_on(&other, 2).await;
     announce.send_modify(|n| *n += 1);
-    assert_eq!(ended(&w, &execution.id).await, ExecutionStatus::Succeeded);
+    assert_eq!(
+        ended(&w.store, &execution.id).await,
+        ExecutionStatus::Succeeded
+    );
     let run = w.store.run(&execution.run_id).await.unwrap().unwrap();
     assert_eq!(run.lease_owner, None, "{run:?}");
     assert_eq!(run.activations, 1, "{run:?}");
