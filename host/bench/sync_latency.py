@@ -15,6 +15,7 @@ import sys
 import time
 
 directory = sys.argv[1] if len(sys.argv) > 1 else "target"
+os.makedirs(directory, exist_ok=True)
 path = os.path.join(directory, "sync_latency.tmp")
 block = b"x" * (60 * 4120)
 fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
