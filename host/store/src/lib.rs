@@ -16,6 +16,7 @@
 pub mod auth;
 mod engine;
 pub mod event_versions;
+mod gather;
 mod pg_tls;
 mod pg_wire;
 mod pg_writer;

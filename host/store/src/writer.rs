@@ -691,8 +691,18 @@ fn open(path: &str, synchronous: crate::Synchronous) -> Result<Connection, Strin
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
         | OpenFlags::SQLITE_OPEN_NO_MUTEX
         | OpenFlags::SQLITE_OPEN_URI;
-    let conn = Connection::open_with_flags(path, flags)
-        .map_err(|e| format!("the SQLite group writer cannot open {path}: {e}"))?;
+    // Commits that sync the WAL write their frames in a call or two instead of two per frame
+    // (`gather`); the weaker mode has no sync to write them by, so it keeps SQLite's own VFS.
+    let conn = match synchronous {
+        crate::Synchronous::Full => crate::gather::register()
+            .map_err(|code| format!("the SQLite group writer cannot register its VFS: code {code}"))
+            .and_then(|()| {
+                Connection::open_with_flags_and_vfs(path, flags, crate::gather::NAME)
+                    .map_err(|e| format!("the SQLite group writer cannot open {path}: {e}"))
+            })?,
+        crate::Synchronous::Normal => Connection::open_with_flags(path, flags)
+            .map_err(|e| format!("the SQLite group writer cannot open {path}: {e}"))?,
+    };
     // As sqlx's connections (`Store::connect_sqlite`); WAL is the file's own, set by them.
     conn.execute_batch(synchronous.pragmas())
         .map_err(|e| format!("the SQLite group writer cannot configure {path}: {e}"))?;
