@@ -16,6 +16,11 @@
 //! between the last frame and the index, so [`crate::Synchronous::Normal`] connections never
 //! use it. A crash loses what is held, as it loses what is written but not synced: frames of a
 //! transaction that never committed.
+//!
+//! A connection that uses it also turns `cache_spill` off, so a transaction writes frames only
+//! in its commit. Frames spilled by a transaction that then rolls back would otherwise stay held
+//! (a rollback makes no call on the WAL file), and written at this connection's next call they
+//! would land on the frames another connection had committed at the same offsets since.
 #![allow(unsafe_code)]
 // The methods called are the unix VFS's (version 3: every one set), which SQLite itself calls
 // without a check; a missing one is a broken build of SQLite, and aborting names it.
@@ -497,6 +502,51 @@ mod tests {
                 .unwrap();
             assert_eq!(count(&r), i + 1);
         }
+        let check: String = r
+            .query_row("PRAGMA integrity_check", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(check, "ok");
+    }
+
+    /// Frames a rolled-back transaction spilled must not outlive it: another connection then
+    /// appends its commits at the same offsets, and held frames written later would overwrite
+    /// them. `cache_spill = OFF` (how the group writer opens) keeps a transaction's frames
+    /// until its commit, which syncs them.
+    #[test]
+    fn a_rolled_back_transaction_leaves_nothing_held_for_later() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        let big = "x".repeat(3000);
+        let w = writer(&path, 10);
+        w.execute_batch("PRAGMA cache_spill = OFF").unwrap();
+        w.execute("INSERT INTO t (body) VALUES ('first')", [])
+            .unwrap();
+        let tx = w.unchecked_transaction().unwrap();
+        for i in 0..1000 {
+            tx.execute(
+                "INSERT INTO t (body) VALUES (?1)",
+                [format!("gone {i} {big}")],
+            )
+            .unwrap();
+        }
+        tx.rollback().unwrap();
+        let other = Connection::open(&path).unwrap();
+        for i in 0..300 {
+            other
+                .execute(
+                    "INSERT INTO t (body) VALUES (?1)",
+                    [format!("other {i} {big}")],
+                )
+                .unwrap();
+        }
+        // The writer touches the WAL again (a read, then a commit of its own).
+        assert_eq!(count(&w), 301);
+        w.execute("INSERT INTO t (body) VALUES ('last')", [])
+            .unwrap();
+        drop(other);
+        drop(w);
+        let r = Connection::open(&path).unwrap();
+        assert_eq!(count(&r), 302);
         let check: String = r
             .query_row("PRAGMA integrity_check", [], |row| row.get(0))
             .unwrap();
