@@ -22,9 +22,6 @@
 //! (a rollback makes no call on the WAL file), and written at this connection's next call they
 //! would land on the frames another connection had committed at the same offsets since.
 #![allow(unsafe_code)]
-// The methods called are the unix VFS's (version 3: every one set), which SQLite itself calls
-// without a check; a missing one is a broken build of SQLite, and aborting names it.
-#![allow(clippy::expect_used)]
 
 use rusqlite::ffi;
 use std::ffi::CStr;
@@ -124,12 +121,8 @@ pub(crate) fn register() -> Result<(), c_int> {
     registered.as_ref().map(drop).map_err(|code| *code)
 }
 
-fn registered() -> &'static Registered {
-    match REGISTERED.get() {
-        Some(Ok(registered)) => registered,
-        // `open` is reachable only through the registered VFS.
-        _ => unreachable!("the gathering VFS opened a file before it was registered"),
-    }
+fn registered() -> Option<&'static Registered> {
+    REGISTERED.get().and_then(|r| r.as_ref().ok())
 }
 
 /// # Safety
@@ -166,7 +159,10 @@ unsafe fn flush(file: *mut ffi::sqlite3_file) -> c_int {
     for chunk in held.bytes.chunks(CHUNK) {
         // SAFETY: the default VFS's own write, on its own file, with a live buffer.
         code = unsafe {
-            (methods.xWrite.expect("xWrite"))(real, chunk.as_ptr().cast(), chunk.len() as c_int, at)
+            match methods.xWrite {
+                Some(method) => method(real, chunk.as_ptr().cast(), chunk.len() as c_int, at),
+                None => ffi::SQLITE_IOERR,
+            }
         };
         if code != ffi::SQLITE_OK {
             break;
@@ -204,7 +200,10 @@ unsafe extern "C" fn open(
     flags: c_int,
     out_flags: *mut c_int,
 ) -> c_int {
-    let registered = registered();
+    // `open` is reachable only through the registered VFS.
+    let Some(registered) = registered() else {
+        return ffi::SQLITE_ERROR;
+    };
     // SAFETY: SQLite gives `szOsFile` bytes at `file`; the default VFS's file gets the size it
     // asks for, zeroed as SQLite zeroes its own, and is freed if its open fails.
     unsafe {
@@ -217,7 +216,10 @@ unsafe extern "C" fn open(
             return ffi::SQLITE_NOMEM;
         }
         ptr::write_bytes(real.cast::<u8>(), 0, size as usize);
-        let code = ((*default).xOpen.expect("xOpen"))(default, name, real, flags, out_flags);
+        let code = match (*default).xOpen {
+            Some(method) => method(default, name, real, flags, out_flags),
+            None => ffi::SQLITE_IOERR,
+        };
         if (*real).pMethods.is_null() {
             ffi::sqlite3_free(real.cast());
             return if code == ffi::SQLITE_OK {
@@ -253,7 +255,10 @@ unsafe extern "C" fn close(file: *mut ffi::sqlite3_file) -> c_int {
     unsafe {
         let flushed = flush(file);
         let (real, methods, _) = parts(file);
-        let closed = (methods.xClose.expect("xClose"))(real);
+        let closed = match methods.xClose {
+            Some(method) => method(real),
+            None => ffi::SQLITE_IOERR,
+        };
         ffi::sqlite3_free(real.cast());
         ptr::drop_in_place(ptr::addr_of_mut!((*file.cast::<File>()).held));
         (*file).pMethods = ptr::null();
@@ -275,7 +280,10 @@ unsafe extern "C" fn write(
     unsafe {
         let (real, methods, held) = parts(file);
         let Some(held) = held else {
-            return (methods.xWrite.expect("xWrite"))(real, data, amount, offset);
+            return match methods.xWrite {
+                Some(method) => method(real, data, amount, offset),
+                None => ffi::SQLITE_IOERR,
+            };
         };
         let appends = if held.bytes.is_empty() {
             offset == held.end
@@ -290,7 +298,10 @@ unsafe extern "C" fn write(
                 return code;
             }
             let (real, methods, held) = parts(file);
-            let code = (methods.xWrite.expect("xWrite"))(real, data, amount, offset);
+            let code = match methods.xWrite {
+                Some(method) => method(real, data, amount, offset),
+                None => ffi::SQLITE_IOERR,
+            };
             if let Some(held) = held {
                 held.end = offset + i64::from(amount);
             }
@@ -318,8 +329,9 @@ unsafe extern "C" fn read(
 ) -> c_int {
     // SAFETY: as `parts`; the read sees what was held.
     unsafe {
-        after_flush(file, |real, m| {
-            (m.xRead.expect("xRead"))(real, data, amount, offset)
+        after_flush(file, |real, m| match m.xRead {
+            Some(method) => method(real, data, amount, offset),
+            None => ffi::SQLITE_IOERR,
         })
     }
 }
@@ -327,22 +339,29 @@ unsafe extern "C" fn read(
 unsafe extern "C" fn truncate(file: *mut ffi::sqlite3_file, size: i64) -> c_int {
     // SAFETY: as `parts`.
     unsafe {
-        after_flush(file, |real, m| {
-            (m.xTruncate.expect("xTruncate"))(real, size)
+        after_flush(file, |real, m| match m.xTruncate {
+            Some(method) => method(real, size),
+            None => ffi::SQLITE_IOERR,
         })
     }
 }
 
 unsafe extern "C" fn sync(file: *mut ffi::sqlite3_file, flags: c_int) -> c_int {
     // SAFETY: as `parts`; what is held is written before the sync that makes it durable.
-    unsafe { after_flush(file, |real, m| (m.xSync.expect("xSync"))(real, flags)) }
+    unsafe {
+        after_flush(file, |real, m| match m.xSync {
+            Some(method) => method(real, flags),
+            None => ffi::SQLITE_IOERR,
+        })
+    }
 }
 
 unsafe extern "C" fn file_size(file: *mut ffi::sqlite3_file, size: *mut i64) -> c_int {
     // SAFETY: as `parts`; the size counts what was held.
     unsafe {
-        after_flush(file, |real, m| {
-            (m.xFileSize.expect("xFileSize"))(real, size)
+        after_flush(file, |real, m| match m.xFileSize {
+            Some(method) => method(real, size),
+            None => ffi::SQLITE_IOERR,
         })
     }
 }
@@ -354,8 +373,9 @@ unsafe extern "C" fn file_control(
 ) -> c_int {
     // SAFETY: as `parts`.
     unsafe {
-        after_flush(file, |real, m| {
-            (m.xFileControl.expect("xFileControl"))(real, op, arg)
+        after_flush(file, |real, m| match m.xFileControl {
+            Some(method) => method(real, op, arg),
+            None => ffi::SQLITE_IOERR,
         })
     }
 }
@@ -364,20 +384,31 @@ unsafe extern "C" fn lock(file: *mut ffi::sqlite3_file, level: c_int) -> c_int {
     // SAFETY: as `parts`.
     unsafe {
         let (real, m, _) = parts(file);
-        (m.xLock.expect("xLock"))(real, level)
+        match m.xLock {
+            Some(method) => method(real, level),
+            None => ffi::SQLITE_IOERR,
+        }
     }
 }
 
 unsafe extern "C" fn unlock(file: *mut ffi::sqlite3_file, level: c_int) -> c_int {
     // SAFETY: as `parts`.
-    unsafe { after_flush(file, |real, m| (m.xUnlock.expect("xUnlock"))(real, level)) }
+    unsafe {
+        after_flush(file, |real, m| match m.xUnlock {
+            Some(method) => method(real, level),
+            None => ffi::SQLITE_IOERR,
+        })
+    }
 }
 
 unsafe extern "C" fn check_reserved_lock(file: *mut ffi::sqlite3_file, out: *mut c_int) -> c_int {
     // SAFETY: as `parts`.
     unsafe {
         let (real, m, _) = parts(file);
-        (m.xCheckReservedLock.expect("xCheckReservedLock"))(real, out)
+        match m.xCheckReservedLock {
+            Some(method) => method(real, out),
+            None => ffi::SQLITE_IOERR,
+        }
     }
 }
 
@@ -385,7 +416,10 @@ unsafe extern "C" fn sector_size(file: *mut ffi::sqlite3_file) -> c_int {
     // SAFETY: as `parts`.
     unsafe {
         let (real, m, _) = parts(file);
-        (m.xSectorSize.expect("xSectorSize"))(real)
+        match m.xSectorSize {
+            Some(method) => method(real),
+            None => ffi::SQLITE_IOERR,
+        }
     }
 }
 
@@ -393,7 +427,10 @@ unsafe extern "C" fn device_characteristics(file: *mut ffi::sqlite3_file) -> c_i
     // SAFETY: as `parts`.
     unsafe {
         let (real, m, _) = parts(file);
-        (m.xDeviceCharacteristics.expect("xDeviceCharacteristics"))(real)
+        match m.xDeviceCharacteristics {
+            Some(method) => method(real),
+            None => ffi::SQLITE_IOERR,
+        }
     }
 }
 
@@ -407,7 +444,10 @@ unsafe extern "C" fn shm_map(
     // SAFETY: as `parts`; the shared-memory methods are the database file's, never held.
     unsafe {
         let (real, m, _) = parts(file);
-        (m.xShmMap.expect("xShmMap"))(real, region, size, extend, out)
+        match m.xShmMap {
+            Some(method) => method(real, region, size, extend, out),
+            None => ffi::SQLITE_IOERR,
+        }
     }
 }
 
@@ -420,7 +460,10 @@ unsafe extern "C" fn shm_lock(
     // SAFETY: as `parts`.
     unsafe {
         let (real, m, _) = parts(file);
-        (m.xShmLock.expect("xShmLock"))(real, offset, n, flags)
+        match m.xShmLock {
+            Some(method) => method(real, offset, n, flags),
+            None => ffi::SQLITE_IOERR,
+        }
     }
 }
 
@@ -428,7 +471,9 @@ unsafe extern "C" fn shm_barrier(file: *mut ffi::sqlite3_file) {
     // SAFETY: as `parts`.
     unsafe {
         let (real, m, _) = parts(file);
-        (m.xShmBarrier.expect("xShmBarrier"))(real)
+        if let Some(method) = m.xShmBarrier {
+            method(real)
+        }
     }
 }
 
@@ -436,7 +481,10 @@ unsafe extern "C" fn shm_unmap(file: *mut ffi::sqlite3_file, delete: c_int) -> c
     // SAFETY: as `parts`.
     unsafe {
         let (real, m, _) = parts(file);
-        (m.xShmUnmap.expect("xShmUnmap"))(real, delete)
+        match m.xShmUnmap {
+            Some(method) => method(real, delete),
+            None => ffi::SQLITE_IOERR,
+        }
     }
 }
 
@@ -448,8 +496,9 @@ unsafe extern "C" fn fetch(
 ) -> c_int {
     // SAFETY: as `parts`; a mapped page sees what was held.
     unsafe {
-        after_flush(file, |real, m| {
-            (m.xFetch.expect("xFetch"))(real, offset, amount, out)
+        after_flush(file, |real, m| match m.xFetch {
+            Some(method) => method(real, offset, amount, out),
+            None => ffi::SQLITE_IOERR,
         })
     }
 }
@@ -462,7 +511,10 @@ unsafe extern "C" fn unfetch(
     // SAFETY: as `parts`.
     unsafe {
         let (real, m, _) = parts(file);
-        (m.xUnfetch.expect("xUnfetch"))(real, offset, page)
+        match m.xUnfetch {
+            Some(method) => method(real, offset, page),
+            None => ffi::SQLITE_IOERR,
+        }
     }
 }
 
@@ -484,6 +536,13 @@ mod tests {
         conn
     }
 
+    fn assert_whole(conn: &Connection) {
+        let check: String = conn
+            .query_row("PRAGMA integrity_check", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(check, "ok");
+    }
+
     fn count(conn: &Connection) -> i64 {
         conn.query_row("SELECT count(*) FROM t", [], |r| r.get(0))
             .unwrap()
@@ -502,10 +561,7 @@ mod tests {
                 .unwrap();
             assert_eq!(count(&r), i + 1);
         }
-        let check: String = r
-            .query_row("PRAGMA integrity_check", [], |row| row.get(0))
-            .unwrap();
-        assert_eq!(check, "ok");
+        assert_whole(&r);
     }
 
     /// Frames a rolled-back transaction spilled must not outlive it: another connection then
@@ -547,10 +603,7 @@ mod tests {
         drop(w);
         let r = Connection::open(&path).unwrap();
         assert_eq!(count(&r), 302);
-        let check: String = r
-            .query_row("PRAGMA integrity_check", [], |row| row.get(0))
-            .unwrap();
-        assert_eq!(check, "ok");
+        assert_whole(&r);
     }
 
     /// A transaction larger than the page cache spills frames into the WAL before its commit
@@ -599,9 +652,6 @@ mod tests {
             })
             .unwrap();
         assert_eq!(updated, 2000 / 7);
-        let check: String = r
-            .query_row("PRAGMA integrity_check", [], |row| row.get(0))
-            .unwrap();
-        assert_eq!(check, "ok");
+        assert_whole(&r);
     }
 }
