@@ -17,10 +17,14 @@
 //! use it. A crash loses what is held, as it loses what is written but not synced: frames of a
 //! transaction that never committed.
 //!
-//! A connection that uses it also turns `cache_spill` off, so a transaction writes frames only
-//! in its commit. Frames spilled by a transaction that then rolls back would otherwise stay held
-//! (a rollback makes no call on the WAL file), and written at this connection's next call they
-//! would land on the frames another connection had committed at the same offsets since.
+//! A transaction larger than the page cache spills frames into the WAL before its commit, and
+//! one that then rolls back makes no call on the WAL file: frames held then would outlive the
+//! transaction and, written at this connection's next call, land on the frames another
+//! connection had committed at the same offsets since. So each WAL file is linked to its
+//! database file (`sqlite3_database_file_object`), whose shared-memory methods take and release
+//! the WAL's write lock, and what a WAL holds is written before that lock is released: every
+//! held byte reaches the file while its writer still owns the WAL, as SQLite itself writes it.
+//! A WAL whose database file is not this VFS's (none is, in practice) is not held at all.
 #![allow(unsafe_code)]
 
 use rusqlite::ffi;
@@ -47,7 +51,14 @@ struct File {
     real: *mut ffi::sqlite3_file,
     /// Held appends to a WAL file (`None` for every other file).
     held: Option<Box<Held>>,
+    /// A WAL file's database file, and a database file's open WAL (null when none): the
+    /// database file's `xShmLock` releases the WAL's write lock, before which the WAL's held
+    /// bytes are written. SQLite closes the WAL before its database file.
+    link: *mut File,
 }
+
+/// The shared-memory lock a WAL's writer holds (`WAL_WRITE_LOCK` in SQLite's `wal.c`).
+const WAL_WRITE_LOCK: c_int = 0;
 
 struct Held {
     /// Where `bytes` start in the file.
@@ -228,7 +239,16 @@ unsafe extern "C" fn open(
                 code
             };
         }
-        let held = (flags & ffi::SQLITE_OPEN_WAL != 0).then(|| {
+        // A WAL is held only when its database file is one of ours, whose write-lock release
+        // writes what the WAL holds (the module comment).
+        let database = if flags & ffi::SQLITE_OPEN_WAL != 0 {
+            let database = ffi::sqlite3_database_file_object(name);
+            (!database.is_null() && ptr::eq((*database).pMethods, registered.methods))
+                .then(|| database.cast::<File>())
+        } else {
+            None
+        };
+        let held = database.map(|_| {
             Box::new(Held {
                 at: 0,
                 bytes: Vec::new(),
@@ -243,8 +263,12 @@ unsafe extern "C" fn open(
                 },
                 real,
                 held,
+                link: database.unwrap_or(ptr::null_mut()),
             },
         );
+        if let Some(database) = database {
+            (*database).link = ours;
+        }
         code
     }
 }
@@ -260,7 +284,12 @@ unsafe extern "C" fn close(file: *mut ffi::sqlite3_file) -> c_int {
             None => ffi::SQLITE_IOERR,
         };
         ffi::sqlite3_free(real.cast());
-        ptr::drop_in_place(ptr::addr_of_mut!((*file.cast::<File>()).held));
+        let ours = file.cast::<File>();
+        let link = (*ours).link;
+        if !link.is_null() && ptr::eq((*link).link, ours) {
+            (*link).link = ptr::null_mut();
+        }
+        ptr::drop_in_place(ptr::addr_of_mut!((*ours).held));
         (*file).pMethods = ptr::null();
         if flushed != ffi::SQLITE_OK {
             flushed
@@ -457,8 +486,20 @@ unsafe extern "C" fn shm_lock(
     n: c_int,
     flags: c_int,
 ) -> c_int {
-    // SAFETY: as `parts`.
+    // SAFETY: as `parts`; `link` is this database file's open WAL, which SQLite calls only
+    // from the same connection, so never concurrently with this.
     unsafe {
+        let releases_write_lock = flags & ffi::SQLITE_SHM_UNLOCK != 0
+            && offset <= WAL_WRITE_LOCK
+            && WAL_WRITE_LOCK < offset + n;
+        let wal = (*file.cast::<File>()).link;
+        if releases_write_lock && !wal.is_null() {
+            // A commit's sync wrote its frames already: anything still held is a rolled-back
+            // transaction's spill, written here as SQLite would have written it, under the
+            // lock. SQLite ignores what an unlock answers, so a failed write changes nothing
+            // it does (the frames were never committed).
+            flush(wal.cast());
+        }
         let (real, m, _) = parts(file);
         match m.xShmLock {
             Some(method) => method(real, offset, n, flags),
@@ -564,28 +605,61 @@ mod tests {
         assert_whole(&r);
     }
 
+    /// What the WAL of `conn`'s main database holds in memory, in bytes.
+    fn held(conn: &Connection) -> usize {
+        let mut file: *mut ffi::sqlite3_file = ptr::null_mut();
+        // SAFETY: `FILE_POINTER` writes the main database's file, which this VFS opened, and
+        // the connection is not in use meanwhile.
+        unsafe {
+            let code = ffi::sqlite3_file_control(
+                conn.handle(),
+                c"main".as_ptr(),
+                ffi::SQLITE_FCNTL_FILE_POINTER,
+                ptr::addr_of_mut!(file).cast(),
+            );
+            assert_eq!(code, ffi::SQLITE_OK);
+            let wal = (*file.cast::<File>()).link;
+            if wal.is_null() {
+                return 0;
+            }
+            (*wal).held.as_ref().map_or(0, |h| h.bytes.len())
+        }
+    }
+
     /// Frames a rolled-back transaction spilled must not outlive it: another connection then
     /// appends its commits at the same offsets, and held frames written later would overwrite
-    /// them. `cache_spill = OFF` (how the group writer opens) keeps a transaction's frames
-    /// until its commit, which syncs them.
+    /// them. The transaction is rolled back at a moment its spill is still held, on a WAL
+    /// nothing committed is read back from, and the rollback's release of the WAL write lock
+    /// writes it.
     #[test]
     fn a_rolled_back_transaction_leaves_nothing_held_for_later() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("db");
         let big = "x".repeat(3000);
         let w = writer(&path, 10);
-        w.execute_batch("PRAGMA cache_spill = OFF").unwrap();
         w.execute("INSERT INTO t (body) VALUES ('first')", [])
             .unwrap();
+        assert_eq!(held(&w), 0, "a commit's sync writes what it held");
+        // An empty WAL: the rollback then reads its pages back from the database file, not
+        // the WAL, so no read writes the held frames out before the lock is released.
+        w.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .unwrap();
         let tx = w.unchecked_transaction().unwrap();
-        for i in 0..1000 {
+        let mut spilled = false;
+        for i in 0..2000 {
             tx.execute(
                 "INSERT INTO t (body) VALUES (?1)",
                 [format!("gone {i} {big}")],
             )
             .unwrap();
+            if held(&tx) > 0 {
+                spilled = true;
+                break;
+            }
         }
+        assert!(spilled, "the transaction never left a spill held");
         tx.rollback().unwrap();
+        assert_eq!(held(&w), 0, "the rollback left frames held");
         let other = Connection::open(&path).unwrap();
         for i in 0..300 {
             other

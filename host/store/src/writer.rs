@@ -703,13 +703,6 @@ fn open(path: &str, synchronous: crate::Synchronous) -> Result<Connection, Strin
         crate::Synchronous::Normal => Connection::open_with_flags(path, flags)
             .map_err(|e| format!("the SQLite group writer cannot open {path}: {e}"))?,
     };
-    if synchronous == crate::Synchronous::Full {
-        // A transaction's frames reach the WAL only at its commit, whose sync writes what
-        // `gather` holds: a spill rolled back would leave frames held that another
-        // connection's commits then take the place of (`gather`'s module comment).
-        conn.execute_batch("PRAGMA cache_spill = OFF")
-            .map_err(|e| format!("the SQLite group writer cannot configure {path}: {e}"))?;
-    }
     // As sqlx's connections (`Store::connect_sqlite`); WAL is the file's own, set by them.
     conn.execute_batch(synchronous.pragmas())
         .map_err(|e| format!("the SQLite group writer cannot configure {path}: {e}"))?;
