@@ -204,6 +204,37 @@ async fn the_v1_api_end_to_end() {
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    // Every call on an execution looks it up before it checks the caller's permission: an
+    // unknown one is 404 `not_found` on each route (its feed too), and nothing is created.
+    let unknown = "00000000-0000-0000-0000-000000000000";
+    for (method, path, stream) in [
+        (reqwest::Method::GET, "events", false),
+        (reqwest::Method::GET, "events", true),
+        (reqwest::Method::GET, "receipts", false),
+        (reqwest::Method::GET, "plan", false),
+        (reqwest::Method::POST, "cancel", false),
+        (reqwest::Method::POST, "resume", false),
+        (reqwest::Method::POST, "rollback", false),
+    ] {
+        let mut request = c
+            .request(
+                method.clone(),
+                format!("{base}/v1/executions/{unknown}/{path}"),
+            )
+            .bearer_auth(&ops);
+        if stream {
+            request = request.header(reqwest::header::ACCEPT, "text/event-stream");
+        }
+        let r = request.send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::NOT_FOUND, "{method} {path}");
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(body["error"], "not_found", "{method} {path}: {body}");
+        assert_eq!(
+            body["message"],
+            format!("execution {unknown} not found"),
+            "{method} {path}"
+        );
+    }
     let list: Value = c
         .get(format!("{base}/v1/executions?limit=10"))
         .bearer_auth(&ops)

@@ -17,7 +17,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
 use capstan_core::execution::ExecutionStatus;
-use capstan_core::store::{ExecutionFilter, ExecutionRecord};
+use capstan_core::store::ExecutionFilter;
 use capstan_engine::TriggerRequest;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -152,43 +152,50 @@ struct AuditQuery {
     limit: Option<i64>,
 }
 
-/// The execution, after checking the caller may use its workflow (404 before 403 would leak
+/// The execution's workflow, after checking the caller may use it (404 before 403 would leak
 /// existence, so the lookup comes first and a forbidden caller learns only that it is forbidden).
+/// Only the workflow is read: what a call on the execution does next reads what it needs.
 async fn authorized(
     state: &ApiState,
     caller: &Caller,
     id: &str,
     permission: Option<&str>,
-) -> Result<ExecutionRecord, ApiError> {
-    let execution = state.store_execution(id).await?;
-    authorize(state, caller, id, execution, permission).await
+) -> Result<String, ApiError> {
+    use capstan_core::store::ExecutionReads;
+    let workflow = state
+        .store
+        .execution_workflow(id)
+        .await
+        .map_err(|e| ApiError::from(capstan_engine::EngineError::Store(e)))?;
+    let Some(workflow) = workflow else {
+        return Err(unknown(state, caller, id).await);
+    };
+    permit(state, caller, id, &workflow, permission).await?;
+    Ok(workflow)
 }
 
-/// Checks (and audits) the caller's access to execution `id`, read as `execution`: 404 when
-/// there is none, 403 without `permission` (default: the execution's workflow).
-async fn authorize(
+/// The 404 for a lookup of execution `id`, which does not exist (audited as a failed lookup).
+async fn unknown(state: &ApiState, caller: &Caller, id: &str) -> ApiError {
+    let path = format!("/v1/executions/{id}");
+    match caller
+        .audit(state, "executions:lookup", &path, None, true)
+        .await
+    {
+        Ok(()) => ApiError::not_found(format!("execution {id} not found")),
+        Err(error) => error,
+    }
+}
+
+/// Checks (and audits) the caller's access to execution `id` of `workflow`: 403 without
+/// `permission` (default: the execution's workflow).
+async fn permit(
     state: &ApiState,
     caller: &Caller,
     id: &str,
-    execution: Option<ExecutionRecord>,
+    workflow: &str,
     permission: Option<&str>,
-) -> Result<ExecutionRecord, ApiError> {
-    let Some(execution) = execution else {
-        caller
-            .audit(
-                state,
-                "executions:lookup",
-                &format!("/v1/executions/{id}"),
-                None,
-                true,
-            )
-            .await?;
-        return Err(ApiError::not_found(format!("execution {id} not found")));
-    };
-    let permission = permission.map_or_else(
-        || format!("workflows:{}", execution.workflow),
-        str::to_owned,
-    );
+) -> Result<(), ApiError> {
+    let permission = permission.map_or_else(|| format!("workflows:{workflow}"), str::to_owned);
     caller
         .require(
             state,
@@ -196,18 +203,7 @@ async fn authorize(
             &format!("/v1/executions/{id}"),
             Some(id),
         )
-        .await?;
-    Ok(execution)
-}
-
-impl ApiState {
-    async fn store_execution(&self, id: &str) -> Result<Option<ExecutionRecord>, ApiError> {
-        use capstan_core::store::ExecutionReads;
-        self.store
-            .execution(id)
-            .await
-            .map_err(|e| ApiError::from(capstan_engine::EngineError::Store(e)))
-    }
+        .await
 }
 
 /// `POST /v1/workflows/{name}`: validates the body against the workflow's input schema and
@@ -444,11 +440,13 @@ async fn get_execution(
             Some((execution, stages)) => (Some(execution), stages),
             None => (None, Vec::new()),
         };
-        let execution = match execution {
-            Some(execution) if allowed => execution,
-            execution => authorize(&state, &caller, &id, execution, None).await?,
+        let Some(execution) = execution else {
+            return Err(unknown(&state, &caller, &id).await);
         };
-        allowed = true;
+        if !allowed {
+            permit(&state, &caller, &id, &execution.workflow, None).await?;
+            allowed = true;
+        }
         let moving = execution.status.is_moving();
         let now = tokio::time::Instant::now();
         if wait.is_none() || !moving || now >= deadline {
@@ -778,7 +776,7 @@ async fn events(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let execution = authorized(&state, &caller, &id, None).await?;
+    let workflow = authorized(&state, &caller, &id, None).await?;
     let wants_stream = headers
         .get(axum::http::header::ACCEPT)
         .and_then(|v| v.to_str().ok())
@@ -788,8 +786,7 @@ async fn events(
             .get("last-event-id")
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        return crate::streams::execution_stream(state, &caller, execution.workflow, id, last)
-            .await;
+        return crate::streams::execution_stream(state, &caller, workflow, id, last).await;
     }
     use capstan_core::store::ExecutionReads;
     let events = state

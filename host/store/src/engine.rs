@@ -1485,6 +1485,17 @@ impl ExecutionReads for Store {
         row.as_ref().map(execution_row).transpose()
     }
 
+    async fn execution_workflow(&self, id: &str) -> Result<Option<String>, StoreError> {
+        let row = self
+            .fetch_optional(
+                Sql::new("SELECT workflow FROM executions WHERE id = $1").arg(id.to_owned()),
+            )
+            .await
+            .map_err(unavailable)?;
+        row.map(|row| row.try_get(0).map_err(unavailable))
+            .transpose()
+    }
+
     async fn list_executions(
         &self,
         filter: &ExecutionFilter,
