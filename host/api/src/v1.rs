@@ -174,7 +174,7 @@ async fn authorized(
     Ok(workflow)
 }
 
-/// The 404 for a lookup of execution `id`, which does not exist (audited as a failed lookup).
+/// The 404 for execution `id`, which does not exist; the lookup is audited first.
 async fn unknown(state: &ApiState, caller: &Caller, id: &str) -> ApiError {
     let path = format!("/v1/executions/{id}");
     match caller
