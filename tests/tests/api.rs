@@ -205,7 +205,7 @@ async fn the_v1_api_end_to_end() {
         .unwrap();
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
     // Every call on an execution looks it up before it checks the caller's permission: an
-    // unknown one is 404 `not_found` on each route (its feed too), and nothing is created.
+    // unknown one is 404 `not_found` on each route (its feed too).
     let unknown = "00000000-0000-0000-0000-000000000000";
     for (method, path, stream) in [
         (reqwest::Method::GET, "events", false),

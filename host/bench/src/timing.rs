@@ -90,6 +90,9 @@ impl<S: EngineStore> ExecutionReads for TimedStore<S> {
     async fn execution(&self, id: &str) -> Result<Option<ExecutionRecord>, StoreError> {
         timed!(self, self.inner.execution(id))
     }
+    async fn execution_workflow(&self, id: &str) -> Result<Option<String>, StoreError> {
+        timed!(self, self.inner.execution_workflow(id))
+    }
     async fn list_executions(
         &self,
         filter: &ExecutionFilter,

@@ -445,10 +445,8 @@ pub trait RunStore: Send + Sync + std::fmt::Debug {
 pub trait ExecutionReads: Send + Sync + std::fmt::Debug {
     async fn execution(&self, id: &str) -> Result<Option<ExecutionRecord>, StoreError>;
     /// The workflow of execution `id`, if there is one: all that authorizing a call on it
-    /// needs. A store answers it without reading the record's JSON.
-    async fn execution_workflow(&self, id: &str) -> Result<Option<String>, StoreError> {
-        Ok(self.execution(id).await?.map(|e| e.workflow))
-    }
+    /// needs, read without the record's JSON.
+    async fn execution_workflow(&self, id: &str) -> Result<Option<String>, StoreError>;
     /// Newest first.
     async fn list_executions(
         &self,
