@@ -288,20 +288,23 @@ async fn an_execution_streams_its_events_from_the_first_when_asked_for_event_str
             .unwrap()
             .starts_with("text/event-stream")
     );
-    let mut text = String::new();
-    while text.matches("\nevent: ").count() + usize::from(text.starts_with("event: "))
-        < events.len()
-    {
-        let chunk = tokio::time::timeout(Duration::from_secs(10), r.chunk())
-            .await
-            .expect("the stream goes quiet before every event arrived")
-            .unwrap()
-            .unwrap();
-        text.push_str(&String::from_utf8_lossy(&chunk));
-    }
+    // The execution is at rest (succeeded): the feed sends every event, then ends.
+    let text = ends_within(&mut r, Duration::from_secs(10)).await;
+    assert_eq!(
+        text.matches("\nevent: ").count() + usize::from(text.starts_with("event: ")),
+        events.len(),
+        "{text}"
+    );
     for e in &events {
         assert!(text.contains(e["eventId"].as_str().unwrap()), "{text}");
     }
+    assert_eq!(
+        text.lines()
+            .filter_map(|l| l.strip_prefix("event: "))
+            .next_back(),
+        Some("ExecutionSucceeded.v1"),
+        "the terminal event is the last: {text}"
+    );
     // Resuming after the third event gives the rest only.
     let third: i64 = text
         .lines()
@@ -318,17 +321,83 @@ async fn an_execution_streams_its_events_from_the_first_when_asked_for_event_str
         .send()
         .await
         .unwrap();
-    let mut rest = String::new();
-    while !rest.contains(events.last().unwrap()["eventId"].as_str().unwrap()) {
-        let chunk = r.chunk().await.unwrap().unwrap();
-        rest.push_str(&String::from_utf8_lossy(&chunk));
-    }
+    assert_eq!(r.status(), StatusCode::OK);
+    let rest = ends_within(&mut r, Duration::from_secs(10)).await;
     for e in &events[..3] {
         assert!(
             !rest.contains(e["eventId"].as_str().unwrap()),
             "no duplicate after resume"
         );
     }
+    for e in &events[3..] {
+        assert!(rest.contains(e["eventId"].as_str().unwrap()), "{rest}");
+    }
+    // Resumed at the terminal event, nothing is left: 204, which stops an `EventSource`.
+    let terminal: i64 = rest
+        .lines()
+        .filter_map(|l| l.strip_prefix("id: "))
+        .next_back()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let r = c
+        .get(format!("{base}/v1/executions/{id}/events"))
+        .bearer_auth(&key)
+        .header("Accept", "text/event-stream")
+        .header("Last-Event-ID", terminal.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    assert_eq!(r.text().await.unwrap(), "");
+}
+
+/// A waiting execution is not at rest: its feed stays open through `ExecutionWaiting` and ends
+/// after the cancel's `ExecutionCanceled`.
+#[tokio::test]
+async fn an_execution_feed_stays_open_while_it_waits_and_ends_when_it_is_canceled() {
+    let home = home(&["guest-fixtures/fixture-steps.wasm"]);
+    let key = key_for(home.path(), "ops", &["workflows:fixture-steps"]);
+    let server = Server::start(home.path());
+    let base = server.base.clone();
+    let c = Client::new();
+    let r: Value = c
+        .post(format!("{base}/v1/workflows/fixture-steps"))
+        .bearer_auth(&key)
+        .header("Idempotency-Key", "sse-sleeps")
+        .json(&json!({"zone": "ZEXAMPLE-COM", "stages": 1, "sleepSeconds": 600}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = r["executionId"].as_str().unwrap().to_owned();
+    let mut feed = c
+        .get(format!("{base}/v1/executions/{id}/events"))
+        .bearer_auth(&key)
+        .header("Accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(feed.status(), StatusCode::OK);
+    receives(&mut feed, "event: ExecutionWaiting.v1").await;
+    // Nothing more comes while it waits, and the feed is not ended either.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), feed.chunk())
+            .await
+            .is_err(),
+        "the feed of a waiting execution neither ends nor sends"
+    );
+    let r = c
+        .post(format!("{base}/v1/executions/{id}/cancel"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    let rest = ends_within(&mut feed, Duration::from_secs(10)).await;
+    assert!(rest.contains("event: ExecutionCanceled.v1"), "{rest}");
 }
 
 /// Reads `r` until the server ends it; panics when it is still open after `within`.

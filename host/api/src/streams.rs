@@ -3,7 +3,7 @@
 //!   comma-separated `<EventType>.v<N>`), `workflow`, `executionId`, `principalId`; any other
 //!   query parameter is a 400. Authenticated by a bearer key or a single-use stream `token`.
 //! - `GET /v1/executions/{id}/events` with `Accept: text/event-stream` — one execution's events
-//!   from its first (see [`execution_stream`]).
+//!   from its first, ending when the execution comes to rest (see [`open`]).
 //! - `POST /v1/streams/token` — a single-use token valid 300 s for clients that cannot set headers,
 //!   bound to the key that minted it (revoking the key voids it).
 //!
@@ -359,11 +359,35 @@ struct Cursor {
     first: bool,
     /// The last read found every event committed before it: wait for a commit before the next.
     caught_up: bool,
+    /// One execution's feed: it ends once it has sent the event that brought the execution to
+    /// a terminal status and found nothing after it.
+    ends_at_rest: bool,
+    /// The last event sent (on a resumed feed, the client's last) is such an event.
+    at_rest: bool,
     holder: Holder,
     reauthorize_at: tokio::time::Instant,
     _slot: Slot,
 }
 
+impl Cursor {
+    /// Queues a page of events to send, in order.
+    fn queue(&mut self, events: Vec<capstan_core::store::OutboxRecord>) {
+        for e in events {
+            self.at_rest = capstan_core::transitions::is_terminal_event(&e.event_type);
+            let id = e.seq.to_string();
+            let name = format!("{}.v{}", e.event_type, e.event_version);
+            let data = serde_json::to_string(&views::OutboxEvent::from(e)).unwrap_or_default();
+            self.pending
+                .push_back(Event::default().id(id).event(name).data(data));
+        }
+    }
+}
+
+/// A stream of the outbox after `cursor` (from the first event when `from_start`, else from
+/// now). `from_start` is one execution's feed (its `filter` names it), which ends when the
+/// execution comes to rest: after the event that brings it to a terminal status, once a read
+/// finds nothing after that event. A client that resumes such a feed at that event is
+/// answered 204 No Content, which tells an `EventSource` to stop reconnecting.
 async fn open(
     state: ApiState,
     holder: Holder,
@@ -385,6 +409,7 @@ async fn open(
             .map_err(ApiError::internal)?
     };
     let mut pending = VecDeque::new();
+    let mut resumed = None;
     let after = match cursor {
         None => {
             if from_start {
@@ -394,7 +419,10 @@ async fn open(
             }
         }
         Some(text) => match text.parse::<i64>() {
-            Ok(n) if (0..=last).contains(&n) => n,
+            Ok(n) if (0..=last).contains(&n) => {
+                resumed = Some(n).filter(|&n| n > 0);
+                n
+            }
             _ => {
                 pending.push_back(
                     Event::default()
@@ -408,7 +436,7 @@ async fn open(
     // One execution's feed wakes for that execution's commits only.
     let wake = state.store.wake_for(filter.execution_id.as_deref());
     let state_closing = state.streams.closing.subscribe();
-    let cursor = Cursor {
+    let mut cursor = Cursor {
         state,
         filter,
         after,
@@ -417,10 +445,35 @@ async fn open(
         closing: state_closing,
         first: true,
         caught_up: false,
+        ends_at_rest: from_start,
+        at_rest: false,
         holder,
         reauthorize_at: tokio::time::Instant::now() + REAUTHORIZE,
         _slot: slot,
     };
+    if let Some(n) = resumed
+        && from_start
+    {
+        // The first read includes the client's last event, to learn whether the execution
+        // came to rest with it.
+        cursor.wake.mark_seen();
+        let (mut events, read_to) = cursor
+            .state
+            .store
+            .events_after(n - 1, &cursor.filter, PAGE)
+            .await
+            .map_err(ApiError::internal)?;
+        cursor.caught_up = (events.len() as i64) < PAGE;
+        if events.first().is_some_and(|e| e.seq == n) {
+            let seen = events.remove(0);
+            cursor.at_rest = capstan_core::transitions::is_terminal_event(&seen.event_type);
+        }
+        cursor.after = read_to.max(n);
+        if events.is_empty() && cursor.caught_up && cursor.at_rest {
+            return Ok(StatusCode::NO_CONTENT.into_response());
+        }
+        cursor.queue(events);
+    }
     let stream = futures_util::stream::unfold(cursor, |mut c| async move {
         loop {
             if *c.closing.borrow() {
@@ -443,6 +496,9 @@ async fn open(
                 return Some((Ok::<Event, std::convert::Infallible>(event), c));
             }
             if c.caught_up {
+                if c.ends_at_rest && c.at_rest {
+                    return None;
+                }
                 c.caught_up = false;
                 tokio::select! {
                     // A closed channel disables its branch; a gone closer means closing.
@@ -460,14 +516,7 @@ async fn open(
                     // for a commit after `mark_seen` (or the poll), rather than reading at once
                     // what it would find unchanged.
                     c.caught_up = (events.len() as i64) < PAGE;
-                    for e in events {
-                        let id = e.seq.to_string();
-                        let name = format!("{}.v{}", e.event_type, e.event_version);
-                        let data =
-                            serde_json::to_string(&views::OutboxEvent::from(e)).unwrap_or_default();
-                        c.pending
-                            .push_back(Event::default().id(id).event(name).data(data));
-                    }
+                    c.queue(events);
                 }
                 Err(error) => {
                     tracing::warn!(%error, "stream could not read the outbox; retrying");

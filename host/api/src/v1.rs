@@ -761,10 +761,11 @@ async fn retry_maps_whitelist(
     operation_id = "listExecutionEvents",
     params(ExecutionId),
     responses(
-        (status = 200, description = "The execution's events in order (JSON); with `Accept: text/event-stream`, a server-sent event feed of them.", content(
+        (status = 200, description = "The execution's events in order (JSON); with `Accept: text/event-stream`, a server-sent event feed of them, which ends once it has sent the event that brought the execution to a terminal status.", content(
             (EventList = "application/json"),
             (String = "text/event-stream"),
         )),
+        (status = 204, description = "A feed (`text/event-stream`) resumed with `Last-Event-ID` at the event that brought the execution to a terminal status, with nothing after it: there is nothing more to stream (an `EventSource` stops reconnecting)."),
         (status = 403, description = "`forbidden`: the caller may not use the execution's workflow.", body = Error),
         (status = 404, description = "`not_found`: no such execution.", body = Error),
     ),

@@ -8,7 +8,8 @@
 //! before the first trigger (`stream`: the server pushes, nothing polls), each client awaiting its
 //! execution in one request, `GET /v1/executions/{id}?wait=25s` (`long-poll`, asked again if
 //! the wait elapses), or each client reading its execution's own SSE feed,
-//! `GET /v1/executions/{id}/events` (`feed`). Latency is trigger sent → terminal event or answer read (client clock);
+//! `GET /v1/executions/{id}/events` (`feed`, read to its end, after the terminal event, so that
+//! its connection is reused). Latency is trigger sent → terminal event or answer read (client clock);
 //! throughput is executions / wall time. Database writes per execution come from the server's
 //! `/metrics` (`capstan_store_write_transactions_total`, read before and after).
 
@@ -196,6 +197,10 @@ pub(crate) async fn long_poll(
     }
 }
 
+/// How long a feed may stay open after its terminal event before its connection is dropped
+/// (`CAPSTAN_BENCH_SERVER` may be a build whose feeds do not end).
+const FEED_END: Duration = Duration::from_millis(200);
+
 /// Awaits execution `id` on its own event feed: its terminal event and when it was read.
 async fn feed(
     client: &reqwest::Client,
@@ -226,6 +231,13 @@ async fn feed(
                 | "ExecutionPaused"),
             ) = message.name.split_once(".v").map(|(ty, _)| ty)
             {
+                // The server ends the feed after the terminal event; read to that end off the
+                // clock, so that the connection goes back to the pool for a later trigger, as
+                // it does for a client that iterates the feed to its end.
+                tokio::spawn(async move {
+                    let end = async { while let Ok(Some(_)) = response.chunk().await {} };
+                    let _ = tokio::time::timeout(FEED_END, end).await;
+                });
                 return Ok((kind.to_owned(), at));
             }
         }

@@ -452,6 +452,16 @@ pub fn on_guest_outcome(on: On, facts: &Facts) -> &'static Row {
     decide(on, ExecutionStatus::Running, facts).unwrap_or(&GUEST_FAILS)
 }
 
+/// Whether an event of `event_type` is the one that brings an execution to a terminal status
+/// ([`ExecutionStatus::is_terminal`]): the last event of a row that moves it there. Such an event
+/// is the last one written until a command (resume, rollback) moves the execution again, so an
+/// execution's own feed can end after it (`host/api`'s streams).
+pub fn is_terminal_event(event_type: &str) -> bool {
+    TABLE.iter().any(|r| {
+        r.to.is_some_and(ExecutionStatus::is_terminal) && r.events.last() == Some(&event_type)
+    })
+}
+
 /// The table as the markdown of this module's documentation.
 pub fn render() -> Vec<String> {
     TABLE
@@ -506,6 +516,44 @@ mod tests {
                 .collect::<Vec<_>>()
                 .join("\n")
         );
+    }
+
+    /// A terminal event is written only by a move to a terminal status, and last in it: what
+    /// follows it was caused by a later command.
+    #[test]
+    fn a_terminal_event_only_ends_moves_to_a_terminal_status() {
+        let terminal: Vec<&str> = TABLE
+            .iter()
+            .flat_map(|r| r.events.iter().copied())
+            .filter(|e| is_terminal_event(e))
+            .collect();
+        for event in [
+            "ExecutionSucceeded",
+            "ExecutionFailed",
+            "ExecutionCanceled",
+            "ExecutionRolledBack",
+        ] {
+            assert!(terminal.contains(&event), "{event}");
+        }
+        for event in [
+            "ExecutionQueued",
+            "ExecutionPaused",
+            "ExecutionWaiting",
+            "RollbackStarted",
+        ] {
+            assert!(!is_terminal_event(event), "{event}");
+        }
+        for row in TABLE {
+            for (i, event) in row.events.iter().enumerate() {
+                if is_terminal_event(event) {
+                    assert!(
+                        row.to.is_some_and(ExecutionStatus::is_terminal)
+                            && i + 1 == row.events.len(),
+                        "{event} in {row:?}"
+                    );
+                }
+            }
+        }
     }
 
     /// Every row is some status's decision under some facts: no row is shadowed.
