@@ -350,6 +350,39 @@ async fn an_execution_streams_its_events_from_the_first_when_asked_for_event_str
         .unwrap();
     assert_eq!(r.status(), StatusCode::NO_CONTENT);
     assert_eq!(r.text().await.unwrap(), "");
+
+    // PyPI's httpx-sse: its loop over the feed finishes by itself, and the resume is the 204.
+    let out = tokio::task::spawn_blocking({
+        let (base, key, id) = (base.clone(), key.clone(), id.clone());
+        move || {
+            std::process::Command::new("python3")
+                .arg(repo().join("tests/clients/sse_feed.py"))
+                .args([&base, &key, &id])
+                .output()
+                .expect("python3 with httpx-sse (just setup installs it)")
+        }
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "sse client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<String> = events
+        .iter()
+        .map(|e| {
+            format!(
+                "{}.v{}",
+                e["eventType"].as_str().unwrap(),
+                e["eventVersion"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(seen["names"], json!(names), "{seen}");
+    assert_eq!(seen["resumeStatus"], 204, "{seen}");
+    assert_eq!(seen["resumedEvents"], 0, "{seen}");
 }
 
 /// A waiting execution is not at rest: its feed stays open through `ExecutionWaiting` and ends
