@@ -18,12 +18,23 @@ async fn finish(c: &Client, base: &str, key: &str, id: &str) -> Vec<Value> {
 }
 
 async fn trigger(c: &Client, base: &str, key: &str, n: u32) -> String {
+    trigger_with(
+        c,
+        base,
+        key,
+        n,
+        json!({"zone": "ZEXAMPLE-COM", "stages": 2}),
+    )
+    .await
+}
+
+async fn trigger_with(c: &Client, base: &str, key: &str, n: u32, input: Value) -> String {
     let r: Value = c
         .post(format!("{base}/v1/workflows/fixture-steps"))
         .bearer_auth(key)
         .header("Idempotency-Key", format!("sse-{n}"))
         .header("traceparent", TRACEPARENT)
-        .json(&json!({"zone": "ZEXAMPLE-COM", "stages": 2}))
+        .json(&input)
         .send()
         .await
         .unwrap()
@@ -31,6 +42,26 @@ async fn trigger(c: &Client, base: &str, key: &str, n: u32) -> String {
         .await
         .unwrap();
     r["executionId"].as_str().unwrap().to_owned()
+}
+
+/// Execution `id`'s SSE feed, resumed after `last` when given.
+async fn feed(c: &Client, base: &str, key: &str, id: &str, last: Option<i64>) -> reqwest::Response {
+    let mut request = c
+        .get(format!("{base}/v1/executions/{id}/events"))
+        .bearer_auth(key)
+        .header("Accept", "text/event-stream");
+    if let Some(last) = last {
+        request = request.header("Last-Event-ID", last.to_string());
+    }
+    request.send().await.unwrap()
+}
+
+/// The `id:` of each SSE message in `text`, in order.
+fn ids(text: &str) -> Vec<i64> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("id: "))
+        .map(|id| id.parse().unwrap())
+        .collect()
 }
 
 #[tokio::test]
@@ -274,13 +305,7 @@ async fn an_execution_streams_its_events_from_the_first_when_asked_for_event_str
             "every event carries the trigger's trace context"
         );
     }
-    let mut r = c
-        .get(format!("{base}/v1/executions/{id}/events"))
-        .bearer_auth(&key)
-        .header("Accept", "text/event-stream")
-        .send()
-        .await
-        .unwrap();
+    let mut r = feed(&c, &base, &key, &id, None).await;
     assert_eq!(r.status(), StatusCode::OK);
     assert!(
         r.headers()["content-type"]
@@ -306,21 +331,7 @@ async fn an_execution_streams_its_events_from_the_first_when_asked_for_event_str
         "the terminal event is the last: {text}"
     );
     // Resuming after the third event gives the rest only.
-    let third: i64 = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("id: "))
-        .nth(2)
-        .unwrap()
-        .parse()
-        .unwrap();
-    let mut r = c
-        .get(format!("{base}/v1/executions/{id}/events"))
-        .bearer_auth(&key)
-        .header("Accept", "text/event-stream")
-        .header("Last-Event-ID", third.to_string())
-        .send()
-        .await
-        .unwrap();
+    let mut r = feed(&c, &base, &key, &id, Some(ids(&text)[2])).await;
     assert_eq!(r.status(), StatusCode::OK);
     let rest = ends_within(&mut r, Duration::from_secs(10)).await;
     for e in &events[..3] {
@@ -333,21 +344,7 @@ async fn an_execution_streams_its_events_from_the_first_when_asked_for_event_str
         assert!(rest.contains(e["eventId"].as_str().unwrap()), "{rest}");
     }
     // Resumed at the terminal event, nothing is left: 204, which stops an `EventSource`.
-    let terminal: i64 = rest
-        .lines()
-        .filter_map(|l| l.strip_prefix("id: "))
-        .next_back()
-        .unwrap()
-        .parse()
-        .unwrap();
-    let r = c
-        .get(format!("{base}/v1/executions/{id}/events"))
-        .bearer_auth(&key)
-        .header("Accept", "text/event-stream")
-        .header("Last-Event-ID", terminal.to_string())
-        .send()
-        .await
-        .unwrap();
+    let r = feed(&c, &base, &key, &id, ids(&rest).last().copied()).await;
     assert_eq!(r.status(), StatusCode::NO_CONTENT);
     assert_eq!(r.text().await.unwrap(), "");
 
@@ -394,30 +391,14 @@ async fn an_execution_feed_stays_open_while_it_waits_and_ends_when_it_is_cancele
     let server = Server::start(home.path());
     let base = server.base.clone();
     let c = Client::new();
-    let r: Value = c
-        .post(format!("{base}/v1/workflows/fixture-steps"))
-        .bearer_auth(&key)
-        .header("Idempotency-Key", "sse-sleeps")
-        .json(&json!({"zone": "ZEXAMPLE-COM", "stages": 1, "sleepSeconds": 600}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let id = r["executionId"].as_str().unwrap().to_owned();
-    let mut feed = c
-        .get(format!("{base}/v1/executions/{id}/events"))
-        .bearer_auth(&key)
-        .header("Accept", "text/event-stream")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(feed.status(), StatusCode::OK);
-    receives(&mut feed, "event: ExecutionWaiting.v1").await;
+    let input = json!({"zone": "ZEXAMPLE-COM", "stages": 1, "sleepSeconds": 600});
+    let id = trigger_with(&c, &base, &key, 1, input).await;
+    let mut stream = feed(&c, &base, &key, &id, None).await;
+    assert_eq!(stream.status(), StatusCode::OK);
+    receives(&mut stream, "event: ExecutionWaiting.v1").await;
     // Nothing more comes while it waits, and the feed is not ended either.
     assert!(
-        tokio::time::timeout(Duration::from_millis(500), feed.chunk())
+        tokio::time::timeout(Duration::from_millis(500), stream.chunk())
             .await
             .is_err(),
         "the feed of a waiting execution neither ends nor sends"
@@ -429,7 +410,7 @@ async fn an_execution_feed_stays_open_while_it_waits_and_ends_when_it_is_cancele
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::ACCEPTED);
-    let rest = ends_within(&mut feed, Duration::from_secs(10)).await;
+    let rest = ends_within(&mut stream, Duration::from_secs(10)).await;
     assert!(rest.contains("event: ExecutionCanceled.v1"), "{rest}");
 }
 
