@@ -356,8 +356,11 @@ async fn metrics_pass_promtool_after_a_workload() {
             "{state}"
         );
     }
+    // At least one group commit carried the workload's durable points; how many depends on how
+    // the group writer batched them (it may carry the trigger and both stages in one), so the
+    // count is not pinned.
     let commits = count("capstan_store_commit_batch_size_count");
-    assert!(commits >= 2.0, "{text}");
+    assert!(commits >= 1.0, "{text}");
     assert!(series(
         "capstan_store_commit_duration_seconds_bucket",
         &[r#"le="0.001""#]

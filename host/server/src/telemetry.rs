@@ -18,7 +18,10 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing::{Level, Metadata};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
+use tracing_subscriber::field::RecordFields;
 use tracing_subscriber::filter::LevelFilter;
+use tracing_subscriber::fmt::FormattedFields;
+use tracing_subscriber::fmt::format::{FormatFields, Writer};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer, filter};
@@ -58,6 +61,7 @@ pub fn init(format: LogFormat) -> Telemetry {
         LogFormat::Json => logs
             .json()
             .flatten_event(true)
+            .fmt_fields(JsonSpanFields)
             .with_filter(logs_filter)
             .boxed(),
     };
@@ -143,6 +147,104 @@ fn exporter() -> anyhow::Result<Option<SdkTracerProvider>> {
     ))
 }
 
+/// A span's fields for the JSON log format: one JSON object, as `tracing_subscriber`'s
+/// `JsonFields` writes it, but extended in place when a field is recorded after the span opened.
+/// `JsonFields` parses the object back into a map and writes it anew at each `record`, and every
+/// request span records its principal once the key is checked: that parse was most of the log
+/// layer's work on a request that logs nothing (BENCHMARKS.md, "API reads"). A field recorded
+/// twice appears twice in the object; the JSON formatter reads it back into a map, where the
+/// later value wins, as it does with `JsonFields`.
+struct JsonSpanFields;
+
+impl<'w> FormatFields<'w> for JsonSpanFields {
+    fn format_fields<R: RecordFields>(
+        &self,
+        mut writer: Writer<'w>,
+        fields: R,
+    ) -> std::fmt::Result {
+        let mut object = String::from("{");
+        fields.record(&mut JsonFieldVisitor {
+            out: &mut object,
+            first: true,
+        });
+        object.push('}');
+        std::fmt::Write::write_str(&mut writer, &object)
+    }
+
+    fn add_fields(
+        &self,
+        current: &'w mut FormattedFields<Self>,
+        fields: &tracing::span::Record<'_>,
+    ) -> std::fmt::Result {
+        let object = &mut current.fields;
+        // The object without its closing brace (a span formatted elsewhere may have left none).
+        if object.ends_with('}') {
+            object.pop();
+        } else {
+            object.clear();
+        }
+        if object.is_empty() {
+            object.push('{');
+        }
+        let first = object.ends_with('{');
+        fields.record(&mut JsonFieldVisitor { out: object, first });
+        object.push('}');
+        Ok(())
+    }
+}
+
+/// Writes each field as `"name":value` into an open JSON object.
+struct JsonFieldVisitor<'a> {
+    out: &'a mut String,
+    first: bool,
+}
+
+impl JsonFieldVisitor<'_> {
+    fn entry(&mut self, field: &tracing::field::Field, value: impl serde::Serialize) {
+        let name = field.name();
+        let name = name.strip_prefix("r#").unwrap_or(name);
+        // Serialising a string or a number to JSON cannot fail.
+        let (Ok(name), Ok(value)) = (serde_json::to_string(name), serde_json::to_string(&value))
+        else {
+            return;
+        };
+        if !self.first {
+            self.out.push(',');
+        }
+        self.first = false;
+        self.out.push_str(&name);
+        self.out.push(':');
+        self.out.push_str(&value);
+    }
+}
+
+impl tracing::field::Visit for JsonFieldVisitor<'_> {
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.entry(field, value);
+    }
+
+    fn record_i64(&mut self, field: &tracing::field::Field, value: i64) {
+        self.entry(field, value);
+    }
+
+    fn record_u64(&mut self, field: &tracing::field::Field, value: u64) {
+        self.entry(field, value);
+    }
+
+    fn record_bool(&mut self, field: &tracing::field::Field, value: bool) {
+        self.entry(field, value);
+    }
+
+    /// A number JSON cannot hold (NaN, an infinity) is `null`, as with `JsonFields`.
+    fn record_f64(&mut self, field: &tracing::field::Field, value: f64) {
+        self.entry(field, serde_json::Value::from(value));
+    }
+
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.entry(field, format!("{value:?}"));
+    }
+}
+
 /// W3C `traceparent` values read and written with the SDK's own propagator.
 struct W3c;
 
@@ -179,5 +281,119 @@ impl capstan_core::trace::Propagation for W3c {
                 sc.trace_flags().to_u8()
             )
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+    use std::sync::{Arc, Mutex};
+
+    /// The lines a subscriber wrote.
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Lines {
+        type Writer = Lines;
+
+        fn make_writer(&'a self) -> Lines {
+            self.clone()
+        }
+    }
+
+    impl Lines {
+        fn json(&self) -> Vec<Value> {
+            String::from_utf8(self.0.lock().unwrap().clone())
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+                .collect()
+        }
+    }
+
+    /// Runs `f` under the JSON log format as `init` sets it up, returning the lines it logged.
+    fn logged(f: impl FnOnce()) -> Vec<Value> {
+        let lines = Lines::default();
+        let subscriber = tracing_subscriber::registry().with(
+            tracing_subscriber::fmt::layer()
+                .json()
+                .flatten_event(true)
+                .fmt_fields(JsonSpanFields)
+                .with_writer(lines.clone()),
+        );
+        tracing::subscriber::with_default(subscriber, f);
+        lines.json()
+    }
+
+    #[test]
+    fn fields_recorded_after_a_span_opened_join_its_object_in_every_later_line() {
+        let tricky = "o\"ps\n\u{1F600}\\ \u{7}";
+        let lines = logged(|| {
+            let span = tracing::info_span!(
+                "request",
+                http.route = "/v1/executions/{id}",
+                principal = tracing::field::Empty,
+                status = tracing::field::Empty,
+                never = tracing::field::Empty,
+                r#type = "read",
+                count = 3_u64,
+                delta = -2_i64,
+                ratio = f64::NAN,
+                flag = true,
+                debug = ?Some(1),
+            );
+            let _in = span.enter();
+            tracing::info!("before");
+            span.record("principal", tricky);
+            span.record("status", 503_u64);
+            tracing::info!(outcome = "late", "after");
+        });
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        let before = json!({
+            "name": "request",
+            "http.route": "/v1/executions/{id}",
+            "type": "read",
+            "count": 3,
+            "delta": -2,
+            "ratio": null,
+            "flag": true,
+            "debug": "Some(1)",
+        });
+        assert_eq!(lines[0]["span"], before);
+        let mut after = before.clone();
+        after["principal"] = json!(tricky);
+        after["status"] = json!(503);
+        assert_eq!(lines[1]["span"], after);
+        assert_eq!(lines[1]["spans"], json!([after]));
+        assert_eq!(lines[1]["outcome"], "late");
+    }
+
+    #[test]
+    fn a_span_opened_without_fields_gains_them_and_a_field_recorded_twice_keeps_the_later() {
+        let lines = logged(|| {
+            let span = tracing::info_span!("quiet", principal = tracing::field::Empty);
+            let _in = span.enter();
+            tracing::info!("empty");
+            span.record("principal", "first");
+            span.record("principal", "second");
+            tracing::info!("recorded");
+        });
+        assert_eq!(lines[0]["span"], json!({"name": "quiet"}));
+        assert_eq!(
+            lines[1]["span"],
+            json!({"name": "quiet", "principal": "second"})
+        );
     }
 }
