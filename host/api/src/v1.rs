@@ -424,11 +424,13 @@ async fn get_execution(
     let deadline = tokio::time::Instant::now() + wait.unwrap_or_default();
     // The commit that takes the execution out of `queued`/`running` wakes this execution's
     // waiters for that (not every waiter, nor at each stage); subscribed before the read, so a
-    // move between the read and the wait wakes it.
-    let mut moved = state.store.wake_when_stopped(&id);
+    // move between the read and the wait wakes it. A plain read waits for nothing.
+    let mut moved = wait.map(|_| state.store.wake_when_stopped(&id));
     let mut allowed = false;
     loop {
-        moved.mark_seen();
+        if let Some(moved) = &mut moved {
+            moved.mark_seen();
+        }
         // The execution and its stages in one read; the stages are dropped unless it is
         // allowed. Authorized (and audited) once: a later read is of the same execution.
         let (execution, stages) = match state
@@ -447,11 +449,13 @@ async fn get_execution(
             permit(&state, &caller, &id, &execution.workflow, None).await?;
             allowed = true;
         }
-        let moving = execution.status.is_moving();
         let now = tokio::time::Instant::now();
-        if wait.is_none() || !moving || now >= deadline {
+        let Some(moved) = moved
+            .as_mut()
+            .filter(|_| execution.status.is_moving() && now < deadline)
+        else {
             return Ok(Json(views::execution(&execution, &stages)));
-        }
+        };
         tokio::select! {
             () = moved.changed() => {}
             () = tokio::time::sleep_until(deadline.min(now + AWAIT_POLL)) => {}
