@@ -17,6 +17,7 @@ pub mod auth;
 mod engine;
 pub mod event_versions;
 mod gather;
+mod pg_reader;
 mod pg_tls;
 mod pg_wire;
 mod pg_writer;
@@ -287,6 +288,8 @@ struct StoreState {
     reader_permits: std::sync::Arc<tokio::sync::Semaphore>,
     /// SQLite connections for point reads on the calling thread ([`Store::fetch_all`]).
     local_readers: std::sync::OnceLock<reader::Readers>,
+    /// PostgreSQL connections for point reads, outside sqlx's pool ([`Store::fetch_all`]).
+    pg_readers: std::sync::OnceLock<pg_reader::PgReaders>,
 }
 
 impl Default for StoreState {
@@ -305,6 +308,7 @@ impl Default for StoreState {
             readers: Default::default(),
             reader_permits: std::sync::Arc::new(tokio::sync::Semaphore::new(0)),
             local_readers: Default::default(),
+            pg_readers: Default::default(),
         }
     }
 }
@@ -381,9 +385,7 @@ impl Store {
     }
 
     async fn connect_postgres(url: &str) -> Result<Self, OpenError> {
-        // A statement waits at most 5 s for a lock (as SQLite's busy timeout), then fails with
-        // 55P03 and the request answers 503 instead of hanging.
-        // sqlx pings a connection when it goes back to the pool, which drops one the server
+        // Each session starts with `PG_SESSION`. sqlx pings a connection when it goes back to the pool, which drops one the server
         // closed. Pinging again at each checkout doubles that round trip for every read (5 %
         // of the server's CPU in the engine bench, `perf record`), so only a connection idle
         // long enough for the server to have gone away meanwhile is pinged (as HikariCP does).
@@ -401,7 +403,7 @@ impl Store {
             .after_connect(|conn, _| {
                 Box::pin(async move {
                     use sqlx::Executor as _;
-                    conn.execute("SET lock_timeout = '5s'").await?;
+                    conn.execute(PG_SESSION).await?;
                     Ok(())
                 })
             })
@@ -703,17 +705,17 @@ impl Store {
     /// SQLite: on the calling thread, on a connection of its own (`reader.rs`): no hand-off to
     /// a connection thread, the rows come back together. The read blocks the thread while it
     /// runs, so scans and filtered lists use [`Store::read`] instead. PostgreSQL: the
-    /// statements in turn on one pooled connection.
+    /// statements in turn on one connection kept outside sqlx's pool (`pg_reader.rs`), which
+    /// would ping it when it came back.
     pub async fn fetch_all(&self, sql: Sql) -> Result<Vec<AnyRow>, sqlx::Error> {
         if let Some(readers) = self.point_readers() {
             return readers.fetch(sql.statements());
         }
-        let mut conn = self.pool.acquire().await?;
-        let mut rows = Vec::new();
-        for statement in sql.into_statements() {
-            rows.extend(statement.into_query().fetch_all(&mut *conn).await?);
-        }
-        Ok(rows)
+        self.inner
+            .pg_readers
+            .get_or_init(|| pg_reader::PgReaders::new(self.url.clone()))
+            .fetch(sql)
+            .await
     }
 
     /// SQLite's point readers (`reader.rs`); `None` on PostgreSQL.
@@ -865,8 +867,13 @@ pub fn is_unavailable(e: &sqlx::Error) -> bool {
 pub const READERS: usize = 8;
 
 /// A PostgreSQL connection idle at least this long is pinged before it is lent out; one used
-/// more recently was answered by the server moments ago (and pinged when it came back).
+/// more recently was answered by the server moments ago.
 const IDLE_BEFORE_PING: Duration = Duration::from_secs(1);
+
+/// What every PostgreSQL session of a node sets first: a statement waits at most 5 s for a lock
+/// (as SQLite's busy timeout), then fails with 55P03 and the request answers 503 instead of
+/// hanging.
+const PG_SESSION: &str = "SET lock_timeout = '5s'";
 
 enum Reader {
     Own(sqlx::AnyConnection),
