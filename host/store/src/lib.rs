@@ -385,10 +385,11 @@ impl Store {
     }
 
     async fn connect_postgres(url: &str) -> Result<Self, OpenError> {
-        // Each session starts with `PG_SESSION`. sqlx pings a connection when it goes back to the pool, which drops one the server
-        // closed. Pinging again at each checkout doubles that round trip for every read (5 %
-        // of the server's CPU in the engine bench, `perf record`), so only a connection idle
-        // long enough for the server to have gone away meanwhile is pinged (as HikariCP does).
+        // Each session starts with `PG_SESSION`. sqlx pings a connection when it goes back to
+        // the pool, which drops one the server closed. Pinging again at each checkout doubles
+        // that round trip for every read (5 % of the server's CPU in the engine bench, `perf
+        // record`), so only a connection idle long enough for the server to have gone away
+        // meanwhile is pinged (as HikariCP does). Point reads skip the pool (`pg_reader.rs`).
         let pool = AnyPoolOptions::new()
             .test_before_acquire(false)
             .before_acquire(|conn, meta| {
@@ -867,7 +868,8 @@ pub fn is_unavailable(e: &sqlx::Error) -> bool {
 pub const READERS: usize = 8;
 
 /// A PostgreSQL connection idle at least this long is pinged before it is lent out; one used
-/// more recently was answered by the server moments ago.
+/// more recently was answered by the server moments ago (and, in sqlx's pool, pinged when it
+/// came back).
 const IDLE_BEFORE_PING: Duration = Duration::from_secs(1);
 
 /// What every PostgreSQL session of a node sets first: a statement waits at most 5 s for a lock
