@@ -222,7 +222,8 @@ mod tests {
             .await
             .unwrap();
         let Some(readers) = store.point_readers() else {
-            return; // PostgreSQL has no point readers: both pages are one pooled read.
+            // On PostgreSQL a page is a network read that blocks no thread while it waits.
+            return;
         };
         let filters = [
             StreamFilter {
