@@ -174,12 +174,7 @@ async fn httpx_sse_reads_resumes_with_a_token_and_misses_nothing() {
         .await
         .unwrap()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "sse client failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let seen = client_report(&out);
     assert_eq!(seen["reuseStatus"], 401, "a stream token is single use");
     let received: Vec<&Value> = seen["first"]
         .as_array()
@@ -361,12 +356,7 @@ async fn an_execution_streams_its_events_from_the_first_when_asked_for_event_str
     })
     .await
     .unwrap();
-    assert!(
-        out.status.success(),
-        "sse client failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let seen = client_report(&out);
     let names: Vec<String> = events
         .iter()
         .map(|e| {
@@ -544,4 +534,14 @@ async fn revoking_a_grant_or_a_key_ends_its_streams_and_voids_its_stream_tokens(
         .await
         .unwrap();
     receives(&mut others, hello["executionId"].as_str().unwrap()).await;
+}
+
+/// What a Python SSE client printed: one JSON object on stdout, once it exited successfully.
+fn client_report(out: &std::process::Output) -> Value {
+    assert!(
+        out.status.success(),
+        "sse client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("the client prints one JSON object")
 }
