@@ -107,10 +107,72 @@ pub struct JournalEntry {
     pub seq: i64,
     /// `<interface>.<function>`
     pub op: String,
-    pub request: Value,
-    pub response: Option<Value>,
+    pub request: JsonText,
+    pub response: Option<JsonText>,
     pub status: EntryStatus,
     pub at_ms: Millis,
+}
+
+/// A JSON value kept as its text, as a journal entry holds its request and answer.
+///
+/// A replay compares a call's request with the recorded one and hands the recorded answer back;
+/// neither is looked into on the way. Kept as text, reading a journal checks its JSON but builds
+/// no trees (the reading is most of a replay's cost otherwise), and a chunk is written by copying
+/// the text. Equality is the values': the same text, or else texts that parse to equal values.
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct JsonText(Box<serde_json::value::RawValue>);
+
+impl JsonText {
+    /// `value`'s text, compact, object keys in order (as `serde_json` writes a [`Value`]).
+    pub fn new(value: &Value) -> Self {
+        // Serialising a `Value` cannot fail: its object keys are strings.
+        Self(
+            serde_json::value::to_raw_value(value)
+                .unwrap_or_else(|_| serde_json::value::RawValue::NULL.to_owned()),
+        )
+    }
+
+    pub fn as_str(&self) -> &str {
+        self.0.get()
+    }
+
+    /// The value the text stands for.
+    pub fn value(&self) -> Value {
+        // The text was checked as JSON when it was made or read.
+        serde_json::from_str(self.0.get()).unwrap_or(Value::Null)
+    }
+
+    /// Whether this is `value`: `value` written as [`JsonText::new`] writes it is this text, or
+    /// (for text written some other way) this text's value equals it.
+    pub fn is(&self, value: &Value) -> bool {
+        serde_json::to_string(value).is_ok_and(|text| text == self.as_str())
+            || self.value() == *value
+    }
+}
+
+impl From<&Value> for JsonText {
+    fn from(value: &Value) -> Self {
+        Self::new(value)
+    }
+}
+
+impl PartialEq for JsonText {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str() || self.value() == other.value()
+    }
+}
+
+impl std::fmt::Debug for JsonText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::fmt::Display for JsonText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// What a side effect did, kept to undo it exactly.

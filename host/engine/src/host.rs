@@ -102,18 +102,18 @@ impl JournalHost {
         let now = self.inner.now();
         let seq = st.cursor as i64;
         st.cursor += 1;
-        if let Some(entry) = st.journal.get(seq as usize).cloned() {
-            if entry.op != op || entry.request != request {
+        if let Some(entry) = st.journal.get(seq as usize) {
+            if entry.op != op || !entry.request.is(&request) {
                 return Err(Interrupt::Nondeterminism(format!(
                     "call {seq}: the journal recorded `{}` {} but the component called `{op}` {request}",
                     entry.op, entry.request
                 )));
             }
-            return match entry.status {
-                EntryStatus::Done => Ok(entry.response.unwrap_or(Value::Null)),
+            let (status, response) = (entry.status, entry.response.as_ref().map(JsonText::value));
+            return match status {
+                EntryStatus::Done => Ok(response.unwrap_or(Value::Null)),
                 EntryStatus::Intent => {
-                    let token = entry
-                        .response
+                    let token = response
                         .as_ref()
                         .map(|r| field(r, "token").to_owned())
                         .unwrap_or_default();
@@ -130,16 +130,16 @@ impl JournalHost {
         st: &mut Activation,
         seq: i64,
         op: &str,
-        request: Value,
-        response: Value,
+        request: &Value,
+        response: &Value,
         now: Millis,
     ) {
         let entry = JournalEntry {
             run_id: st.run.id.clone(),
             seq,
             op: op.to_owned(),
-            request,
-            response: Some(response),
+            request: JsonText::new(request),
+            response: Some(JsonText::new(response)),
             status: EntryStatus::Done,
             at_ms: now,
         };
@@ -340,7 +340,7 @@ impl JournalHost {
                     Ok(v) => ok(v),
                     Err(e) => err(&e),
                 };
-                self.record(st, seq, op, request, response.clone(), now);
+                self.record(st, seq, op, &request, &response, now);
                 return match stopped {
                     Some(interrupt) => Err(interrupt),
                     None => Ok(response),
@@ -351,7 +351,7 @@ impl JournalHost {
         let commit_now = op == "context.stage-begin"
             && st.point_of_no_return.is_some()
             && request.get("name").and_then(Value::as_str) == st.point_of_no_return.as_deref();
-        self.record(st, seq, op, request, response.clone(), now);
+        self.record(st, seq, op, &request, &response, now);
         if commit_now {
             self.flush(st).await?;
         }
@@ -398,7 +398,7 @@ impl JournalHost {
             }
             Err(e) => err(&e),
         };
-        self.record(st, seq, op, request, response.clone(), now);
+        self.record(st, seq, op, &request, &response, now);
         match stopped {
             Some(interrupt) => Err(interrupt),
             None => Ok(response),
@@ -477,7 +477,7 @@ impl JournalHost {
             run_id: st.run.id.clone(),
             seq,
             op: op.to_owned(),
-            request: request.clone(),
+            request: JsonText::new(&request),
             response: None,
             status: EntryStatus::Waiting,
             at_ms: now,
@@ -584,7 +584,7 @@ impl JournalHost {
                 }
             }
         };
-        self.record(st, seq, op, request, response.clone(), now);
+        self.record(st, seq, op, &request, &response, now);
         Ok(response)
     }
 

@@ -200,7 +200,11 @@ fn resume_point(journal: &[JournalEntry]) -> Option<i64> {
     let failed_call = journal
         .iter()
         .rev()
-        .find(|e| e.response.as_ref().is_some_and(|r| r.get("Err").is_some()))
+        .find(|e| {
+            e.response
+                .as_ref()
+                .is_some_and(|r| r.value().get("Err").is_some())
+        })
         .map(|e| e.seq);
     let cancel_seen = journal
         .iter()
@@ -208,7 +212,8 @@ fn resume_point(journal: &[JournalEntry]) -> Option<i64> {
             e.op == "context.cancellation-requested"
                 && e.response
                     .as_ref()
-                    .is_some_and(|r| r == &json!(true) || r.get("Ok") == Some(&json!(true)))
+                    .map(JsonText::value)
+                    .is_some_and(|r| r == json!(true) || r.get("Ok") == Some(&json!(true)))
         })
         .map(|e| e.seq);
     let stage_failed = journal

@@ -7,7 +7,7 @@
 use crate::{Engine, EngineError, seed_of};
 use async_trait::async_trait;
 use capstan_core::execution::ExecutionStatus;
-use capstan_core::store::{EntryStatus, ExecutionFilter, JournalEntry};
+use capstan_core::store::{EntryStatus, ExecutionFilter, JournalEntry, JsonText};
 use capstan_runtime::{HostCalls, Interrupt, LoadedWorkflow, Outcome};
 use serde::Serialize;
 use serde_json::Value;
@@ -44,7 +44,7 @@ impl HostCalls for ReplayOnly {
         let Some(entry) = self.journal.get(self.cursor) else {
             return Err(Interrupt::Suspend("end of the journal".to_owned()));
         };
-        if entry.op != op || entry.request != request {
+        if entry.op != op || !entry.request.is(&request) {
             return Err(Interrupt::Nondeterminism(format!(
                 "call {}: recorded `{}` {} but the candidate calls `{op}` {request}",
                 entry.seq, entry.op, entry.request
@@ -55,7 +55,7 @@ impl HostCalls for ReplayOnly {
             return Err(Interrupt::Suspend("end of the recorded history".to_owned()));
         }
         self.cursor += 1;
-        Ok(entry.response.clone().unwrap_or(Value::Null))
+        Ok(entry.response.as_ref().map_or(Value::Null, JsonText::value))
     }
 }
 

@@ -1059,7 +1059,7 @@ async fn table_facts(w: &World, id: &str, command: &str, leased: bool) -> Facts 
     let journal = w.store.journal(&execution.run_id).await.unwrap();
     let reached_finalize = journal.iter().any(|e| {
         e.op == "context.stage-begin"
-            && e.request.get("name").and_then(Value::as_str) == Some("finalize")
+            && e.request.value().get("name").and_then(Value::as_str) == Some("finalize")
     });
     let approval = w.engine.pending_approval(id).await.unwrap();
     Facts {

@@ -1000,7 +1000,7 @@ mod tests {
     /// back the same after it, answers, unanswered calls and all.
     #[tokio::test]
     async fn a_journal_written_row_per_call_reads_the_same_after_the_migration() {
-        use capstan_core::store::{EntryStatus, RunStore};
+        use capstan_core::store::{EntryStatus, JsonText, RunStore};
         let dir = tempfile::tempdir().unwrap();
         let url = capstan_testdb::fresh_database_url(dir.path()).await;
         let store = Store::connect(&url).await.unwrap();
@@ -1032,8 +1032,8 @@ mod tests {
                 (
                     e.seq,
                     e.op.as_str(),
-                    e.request.clone(),
-                    e.response.clone(),
+                    e.request.value(),
+                    e.response.as_ref().map(JsonText::value),
                     e.status,
                     e.at_ms,
                 )
@@ -1307,8 +1307,8 @@ mod tests {
                         run_id: run_id.clone(),
                         seq,
                         op: "dns.get".into(),
-                        request: serde_json::json!({"seq": seq}),
-                        response: Some(serde_json::json!({})),
+                        request: JsonText::new(&serde_json::json!({"seq": seq})),
+                        response: Some(JsonText::new(&serde_json::json!({}))),
                         status: EntryStatus::Done,
                         at_ms: 1,
                     })

@@ -199,7 +199,12 @@ fn value_kind(value: ValueRef<'_>) -> AnyValueKind {
         ValueRef::Null => AnyValueKind::Null(AnyTypeInfoKind::Null),
         ValueRef::Integer(i) => AnyValueKind::BigInt(i),
         ValueRef::Real(f) => AnyValueKind::Double(f),
-        ValueRef::Text(t) => AnyValueKind::Text(Arc::new(String::from_utf8_lossy(t).into_owned())),
+        // `str::from_utf8` checks ASCII a word at a time; `from_utf8_lossy` walks byte by byte
+        // even when, as always here, the text is valid.
+        ValueRef::Text(t) => AnyValueKind::Text(Arc::new(match std::str::from_utf8(t) {
+            Ok(text) => text.to_owned(),
+            Err(_) => String::from_utf8_lossy(t).into_owned(),
+        })),
         ValueRef::Blob(b) => AnyValueKind::Blob(Arc::new(b.to_vec())),
     }
 }

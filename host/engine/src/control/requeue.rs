@@ -190,7 +190,7 @@ impl Engine {
                 .rev()
                 .find(|e| {
                     e.op == "context.stage-begin"
-                        && e.request.get("name").and_then(Value::as_str)
+                        && e.request.value().get("name").and_then(Value::as_str)
                             == Some(recovery.from_stage.as_str())
                 })
                 .map(|e| e.seq),

@@ -324,7 +324,7 @@ impl World {
             .run_id;
         let mut first = self.store.journal(&run_id).await.unwrap().remove(0);
         assert_eq!(first.op, "context.stage-begin");
-        first.request = json!({"name": "renamed"});
+        first.request = capstan_core::store::JsonText::new(&json!({"name": "renamed"}));
         self.store
             .apply(None, vec![capstan_core::store::Write::PutJournal(first)])
             .await

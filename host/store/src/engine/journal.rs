@@ -9,9 +9,8 @@
 //! a time. See docs/decisions.md, "The journal is written one row per commit".
 
 use super::Batch;
-use capstan_core::store::{EntryStatus, JournalEntry, Millis, StoreError, Write};
+use capstan_core::store::{EntryStatus, JournalEntry, JsonText, Millis, StoreError, Write};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use std::collections::BTreeMap;
 
 /// The columns a reader selects, in this order (see [`fold`]).
@@ -23,9 +22,9 @@ pub(crate) const SELECT_CHUNKS: &str =
 struct EntryOut<'a> {
     seq: i64,
     op: &'a str,
-    request: &'a Value,
+    request: &'a JsonText,
     #[serde(skip_serializing_if = "Option::is_none")]
-    response: Option<&'a Value>,
+    response: Option<&'a JsonText>,
     status: EntryStatus,
     at: Millis,
 }
@@ -34,17 +33,16 @@ struct EntryOut<'a> {
 struct EntryIn {
     seq: i64,
     op: String,
-    #[serde(default)]
-    request: Value,
+    request: JsonText,
     /// Absent when the call has no answer yet; a JSON `null` is an answer.
     #[serde(default, deserialize_with = "present")]
-    response: Option<Value>,
+    response: Option<JsonText>,
     status: EntryStatus,
     at: Millis,
 }
 
-fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
-    Value::deserialize(d).map(Some)
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<JsonText>, D::Error> {
+    JsonText::deserialize(d).map(Some)
 }
 
 /// A batch's writes with the journal entries of each run gathered into one chunk.
@@ -169,15 +167,15 @@ pub(crate) fn fold(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     fn entry(seq: i64, status: EntryStatus, response: Option<Value>) -> JournalEntry {
         JournalEntry {
             run_id: "r1".into(),
             seq,
             op: "dns.change-records".into(),
-            request: json!({"zone_id": "Z", "n": seq}),
-            response,
+            request: JsonText::new(&json!({"zone_id": "Z", "n": seq})),
+            response: response.as_ref().map(JsonText::new),
             status,
             at_ms: 100 + seq,
         }
@@ -269,5 +267,40 @@ mod tests {
             fold("r1", [(None, "{not json".to_owned())]),
             Err(StoreError::Corrupt(_))
         ));
+        assert!(
+            matches!(
+                fold(
+                    "r1",
+                    [(
+                        None,
+                        r#"[{"seq":0,"op":"x","request":{"a":},"status":"done","at":1}]"#
+                            .to_owned()
+                    )]
+                ),
+                Err(StoreError::Corrupt(_))
+            ),
+            "a request that is not JSON is refused when the chunk is read"
+        );
+    }
+
+    #[test]
+    fn entries_keep_their_text_and_compare_by_value() {
+        // As PostgreSQL's migration from one row per call wrote them (`jsonb` text: spaces,
+        // its own key order).
+        let migrated = r#"[{"at": 100, "op": "dns.change-records", "seq": 0, "status": "done",
+            "request": {"n": 0, "zone_id": "Z"}, "response": {"Ok": "a"}}]"#;
+        let journal = fold("r1", [(None, migrated.to_owned())]).unwrap();
+        assert_eq!(journal[0].request.as_str(), r#"{"n": 0, "zone_id": "Z"}"#);
+        assert_eq!(
+            journal,
+            [entry(0, EntryStatus::Done, Some(json!({"Ok": "a"})))]
+        );
+        assert!(journal[0].request.is(&json!({"zone_id": "Z", "n": 0})));
+        assert!(!journal[0].request.is(&json!({"zone_id": "Z", "n": 1})));
+        let written = chunk_text(&journal);
+        assert!(
+            written.contains(r#""request":{"n": 0, "zone_id": "Z"}"#),
+            "a chunk copies each entry's text: {written}"
+        );
     }
 }
