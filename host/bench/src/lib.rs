@@ -28,7 +28,7 @@ mod timing;
 
 use async_trait::async_trait;
 use capstan_core::CapabilityGrants;
-use capstan_runtime::{HostCalls, Interrupt, Outcome, Runtime, RuntimeConfig};
+use capstan_runtime::{HostCalls, Interrupt, Outcome, Request, Runtime, RuntimeConfig};
 use serde::Serialize;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -39,7 +39,7 @@ struct PlatformOnly;
 
 #[async_trait]
 impl HostCalls for PlatformOnly {
-    async fn call(&mut self, op: &'static str, _request: Value) -> Result<Value, Interrupt> {
+    async fn call(&mut self, op: &'static str, _request: Request) -> Result<Value, Interrupt> {
         Ok(match op {
             "time.now" => json!(1_767_225_600_000u64),
             "context.cancellation-requested" => json!(false),

@@ -142,13 +142,6 @@ impl JsonText {
         // The text was checked as JSON when it was made or read.
         serde_json::from_str(self.0.get()).unwrap_or(Value::Null)
     }
-
-    /// Whether this is `value`: `value` written as [`JsonText::new`] writes it is this text, or
-    /// (for text written some other way) this text's value equals it.
-    pub fn is(&self, value: &Value) -> bool {
-        serde_json::to_string(value).is_ok_and(|text| text == self.as_str())
-            || self.value() == *value
-    }
 }
 
 impl From<&Value> for JsonText {

@@ -21,7 +21,7 @@ use async_trait::async_trait;
 use capstan_core::CapabilityError;
 use capstan_core::execution::StageStatus;
 use capstan_core::store::*;
-use capstan_runtime::{HostCalls, Interrupt};
+use capstan_runtime::{HostCalls, Interrupt, Request};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use tokio::sync::Mutex;
@@ -97,13 +97,13 @@ impl JournalHost {
         &self,
         st: &mut Activation,
         op: &'static str,
-        request: Value,
+        request: Request,
     ) -> Result<Value, Interrupt> {
         let now = self.inner.now();
         let seq = st.cursor as i64;
         st.cursor += 1;
         if let Some(entry) = st.journal.get(seq as usize) {
-            if entry.op != op || !entry.request.is(&request) {
+            if entry.op != op || entry.request != request.text {
                 return Err(Interrupt::Nondeterminism(format!(
                     "call {seq}: the journal recorded `{}` {} but the component called `{op}` {request}",
                     entry.op, entry.request
@@ -130,7 +130,7 @@ impl JournalHost {
         st: &mut Activation,
         seq: i64,
         op: &str,
-        request: &Value,
+        request: Request,
         response: &Value,
         now: Millis,
     ) {
@@ -138,7 +138,7 @@ impl JournalHost {
             run_id: st.run.id.clone(),
             seq,
             op: op.to_owned(),
-            request: JsonText::new(request),
+            request: request.text,
             response: Some(JsonText::new(response)),
             status: EntryStatus::Done,
             at_ms: now,
@@ -157,7 +157,7 @@ impl JournalHost {
         st: &mut Activation,
         seq: i64,
         op: &'static str,
-        request: Value,
+        request: Request,
         now: Millis,
     ) -> Result<Value, Interrupt> {
         if st.pending.len() >= MAX_BUFFERED {
@@ -340,7 +340,7 @@ impl JournalHost {
                     Ok(v) => ok(v),
                     Err(e) => err(&e),
                 };
-                self.record(st, seq, op, &request, &response, now);
+                self.record(st, seq, op, request, &response, now);
                 return match stopped {
                     Some(interrupt) => Err(interrupt),
                     None => Ok(response),
@@ -351,7 +351,7 @@ impl JournalHost {
         let commit_now = op == "context.stage-begin"
             && st.point_of_no_return.is_some()
             && request.get("name").and_then(Value::as_str) == st.point_of_no_return.as_deref();
-        self.record(st, seq, op, &request, &response, now);
+        self.record(st, seq, op, request, &response, now);
         if commit_now {
             self.flush(st).await?;
         }
@@ -366,7 +366,7 @@ impl JournalHost {
         st: &mut Activation,
         seq: i64,
         op: &'static str,
-        request: Value,
+        request: Request,
         token: String,
         first: bool,
         now: Millis,
@@ -389,7 +389,7 @@ impl JournalHost {
                     run_id: st.run.id.clone(),
                     seq,
                     op: op.to_owned(),
-                    request: request.clone(),
+                    request: request.value.clone(),
                     response: v.clone(),
                     created_ms: now,
                     compensated_ms: None,
@@ -398,7 +398,7 @@ impl JournalHost {
             }
             Err(e) => err(&e),
         };
-        self.record(st, seq, op, &request, &response, now);
+        self.record(st, seq, op, request, &response, now);
         match stopped {
             Some(interrupt) => Err(interrupt),
             None => Ok(response),
@@ -467,7 +467,7 @@ impl JournalHost {
         st: &mut Activation,
         seq: i64,
         op: &str,
-        request: Value,
+        request: Request,
         kind: WaitKind,
         wake_ms: Option<Millis>,
         deadline_ms: Option<Millis>,
@@ -477,7 +477,7 @@ impl JournalHost {
             run_id: st.run.id.clone(),
             seq,
             op: op.to_owned(),
-            request: JsonText::new(&request),
+            request: request.text.clone(),
             response: None,
             status: EntryStatus::Waiting,
             at_ms: now,
@@ -517,7 +517,7 @@ impl JournalHost {
         st: &mut Activation,
         seq: i64,
         op: &'static str,
-        request: Value,
+        request: Request,
         now: Millis,
     ) -> Result<Value, Interrupt> {
         let Some(wait) = st.waits.iter().find(|w| w.seq == seq).cloned() else {
@@ -584,7 +584,7 @@ impl JournalHost {
                 }
             }
         };
-        self.record(st, seq, op, &request, &response, now);
+        self.record(st, seq, op, request, &response, now);
         Ok(response)
     }
 
@@ -650,7 +650,7 @@ pub(crate) fn guest_error_json(error: &Value) -> Value {
 
 #[async_trait]
 impl HostCalls for JournalHost {
-    async fn call(&mut self, op: &'static str, request: Value) -> Result<Value, Interrupt> {
+    async fn call(&mut self, op: &'static str, request: Request) -> Result<Value, Interrupt> {
         let mut st = self.state.lock().await;
         if self.inner.is_cancel_requested_locally(&st.run.id) {
             return Err(Interrupt::Cancel);

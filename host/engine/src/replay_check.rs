@@ -8,7 +8,7 @@ use crate::{Engine, EngineError, seed_of};
 use async_trait::async_trait;
 use capstan_core::execution::ExecutionStatus;
 use capstan_core::store::{EntryStatus, ExecutionFilter, JournalEntry, JsonText};
-use capstan_runtime::{HostCalls, Interrupt, LoadedWorkflow, Outcome};
+use capstan_runtime::{HostCalls, Interrupt, LoadedWorkflow, Outcome, Request};
 use serde::Serialize;
 use serde_json::Value;
 use std::sync::Arc;
@@ -40,11 +40,11 @@ struct ReplayOnly {
 
 #[async_trait]
 impl HostCalls for ReplayOnly {
-    async fn call(&mut self, op: &'static str, request: Value) -> Result<Value, Interrupt> {
+    async fn call(&mut self, op: &'static str, request: Request) -> Result<Value, Interrupt> {
         let Some(entry) = self.journal.get(self.cursor) else {
             return Err(Interrupt::Suspend("end of the journal".to_owned()));
         };
-        if entry.op != op || !entry.request.is(&request) {
+        if entry.op != op || entry.request != request.text {
             return Err(Interrupt::Nondeterminism(format!(
                 "call {}: recorded `{}` {} but the candidate calls `{op}` {request}",
                 entry.seq, entry.op, entry.request
@@ -170,7 +170,7 @@ struct Counting {
 
 #[async_trait]
 impl HostCalls for Counting {
-    async fn call(&mut self, op: &'static str, request: Value) -> Result<Value, Interrupt> {
+    async fn call(&mut self, op: &'static str, request: Request) -> Result<Value, Interrupt> {
         let answer = self.inner.call(op, request).await;
         self.replayed
             .store(self.inner.cursor, std::sync::atomic::Ordering::Relaxed);

@@ -30,7 +30,7 @@ pub mod steps;
 pub use cache::CompileStats;
 pub use limits::{GuestLimits, Limit};
 pub use loader::{LoadError, LoadFailure, LoadReport, LoadedWorkflow};
-pub use sandbox::{GuestState, HostCalls, Interrupt, LimitExceeded};
+pub use sandbox::{GuestState, HostCalls, Interrupt, LimitExceeded, Request};
 pub use steps::{LoadedStep, StepFailure, StepLoadReport};
 
 use std::path::PathBuf;

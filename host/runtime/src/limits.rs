@@ -7,7 +7,7 @@
 //! each is refused before the host acts on it. A refused call fails the stage with
 //! `limit_exceeded` and a message naming the setting (`runtime.limits.<name>`).
 
-use crate::sandbox::LimitExceeded;
+use crate::sandbox::{LimitExceeded, Request};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -111,7 +111,7 @@ impl Usage {
     }
 
     /// Counts the call `op` and checks its arguments; the most specific limit is named first.
-    pub(crate) fn admit(&mut self, op: &str, request: &Value) -> Result<(), LimitExceeded> {
+    pub(crate) fn admit(&mut self, op: &str, request: &Request) -> Result<(), LimitExceeded> {
         let limits = &self.limits;
         self.calls = self.calls.saturating_add(1);
         exceeds(Limit::JournalEntries, limits.journal_entries, self.calls)?;
@@ -139,7 +139,11 @@ impl Usage {
             )?,
             _ => {}
         }
-        exceeds(Limit::CallBytes, limits.call_bytes, json_len(request))
+        exceeds(
+            Limit::CallBytes,
+            limits.call_bytes,
+            request.text.as_str().len(),
+        )
     }
 }
 
@@ -170,24 +174,6 @@ impl Count for usize {
     fn count(self) -> u64 {
         u64::try_from(self).unwrap_or(u64::MAX)
     }
-}
-
-/// The length of `value`'s JSON, counted without building it.
-fn json_len(value: &Value) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    // Writing JSON into a counter cannot fail.
-    let _ = serde_json::to_writer(&mut count, value);
-    count.0
 }
 
 /// The guest's own time in one activation: wall-clock time since it began, less the time the

@@ -246,7 +246,11 @@ pub(crate) struct NoHostCalls;
 
 #[async_trait]
 impl HostCalls for NoHostCalls {
-    async fn call(&mut self, op: &'static str, _request: Value) -> Result<Value, Interrupt> {
+    async fn call(
+        &mut self,
+        op: &'static str,
+        _request: crate::sandbox::Request,
+    ) -> Result<Value, Interrupt> {
         Err(Interrupt::Host(format!(
             "describe() may not call the host (it called `{op}`)"
         )))

@@ -3,6 +3,7 @@
 
 use crate::limits::{GuestClock, GuestLimits, Limit, Usage};
 use async_trait::async_trait;
+use capstan_core::store::JsonText;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use wasmtime::component::ResourceTable;
@@ -10,18 +11,54 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 /// Answers a guest's host calls. The engine implements it (journal, replay, providers); tests
 /// implement it with fakes. `op` is `<interface>.<function>`, `request` a JSON object keyed by
-/// parameter name, and the answer must be the JSON of the WIT return type (`{"Ok": ..}` /
+/// parameter name (with its text, see [`Request`]), and the answer must be the JSON of the WIT return type (`{"Ok": ..}` /
 /// `{"Err": ..}` for results).
 #[async_trait]
 pub trait HostCalls: Send {
-    async fn call(&mut self, op: &'static str, request: Value) -> Result<Value, Interrupt>;
+    async fn call(&mut self, op: &'static str, request: Request) -> Result<Value, Interrupt>;
 }
 
 /// A boxed host is a host, so APIs taking `impl HostCalls` also take a `Box<dyn HostCalls>`.
 #[async_trait]
 impl<H: HostCalls + ?Sized> HostCalls for Box<H> {
-    async fn call(&mut self, op: &'static str, request: Value) -> Result<Value, Interrupt> {
+    async fn call(&mut self, op: &'static str, request: Request) -> Result<Value, Interrupt> {
         (**self).call(op, request).await
+    }
+}
+
+/// A host call's arguments: the JSON object keyed by parameter name, and its text. The text is
+/// written once, where the call comes in: its length is what `call_bytes` limits, the journal
+/// keeps it as it is, and a replay compares it with the recorded one.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub value: Value,
+    pub text: JsonText,
+}
+
+impl Request {
+    pub fn new(value: Value) -> Self {
+        let text = JsonText::new(&value);
+        Self { value, text }
+    }
+}
+
+impl From<Value> for Request {
+    fn from(value: Value) -> Self {
+        Self::new(value)
+    }
+}
+
+impl std::ops::Deref for Request {
+    type Target = Value;
+
+    fn deref(&self) -> &Value {
+        &self.value
+    }
+}
+
+impl std::fmt::Display for Request {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.text.as_str())
     }
 }
 
@@ -140,6 +177,7 @@ impl GuestState {
         op: &'static str,
         request: Value,
     ) -> wasmtime::Result<T> {
+        let request = Request::new(request);
         self.usage.admit(op, &request)?;
         self.clock.enter_host();
         let answer = self.host.call(op, request).await;

@@ -5,7 +5,7 @@
 use async_trait::async_trait;
 use capstan_core::{Capability, CapabilityGrants, ErrorKind};
 use capstan_runtime::{
-    GuestLimits, HostCalls, Interrupt, Limit, LimitExceeded, LoadError, Outcome, Runtime,
+    GuestLimits, HostCalls, Interrupt, Limit, LimitExceeded, LoadError, Outcome, Request, Runtime,
     RuntimeConfig,
 };
 use serde_json::{Value, json};
@@ -83,7 +83,8 @@ impl FakeHost {
 
 #[async_trait]
 impl HostCalls for FakeHost {
-    async fn call(&mut self, op: &'static str, request: Value) -> Result<Value, Interrupt> {
+    async fn call(&mut self, op: &'static str, request: Request) -> Result<Value, Interrupt> {
+        let request = request.value;
         self.calls
             .lock()
             .unwrap()
@@ -657,7 +658,7 @@ struct OverlapHost {
 
 #[async_trait]
 impl HostCalls for OverlapHost {
-    async fn call(&mut self, op: &'static str, _request: Value) -> Result<Value, Interrupt> {
+    async fn call(&mut self, op: &'static str, _request: Request) -> Result<Value, Interrupt> {
         {
             let mut now = self.now.lock().unwrap();
             now.0 += 1;

@@ -6,7 +6,8 @@
 use async_trait::async_trait;
 use capstan_core::{CapabilityError, CapabilityGrants, ErrorKind};
 use capstan_runtime::{
-    HostCalls, Interrupt, LimitExceeded, LoadError, LoadedStep, Runtime, RuntimeConfig, StepFailure,
+    HostCalls, Interrupt, LimitExceeded, LoadError, LoadedStep, Request, Runtime, RuntimeConfig,
+    StepFailure,
 };
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -104,7 +105,8 @@ impl BookingHost {
 
 #[async_trait]
 impl HostCalls for BookingHost {
-    async fn call(&mut self, op: &'static str, request: Value) -> Result<Value, Interrupt> {
+    async fn call(&mut self, op: &'static str, request: Request) -> Result<Value, Interrupt> {
+        let request = request.value;
         self.calls
             .lock()
             .unwrap()

@@ -12,7 +12,7 @@
 use crate::config::Settings;
 use async_trait::async_trait;
 use capstan_booking::fulfilment::{StepOutcome, StepRunner};
-use capstan_runtime::{HostCalls, Interrupt, Runtime};
+use capstan_runtime::{HostCalls, Interrupt, Request, Runtime};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
@@ -188,7 +188,8 @@ fn reference(prefix: &str) -> String {
 
 #[async_trait]
 impl HostCalls for StepHost {
-    async fn call(&mut self, op: &'static str, request: Value) -> Result<Value, Interrupt> {
+    async fn call(&mut self, op: &'static str, request: Request) -> Result<Value, Interrupt> {
+        let request = request.value;
         let booking_id = self.booking["booking_id"]
             .as_str()
             .unwrap_or_default()

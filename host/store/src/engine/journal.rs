@@ -295,8 +295,14 @@ mod tests {
             journal,
             [entry(0, EntryStatus::Done, Some(json!({"Ok": "a"})))]
         );
-        assert!(journal[0].request.is(&json!({"zone_id": "Z", "n": 0})));
-        assert!(!journal[0].request.is(&json!({"zone_id": "Z", "n": 1})));
+        assert_eq!(
+            journal[0].request,
+            JsonText::new(&json!({"zone_id": "Z", "n": 0}))
+        );
+        assert_ne!(
+            journal[0].request,
+            JsonText::new(&json!({"zone_id": "Z", "n": 1}))
+        );
         let written = chunk_text(&journal);
         assert!(
             written.contains(r#""request":{"n": 0, "zone_id": "Z"}"#),
