@@ -11,8 +11,8 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 /// Answers a guest's host calls. The engine implements it (journal, replay, providers); tests
 /// implement it with fakes. `op` is `<interface>.<function>`, `request` a JSON object keyed by
-/// parameter name (with its text, see [`Request`]), and the answer must be the JSON of the WIT return type (`{"Ok": ..}` /
-/// `{"Err": ..}` for results).
+/// parameter name (with its text, see [`Request`]), and the answer must be the JSON of the WIT
+/// return type (`{"Ok": ..}` / `{"Err": ..}` for results).
 #[async_trait]
 pub trait HostCalls: Send {
     async fn call(&mut self, op: &'static str, request: Request) -> Result<Value, Interrupt>;
@@ -39,12 +39,6 @@ impl Request {
     pub fn new(value: Value) -> Self {
         let text = JsonText::new(&value);
         Self { value, text }
-    }
-}
-
-impl From<Value> for Request {
-    fn from(value: Value) -> Self {
-        Self::new(value)
     }
 }
 
