@@ -399,7 +399,8 @@ pub enum UndoKind {
 
 pub fn receipt(r: &capstan_core::store::Receipt) -> ExecutionReceipt {
     use capstan_engine::effects::{Compensation, compensation};
-    let (undo, undo_op, undo_note) = match compensation(&r.op, &r.request, &r.response) {
+    let (request, response) = (r.request.value(), r.response.value());
+    let (undo, undo_op, undo_note) = match compensation(&r.op, &request, &response) {
         Compensation::Call { op, .. } => (UndoKind::Call, Some(op.to_owned()), None),
         Compensation::Nothing => (UndoKind::Nothing, None, None),
         Compensation::Irreversible(why) => (UndoKind::Irreversible, None, Some(why.to_owned())),
@@ -408,8 +409,8 @@ pub fn receipt(r: &capstan_core::store::Receipt) -> ExecutionReceipt {
         id: r.id.clone(),
         workflow_run_id: r.run_id.clone(),
         op: r.op.clone(),
-        request: r.request.clone(),
-        response: r.response.clone(),
+        request,
+        response,
         created_at: rfc3339(r.created_ms),
         compensated_at: opt_time(r.compensated_ms),
         undo,

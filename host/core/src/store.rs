@@ -133,6 +133,11 @@ impl JsonText {
         )
     }
 
+    /// `text` if it is JSON (kept as it is, not copied).
+    pub fn from_text(text: String) -> Result<Self, serde_json::Error> {
+        serde_json::value::RawValue::from_string(text).map(Self)
+    }
+
     pub fn as_str(&self) -> &str {
         self.0.get()
     }
@@ -162,7 +167,9 @@ impl std::fmt::Display for JsonText {
     }
 }
 
-/// What a side effect did, kept to undo it exactly.
+/// What a side effect did, kept to undo it exactly. Its request and answer are text, as the
+/// journal's: the request's is the one its call was journaled with, and a receipt is read only to
+/// undo or to show it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Receipt {
     pub id: String,
@@ -170,8 +177,8 @@ pub struct Receipt {
     pub run_id: String,
     pub seq: i64,
     pub op: String,
-    pub request: Value,
-    pub response: Value,
+    pub request: JsonText,
+    pub response: JsonText,
     pub created_ms: Millis,
     pub compensated_ms: Option<Millis>,
 }

@@ -389,8 +389,8 @@ impl JournalHost {
                     run_id: st.run.id.clone(),
                     seq,
                     op: op.to_owned(),
-                    request: request.value.clone(),
-                    response: v.clone(),
+                    request: request.text.clone(),
+                    response: JsonText::new(&v),
                     created_ms: now,
                     compensated_ms: None,
                 })));

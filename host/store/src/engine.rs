@@ -31,6 +31,12 @@ fn json_text(v: &Value) -> String {
     v.to_string()
 }
 
+/// A receipt's request or answer as stored (checked as JSON, kept as text).
+fn receipt_text(row: &AnyRow, column: &str) -> Result<JsonText, StoreError> {
+    JsonText::from_text(row.get(column))
+        .map_err(|e| StoreError::Corrupt(format!("bad receipt {column}: {e}")))
+}
+
 fn parse_json(text: Option<String>) -> Result<Option<Value>, StoreError> {
     text.as_deref().map(rows::parse_json).transpose()
 }
@@ -542,8 +548,8 @@ fn push_write(batch: &mut Batch, write: Write) {
                 .bind(r.run_id.clone())
                 .bind(r.seq)
                 .bind(r.op.clone())
-                .bind(json_text(&r.request))
-                .bind(json_text(&r.response))
+                .bind(r.request.as_str().to_owned())
+                .bind(r.response.as_str().to_owned())
                 .bind(r.created_ms)
                 .bind(r.compensated_ms);
         }
@@ -1546,8 +1552,8 @@ impl ExecutionReads for Store {
                     run_id: row.get("run_id"),
                     seq: row.get("seq"),
                     op: row.get("op"),
-                    request: parse_json(Some(row.get("request")))?.unwrap_or(Value::Null),
-                    response: parse_json(Some(row.get("response")))?.unwrap_or(Value::Null),
+                    request: receipt_text(row, "request")?,
+                    response: receipt_text(row, "response")?,
                     created_ms: row.get("created_ms"),
                     compensated_ms: row.get("compensated_ms"),
                 })

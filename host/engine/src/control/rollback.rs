@@ -188,8 +188,8 @@ impl Engine {
                     stage
                 }
             };
-            let ok = receipt.response.clone();
-            let result = match effects::compensation(&receipt.op, &receipt.request, &ok) {
+            let ok = receipt.response.value();
+            let result = match effects::compensation(&receipt.op, &receipt.request.value(), &ok) {
                 Compensation::Call { op, request } => self
                     .inner
                     .provide(op, &request, &format!("rollback:{}", receipt.id), false)
