@@ -23,19 +23,34 @@ pub const FIELD_CHARS: usize = 256;
 
 /// `text` cut to [`FIELD_CHARS`] characters, marked when cut.
 pub fn bounded(text: &str) -> String {
-    match text.char_indices().nth(FIELD_CHARS) {
-        None => text.to_owned(),
-        Some((end, _)) => format!("{}…", &text[..end]),
+    let mut text = text.to_owned();
+    bound(&mut text);
+    text
+}
+
+/// Cuts `text` to [`FIELD_CHARS`] characters in place, marked when cut (a text within the bound,
+/// as nearly every one is, is left where it is).
+fn bound(text: &mut String) {
+    if text.len() <= FIELD_CHARS {
+        return;
+    }
+    if let Some((end, _)) = text.char_indices().nth(FIELD_CHARS) {
+        text.truncate(end);
+        text.push('…');
     }
 }
 
 /// Every stored field of `record` bounded.
 pub fn bound_record(mut record: AuditRecord) -> AuditRecord {
-    record.principal_id = bounded(&record.principal_id);
-    record.route = bounded(&record.route);
-    record.resource = bounded(&record.resource);
-    record.user_agent = record.user_agent.as_deref().map(bounded);
-    record.ip = record.ip.as_deref().map(bounded);
+    bound(&mut record.principal_id);
+    bound(&mut record.route);
+    bound(&mut record.resource);
+    for text in [&mut record.user_agent, &mut record.ip]
+        .into_iter()
+        .flatten()
+    {
+        bound(text);
+    }
     record
 }
 
@@ -163,5 +178,33 @@ mod tests {
         assert_eq!(cut.chars().count(), FIELD_CHARS + 1);
         assert!(cut.ends_with('…'));
         assert_eq!(bounded("short"), "short");
+        // Bytes past the bound are not characters past it.
+        let at_bound = "é".repeat(FIELD_CHARS);
+        assert_eq!(bounded(&at_bound), at_bound);
+        let over = "a".repeat(FIELD_CHARS + 1);
+        assert_eq!(bounded(&over), format!("{}…", "a".repeat(FIELD_CHARS)));
+        let mut record = AuditRecord {
+            id: "id".to_owned(),
+            at_ms: 0,
+            principal_id: "p".repeat(300),
+            action: "a".to_owned(),
+            method: "GET".to_owned(),
+            route: "/r".to_owned(),
+            resource: "r".repeat(300),
+            result: "allowed".to_owned(),
+            execution_id: None,
+            ip: Some("127.0.0.1".to_owned()),
+            user_agent: Some("u".repeat(300)),
+        };
+        record = bound_record(record);
+        for field in [
+            &record.principal_id,
+            &record.resource,
+            record.user_agent.as_ref().unwrap(),
+        ] {
+            assert_eq!(field.chars().count(), FIELD_CHARS + 1, "{field}");
+        }
+        assert_eq!(record.ip.as_deref(), Some("127.0.0.1"));
+        assert_eq!(record.route, "/r");
     }
 }

@@ -150,7 +150,7 @@ impl Caller {
             at_ms: now_ms,
             principal_id: self.principal_id.clone(),
             action: action.to_owned(),
-            method: self.method.to_string(),
+            method: self.method.as_str().to_owned(),
             route: self.route.clone(),
             resource: resource.to_owned(),
             result: if allowed { "allowed" } else { "denied" }.to_owned(),

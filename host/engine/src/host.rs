@@ -21,7 +21,7 @@ use async_trait::async_trait;
 use capstan_core::CapabilityError;
 use capstan_core::execution::StageStatus;
 use capstan_core::store::*;
-use capstan_runtime::{HostCalls, Interrupt, Request};
+use capstan_runtime::{Answer, HostCalls, Interrupt, Request};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use tokio::sync::Mutex;
@@ -98,7 +98,7 @@ impl JournalHost {
         st: &mut Activation,
         op: &'static str,
         request: Request,
-    ) -> Result<Value, Interrupt> {
+    ) -> Result<Answer, Interrupt> {
         let now = self.inner.now();
         let seq = st.cursor as i64;
         st.cursor += 1;
@@ -109,20 +109,31 @@ impl JournalHost {
                     entry.op, entry.request
                 )));
             }
-            let (status, response) = (entry.status, entry.response.as_ref().map(JsonText::value));
-            return match status {
-                EntryStatus::Done => Ok(response.unwrap_or(Value::Null)),
+            return match entry.status {
+                // The recorded text goes back as it is: the guest's side decodes it.
+                EntryStatus::Done => Ok(entry
+                    .response
+                    .clone()
+                    .map_or(Answer::Value(Value::Null), Answer::Text)),
                 EntryStatus::Intent => {
-                    let token = response
+                    let token = entry
+                        .response
                         .as_ref()
-                        .map(|r| field(r, "token").to_owned())
+                        .map(|r| field(&r.value(), "token").to_owned())
                         .unwrap_or_default();
-                    self.effect(st, seq, op, request, token, false, now).await
+                    self.effect(st, seq, op, request, token, false, now)
+                        .await
+                        .map(Answer::Value)
                 }
-                EntryStatus::Waiting => self.resume_wait(st, seq, op, request, now).await,
+                EntryStatus::Waiting => self
+                    .resume_wait(st, seq, op, request, now)
+                    .await
+                    .map(Answer::Value),
             };
         }
-        self.live(st, seq, op, request, now).await
+        self.live(st, seq, op, request, now)
+            .await
+            .map(Answer::Value)
     }
 
     fn record(
@@ -650,7 +661,7 @@ pub(crate) fn guest_error_json(error: &Value) -> Value {
 
 #[async_trait]
 impl HostCalls for JournalHost {
-    async fn call(&mut self, op: &'static str, request: Request) -> Result<Value, Interrupt> {
+    async fn call(&mut self, op: &'static str, request: Request) -> Result<Answer, Interrupt> {
         let mut st = self.state.lock().await;
         if self.inner.is_cancel_requested_locally(&st.run.id) {
             return Err(Interrupt::Cancel);

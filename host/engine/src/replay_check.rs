@@ -7,8 +7,8 @@
 use crate::{Engine, EngineError, seed_of};
 use async_trait::async_trait;
 use capstan_core::execution::ExecutionStatus;
-use capstan_core::store::{EntryStatus, ExecutionFilter, JournalEntry, JsonText};
-use capstan_runtime::{HostCalls, Interrupt, LoadedWorkflow, Outcome, Request};
+use capstan_core::store::{EntryStatus, ExecutionFilter, JournalEntry};
+use capstan_runtime::{Answer, HostCalls, Interrupt, LoadedWorkflow, Outcome, Request};
 use serde::Serialize;
 use serde_json::Value;
 use std::sync::Arc;
@@ -40,7 +40,7 @@ struct ReplayOnly {
 
 #[async_trait]
 impl HostCalls for ReplayOnly {
-    async fn call(&mut self, op: &'static str, request: Request) -> Result<Value, Interrupt> {
+    async fn call(&mut self, op: &'static str, request: Request) -> Result<Answer, Interrupt> {
         let Some(entry) = self.journal.get(self.cursor) else {
             return Err(Interrupt::Suspend("end of the journal".to_owned()));
         };
@@ -55,7 +55,10 @@ impl HostCalls for ReplayOnly {
             return Err(Interrupt::Suspend("end of the recorded history".to_owned()));
         }
         self.cursor += 1;
-        Ok(entry.response.as_ref().map_or(Value::Null, JsonText::value))
+        Ok(entry
+            .response
+            .clone()
+            .map_or(Answer::Value(Value::Null), Answer::Text))
     }
 }
 
@@ -170,7 +173,7 @@ struct Counting {
 
 #[async_trait]
 impl HostCalls for Counting {
-    async fn call(&mut self, op: &'static str, request: Request) -> Result<Value, Interrupt> {
+    async fn call(&mut self, op: &'static str, request: Request) -> Result<Answer, Interrupt> {
         let answer = self.inner.call(op, request).await;
         self.replayed
             .store(self.inner.cursor, std::sync::atomic::Ordering::Relaxed);

@@ -7,8 +7,9 @@
 //! what a guest hands the host, and WASI with nothing behind it.
 //!
 //! It knows nothing of journals, databases or HTTP. Every host call a guest makes is handed to a
-//! [`HostCalls`] implementation as `(operation, JSON request)`; the engine crate supplies the one
-//! that journals and replays.
+//! [`HostCalls`] implementation as `(operation, JSON request)` and answered with the JSON of its
+//! WIT return type ([`Answer`]: a value, or a journal's recorded text); the engine crate supplies
+//! the one that journals and replays.
 //!
 //! # Layout
 //! - `bindings` — the `bindgen!` of the `workflow` world and one `Host` impl per interface.
@@ -30,7 +31,7 @@ pub mod steps;
 pub use cache::CompileStats;
 pub use limits::{GuestLimits, Limit};
 pub use loader::{LoadError, LoadFailure, LoadReport, LoadedWorkflow};
-pub use sandbox::{GuestState, HostCalls, Interrupt, LimitExceeded, Request};
+pub use sandbox::{Answer, GuestState, HostCalls, Interrupt, LimitExceeded, Request};
 pub use steps::{LoadedStep, StepFailure, StepLoadReport};
 
 use std::path::PathBuf;

@@ -10,7 +10,6 @@ use capstan_core::{
     CancelMode, Capability, CapabilityError, CapabilityGrants, ErrorKind, OutcomeCondition,
     RecoveryOperation, WorkflowDescriptor,
 };
-use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -250,7 +249,7 @@ impl HostCalls for NoHostCalls {
         &mut self,
         op: &'static str,
         _request: crate::sandbox::Request,
-    ) -> Result<Value, Interrupt> {
+    ) -> Result<crate::sandbox::Answer, Interrupt> {
         Err(Interrupt::Host(format!(
             "describe() may not call the host (it called `{op}`)"
         )))

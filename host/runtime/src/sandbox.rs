@@ -12,17 +12,65 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 /// Answers a guest's host calls. The engine implements it (journal, replay, providers); tests
 /// implement it with fakes. `op` is `<interface>.<function>`, `request` a JSON object keyed by
 /// parameter name (with its text, see [`Request`]), and the answer must be the JSON of the WIT
-/// return type (`{"Ok": ..}` / `{"Err": ..}` for results).
+/// return type (`{"Ok": ..}` / `{"Err": ..}` for results), as a value or as text ([`Answer`]).
 #[async_trait]
 pub trait HostCalls: Send {
-    async fn call(&mut self, op: &'static str, request: Request) -> Result<Value, Interrupt>;
+    async fn call(&mut self, op: &'static str, request: Request) -> Result<Answer, Interrupt>;
 }
 
 /// A boxed host is a host, so APIs taking `impl HostCalls` also take a `Box<dyn HostCalls>`.
 #[async_trait]
 impl<H: HostCalls + ?Sized> HostCalls for Box<H> {
-    async fn call(&mut self, op: &'static str, request: Request) -> Result<Value, Interrupt> {
+    async fn call(&mut self, op: &'static str, request: Request) -> Result<Answer, Interrupt> {
         (**self).call(op, request).await
+    }
+}
+
+/// A host's answer to a call: the JSON of the WIT return type, built as a value by a host that
+/// computes it, or as the text a journal recorded for a call it replays. Text is decoded
+/// straight into the WIT type, without a `Value` tree in between: a replayed activation answers
+/// every call from text.
+#[derive(Debug, Clone)]
+pub enum Answer {
+    Value(Value),
+    Text(JsonText),
+}
+
+impl From<Value> for Answer {
+    fn from(value: Value) -> Self {
+        Self::Value(value)
+    }
+}
+
+impl From<JsonText> for Answer {
+    fn from(text: JsonText) -> Self {
+        Self::Text(text)
+    }
+}
+
+impl Answer {
+    /// The answer as a value (text is parsed).
+    pub fn into_value(self) -> Value {
+        match self {
+            Self::Value(value) => value,
+            Self::Text(text) => text.value(),
+        }
+    }
+
+    fn decode<T: DeserializeOwned>(&self) -> serde_json::Result<T> {
+        match self {
+            Self::Value(value) => T::deserialize(value),
+            Self::Text(text) => serde_json::from_str(text.as_str()),
+        }
+    }
+}
+
+impl std::fmt::Display for Answer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Value(value) => value.fmt(f),
+            Self::Text(text) => f.write_str(text.as_str()),
+        }
     }
 }
 
@@ -178,7 +226,7 @@ impl GuestState {
         self.clock.leave_host();
         match answer {
             // Decoded from a borrow: the answer is kept for the error's message only.
-            Ok(answer) => T::deserialize(&answer).map_err(|e| {
+            Ok(answer) => answer.decode().map_err(|e| {
                 wasmtime::Error::msg(format!("the host's answer to `{op}` does not fit its WIT type: {e}; answer was {answer}"))
             }),
             Err(interrupt) => {

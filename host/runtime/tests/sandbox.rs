@@ -81,9 +81,8 @@ impl FakeHost {
     }
 }
 
-#[async_trait]
-impl HostCalls for FakeHost {
-    async fn call(&mut self, op: &'static str, request: Request) -> Result<Value, Interrupt> {
+impl FakeHost {
+    async fn respond(&mut self, op: &'static str, request: Request) -> Result<Value, Interrupt> {
         let request = request.value;
         self.calls
             .lock()
@@ -109,6 +108,17 @@ impl HostCalls for FakeHost {
             op if op.starts_with("context.") => Value::Null,
             other => panic!("the fake host has no answer for {other}"),
         })
+    }
+}
+
+#[async_trait]
+impl HostCalls for FakeHost {
+    async fn call(
+        &mut self,
+        op: &'static str,
+        request: Request,
+    ) -> Result<capstan_runtime::Answer, Interrupt> {
+        self.respond(op, request).await.map(Into::into)
     }
 }
 
@@ -656,9 +666,8 @@ struct OverlapHost {
     now: Arc<Mutex<(usize, usize)>>,
 }
 
-#[async_trait]
-impl HostCalls for OverlapHost {
-    async fn call(&mut self, op: &'static str, _request: Request) -> Result<Value, Interrupt> {
+impl OverlapHost {
+    async fn respond(&mut self, op: &'static str, _request: Request) -> Result<Value, Interrupt> {
         {
             let mut now = self.now.lock().unwrap();
             now.0 += 1;
@@ -670,6 +679,17 @@ impl HostCalls for OverlapHost {
             "time.now" => json!(1_000),
             _ => Value::Null,
         })
+    }
+}
+
+#[async_trait]
+impl HostCalls for OverlapHost {
+    async fn call(
+        &mut self,
+        op: &'static str,
+        request: Request,
+    ) -> Result<capstan_runtime::Answer, Interrupt> {
+        self.respond(op, request).await.map(Into::into)
     }
 }
 

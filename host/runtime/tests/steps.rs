@@ -81,9 +81,15 @@ type Answer = Box<dyn FnMut(&Value) -> Result<Value, Interrupt> + Send>;
 struct BookingHost {
     calls: Arc<Mutex<Vec<(String, Value)>>>,
     overrides: Arc<Mutex<Vec<(&'static str, Answer)>>>,
+    /// Answers as JSON text, as a journal replaying its calls gives them.
+    text: bool,
 }
 
 impl BookingHost {
+    fn answering_as_text(mut self) -> Self {
+        self.text = true;
+        self
+    }
     fn answer(
         self,
         op: &'static str,
@@ -103,9 +109,8 @@ impl BookingHost {
     }
 }
 
-#[async_trait]
-impl HostCalls for BookingHost {
-    async fn call(&mut self, op: &'static str, request: Request) -> Result<Value, Interrupt> {
+impl BookingHost {
+    async fn respond(&mut self, op: &'static str, request: Request) -> Result<Value, Interrupt> {
         let request = request.value;
         self.calls
             .lock()
@@ -138,6 +143,22 @@ impl HostCalls for BookingHost {
             "context.log" => Value::Null,
             "time.now" => json!(1_767_225_600_000_u64),
             other => return Err(Interrupt::Host(format!("no answer for {other}"))),
+        })
+    }
+}
+
+#[async_trait]
+impl HostCalls for BookingHost {
+    async fn call(
+        &mut self,
+        op: &'static str,
+        request: Request,
+    ) -> Result<capstan_runtime::Answer, Interrupt> {
+        let answer = self.respond(op, request).await?;
+        Ok(if self.text {
+            capstan_runtime::Answer::Text(capstan_core::store::JsonText::new(&answer))
+        } else {
+            answer.into()
         })
     }
 }
@@ -259,21 +280,50 @@ async fn a_capability_error_comes_back_unchanged_as_the_steps_own_error() {
 }
 
 #[tokio::test]
+async fn answers_given_as_text_reach_the_guest_as_values_do() {
+    let confirm = step("steps/confirm-supplier.wasm").await;
+    let host = BookingHost::default().answering_as_text();
+    let output = confirm.run(host.clone(), Value::Null).await.unwrap();
+    assert_eq!(output, Ok(json!({"supplierReference": "SUP-42"})));
+    assert_eq!(
+        host.ops(),
+        ["booking.current", "supplier.confirm", "context.log"]
+    );
+
+    let host = BookingHost::default().answering_as_text().answer("supplier.confirm", |_| {
+        Ok(json!({"Err": {"kind": "Permanent", "code": "supplier-rejected", "message": "sold out"}}))
+    });
+    let result = confirm.run(host, Value::Null).await.unwrap();
+    assert_eq!(
+        result,
+        Err(CapabilityError::permanent("supplier-rejected", "sold out"))
+    );
+}
+
+#[tokio::test]
 async fn an_answer_that_does_not_fit_the_wit_type_traps_naming_the_op() {
     let confirm = step("steps/confirm-supplier.wasm").await;
-    // `kind` must be the Rust case name ("Permanent"), not lower case.
-    let host = BookingHost::default().answer("supplier.confirm", |_| {
-        Ok(json!({"Err": {"kind": "permanent", "code": "x", "message": "y"}}))
-    });
-    let failure = confirm.run(host, Value::Null).await.unwrap_err();
-    let StepFailure::Trapped(message) = &failure else {
-        panic!("expected a trap, got {failure:?}")
-    };
-    assert!(
-        message.contains("supplier.confirm") && message.contains("does not fit"),
-        "{message}"
-    );
-    assert!(failure.is_guest_fault());
+    // `kind` must be the Rust case name ("Permanent"), not lower case; as a value or as text.
+    for text in [false, true] {
+        let host = BookingHost {
+            text,
+            ..BookingHost::default()
+        }
+        .answer("supplier.confirm", |_| {
+            Ok(json!({"Err": {"kind": "permanent", "code": "x", "message": "y"}}))
+        });
+        let failure = confirm.run(host, Value::Null).await.unwrap_err();
+        let StepFailure::Trapped(message) = &failure else {
+            panic!("expected a trap, got {failure:?}")
+        };
+        assert!(
+            message.contains("supplier.confirm")
+                && message.contains("does not fit")
+                && message.contains(r#""kind":"permanent""#),
+            "{message}"
+        );
+        assert!(failure.is_guest_fault());
+    }
 
     let host = BookingHost::default().answer("booking.current", |_| {
         Err(Interrupt::Host("database down".into()))

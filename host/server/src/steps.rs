@@ -12,7 +12,7 @@
 use crate::config::Settings;
 use async_trait::async_trait;
 use capstan_booking::fulfilment::{StepOutcome, StepRunner};
-use capstan_runtime::{HostCalls, Interrupt, Request, Runtime};
+use capstan_runtime::{Answer, HostCalls, Interrupt, Request, Runtime};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 
@@ -188,7 +188,7 @@ fn reference(prefix: &str) -> String {
 
 #[async_trait]
 impl HostCalls for StepHost {
-    async fn call(&mut self, op: &'static str, request: Request) -> Result<Value, Interrupt> {
+    async fn call(&mut self, op: &'static str, request: Request) -> Result<Answer, Interrupt> {
         let request = request.value;
         let booking_id = self.booking["booking_id"]
             .as_str()
@@ -257,6 +257,6 @@ impl HostCalls for StepHost {
                 )));
             }
         };
-        Ok(answer)
+        Ok(answer.into())
     }
 }

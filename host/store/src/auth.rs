@@ -366,17 +366,17 @@ impl Store {
             // only when none comes within the writer's patience
             // ([`crate::writer::BEHIND_COMPANY`]) or a reader of the log hurries it
             // ([`Store::audit_settled`]).
-            let mut sql = crate::Sql::default();
-            for a in &batch {
-                push_audit_insert(&mut sql, a);
-            }
+            let records = batch.len();
             let written = if self.backend() == crate::Backend::Sqlite {
-                self.grouped_patiently(sql)
+                self.grouped_patiently(audit_inserts(batch))
                     .await
                     .map(drop)
                     .map_err(|e| e.to_string())
             } else if let Some(writer) = self.pg_writer() {
-                match writer.queue_patiently(sql.into_statements()).await {
+                match writer
+                    .queue_patiently(audit_inserts(batch).into_statements())
+                    .await
+                {
                     Ok(answer) => answer
                         .await
                         .unwrap_or_else(|_| Err(crate::engine::interrupted()))
@@ -393,7 +393,7 @@ impl Store {
                 result
             };
             if let Err(error) = written {
-                tracing::error!(%error, records = batch.len(), "could not write audit records");
+                tracing::error!(%error, records, "could not write audit records");
             }
             self.inner
                 .audit_written
@@ -414,12 +414,12 @@ impl Store {
         let failed = |e: capstan_core::store::StoreError| sqlx::Error::Protocol(e.to_string());
         if self.backend() == crate::Backend::Sqlite {
             let mut sql = crate::Sql::default();
-            push_audit_insert(&mut sql, a);
+            push_audit_insert(&mut sql, a.clone());
             return self.commit_guarded(sql, 0).await.map_err(failed);
         }
         if let Some(writer) = self.pg_writer() {
             let mut sql = crate::Sql::default();
-            push_audit_insert(&mut sql, a);
+            push_audit_insert(&mut sql, a.clone());
             return writer
                 .commit(sql.into_statements(), Vec::new(), None, Default::default())
                 .await
@@ -465,7 +465,7 @@ impl Store {
     ) -> (Result<(), sqlx::Error>, T) {
         let failed = |e: capstan_core::store::StoreError| sqlx::Error::Protocol(e.to_string());
         let mut sql = crate::Sql::default();
-        push_audit_insert(&mut sql, a);
+        push_audit_insert(&mut sql, a.clone());
         if self.backend() == crate::Backend::Postgres {
             let Some(writer) = self.pg_writer() else {
                 return tokio::join!(self.insert_audit(a), work);
@@ -626,22 +626,32 @@ async fn patient_answer<T, R, G>(
 }
 
 /// The prepared single-row `INSERT` of one audit record (either backend's group writer).
-fn push_audit_insert(sql: &mut crate::Sql, a: &AuditRecord) {
+/// The record's fields move into the statement's values (a read's record is built for this).
+fn push_audit_insert(sql: &mut crate::Sql, a: AuditRecord) {
     sql.push_statement(
         "INSERT INTO audit_logs (id, at_ms, principal_id, action, method, route, resource, result, execution_id, ip, user_agent)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
     )
-    .bind(a.id.clone())
+    .bind(a.id)
     .bind(a.at_ms)
-    .bind(a.principal_id.clone())
-    .bind(a.action.clone())
-    .bind(a.method.clone())
-    .bind(a.route.clone())
-    .bind(a.resource.clone())
-    .bind(a.result.clone())
-    .bind(a.execution_id.clone())
-    .bind(a.ip.clone())
-    .bind(a.user_agent.clone());
+    .bind(a.principal_id)
+    .bind(a.action)
+    .bind(a.method)
+    .bind(a.route)
+    .bind(a.resource)
+    .bind(a.result)
+    .bind(a.execution_id)
+    .bind(a.ip)
+    .bind(a.user_agent);
+}
+
+/// One prepared single-row statement per record.
+fn audit_inserts(records: Vec<AuditRecord>) -> crate::Sql {
+    let mut sql = crate::Sql::default();
+    for a in records {
+        push_audit_insert(&mut sql, a);
+    }
+    sql
 }
 
 #[cfg(test)]
