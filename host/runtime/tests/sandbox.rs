@@ -666,8 +666,13 @@ struct OverlapHost {
     now: Arc<Mutex<(usize, usize)>>,
 }
 
-impl OverlapHost {
-    async fn respond(&mut self, op: &'static str, _request: Request) -> Result<Value, Interrupt> {
+#[async_trait]
+impl HostCalls for OverlapHost {
+    async fn call(
+        &mut self,
+        op: &'static str,
+        _request: Request,
+    ) -> Result<capstan_runtime::Answer, Interrupt> {
         {
             let mut now = self.now.lock().unwrap();
             now.0 += 1;
@@ -678,18 +683,8 @@ impl OverlapHost {
         Ok(match op {
             "time.now" => json!(1_000),
             _ => Value::Null,
-        })
-    }
-}
-
-#[async_trait]
-impl HostCalls for OverlapHost {
-    async fn call(
-        &mut self,
-        op: &'static str,
-        request: Request,
-    ) -> Result<capstan_runtime::Answer, Interrupt> {
-        self.respond(op, request).await.map(Into::into)
+        }
+        .into())
     }
 }
 
