@@ -249,7 +249,9 @@ pub struct OutboxEvent {
     pub execution_id: String,
     #[schema(format = DateTime)]
     pub occurred_at: String,
-    pub payload_json: Value,
+    /// The event's payload as it was written (its text, sent on unchanged).
+    #[schema(value_type = Object)]
+    pub payload_json: capstan_core::store::JsonText,
     pub principal_id: String,
     #[schema(format = DateTime)]
     pub routed_at: Option<String>,

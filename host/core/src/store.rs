@@ -243,7 +243,9 @@ pub struct OutboxRecord {
     pub event_version: String,
     pub principal_id: String,
     pub workflow: String,
-    pub payload_json: Value,
+    /// Kept as its text: a stream or a webhook sends it on as read, so reading an event builds
+    /// no tree only to write it out again.
+    pub payload_json: JsonText,
     pub occurred_ms: Millis,
     pub traceparent: Option<String>,
     pub routed_ms: Option<Millis>,

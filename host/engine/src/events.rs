@@ -58,7 +58,7 @@ pub fn event(
         event_version: "1".to_owned(),
         principal_id: execution.principal_id.clone(),
         workflow: execution.workflow.clone(),
-        payload_json: payload,
+        payload_json: capstan_core::store::JsonText::new(&payload),
         occurred_ms: now,
         traceparent: execution.traceparent.clone(),
         routed_ms: None,

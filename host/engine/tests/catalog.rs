@@ -27,7 +27,7 @@ async fn validate_outbox(w: &World, id: &str) -> BTreeSet<String> {
         let validator = jsonschema::validator_for(&schema)
             .unwrap_or_else(|err| panic!("schema of {} does not compile: {err}", e.event_type));
         let errors: Vec<String> = validator
-            .iter_errors(&e.payload_json)
+            .iter_errors(&e.payload_json.value())
             .map(|err| format!("{} at {}", err, err.instance_path()))
             .collect();
         assert!(

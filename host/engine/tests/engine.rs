@@ -394,7 +394,7 @@ async fn a_journal_that_does_not_match_the_component_pauses_with_nondeterministi
         .find(|e| e.event_type == "ExecutionPaused")
         .unwrap();
     assert!(
-        paused.payload_json["message"]
+        paused.payload_json.value()["message"]
             .as_str()
             .unwrap()
             .contains("journal recorded"),
@@ -506,7 +506,7 @@ async fn a_replayed_call_that_reaches_a_token_used_for_another_call_pauses_inste
         .find(|e| e.event_type == "ExecutionPaused")
         .unwrap();
     assert!(
-        paused.payload_json["message"]
+        paused.payload_json.value()["message"]
             .as_str()
             .unwrap()
             .contains("earlier attempt's different call"),

@@ -31,10 +31,11 @@ fn json_text(v: &Value) -> String {
     v.to_string()
 }
 
-/// A receipt's request or answer as stored (checked as JSON, kept as text).
-fn receipt_text(row: &AnyRow, column: &str) -> Result<JsonText, StoreError> {
+/// A column of JSON kept as text (checked as JSON, no tree built): a receipt's request or
+/// answer, an event's payload.
+fn text_json(row: &AnyRow, column: &str) -> Result<JsonText, StoreError> {
     JsonText::from_text(row.get(column))
-        .map_err(|e| StoreError::Corrupt(format!("bad receipt {column}: {e}")))
+        .map_err(|e| StoreError::Corrupt(format!("bad JSON in {column}: {e}")))
 }
 
 fn parse_json(text: Option<String>) -> Result<Option<Value>, StoreError> {
@@ -84,6 +85,14 @@ static EXECUTION_WITH_STAGES: LazyLock<String> = LazyLock::new(|| {
          WHERE e.id = $1 ORDER BY s.position",
         rows::select_list("e", &rows::EXECUTION_COLUMNS),
         rows::select_list("s", &rows::STAGE_COLUMNS),
+    )
+});
+
+/// One execution's outbox events, in order.
+static OUTBOX_OF_EXECUTION: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "{} WHERE o.execution_id = $1 ORDER BY o.seq",
+        SELECT_OUTBOX.as_str()
     )
 });
 
@@ -150,22 +159,18 @@ fn wait_row(row: &AnyRow) -> Result<WaitRecord, StoreError> {
     })
 }
 
+/// `SELECT` of every outbox column [`outbox_row`] reads, from `outbox AS o`; a statement goes on
+/// with its `WHERE`.
+pub(crate) static SELECT_OUTBOX: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {} FROM outbox AS o",
+        rows::select_list("o", &rows::OUTBOX_COLUMNS)
+    )
+});
+
+/// A row of [`SELECT_OUTBOX`].
 pub(crate) fn outbox_row(row: &AnyRow) -> Result<OutboxRecord, StoreError> {
-    Ok(OutboxRecord {
-        seq: row.get("seq"),
-        event_id: row.get("event_id"),
-        execution_id: row.get("execution_id"),
-        event_type: row.get("event_type"),
-        event_version: row.get("event_version"),
-        principal_id: row.get("principal_id"),
-        workflow: row.get("workflow"),
-        payload_json: parse_json(Some(row.get("payload_json")))?.unwrap_or(Value::Null),
-        occurred_ms: row.get("occurred_ms"),
-        traceparent: row.get("traceparent"),
-        routed_ms: row.get("routed_ms"),
-        stream_published_ms: row.get("stream_published_ms"),
-        dispatched_ms: row.get("dispatched_ms"),
-    })
+    rows::outbox_at(row, 0)
 }
 
 /// The statements of one write transaction, sent in as few round trips as the backend allows.
@@ -624,7 +629,7 @@ fn push_write(batch: &mut Batch, write: Write) {
                 .bind(e.event_version)
                 .bind(e.principal_id)
                 .bind(e.workflow)
-                .bind(json_text(&e.payload_json))
+                .bind(e.payload_json.as_str().to_owned())
                 .bind(e.occurred_ms)
                 .bind(e.traceparent)
                 // Streams read the outbox: an event is published to them when it commits.
@@ -1552,8 +1557,8 @@ impl ExecutionReads for Store {
                     run_id: row.get("run_id"),
                     seq: row.get("seq"),
                     op: row.get("op"),
-                    request: receipt_text(row, "request")?,
-                    response: receipt_text(row, "response")?,
+                    request: text_json(row, "request")?,
+                    response: text_json(row, "response")?,
                     created_ms: row.get("created_ms"),
                     compensated_ms: row.get("compensated_ms"),
                 })
@@ -1587,8 +1592,7 @@ impl ExecutionReads for Store {
     async fn events(&self, execution_id: &str) -> Result<Vec<OutboxRecord>, StoreError> {
         let rows = self
             .fetch_all(
-                Sql::new("SELECT * FROM outbox WHERE execution_id = $1 ORDER BY seq")
-                    .arg(execution_id.to_owned()),
+                Sql::new(OUTBOX_OF_EXECUTION.as_str()).arg(execution_id.to_owned()),
             )
             .await
             .map_err(unavailable)?;

@@ -2219,7 +2219,7 @@ mod tests {
             event_version: "1".into(),
             principal_id: "p".into(),
             workflow: "w".into(),
-            payload_json: serde_json::json!({}),
+            payload_json: capstan_core::store::JsonText::new(&serde_json::json!({})),
             occurred_ms: 1,
             traceparent: None,
             routed_ms: None,

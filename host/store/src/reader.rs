@@ -18,6 +18,7 @@
 //! a connection with [`Readers::with`] instead and decodes SQLite's rows itself (`rows.rs`).
 
 use crate::sql::Statement;
+use capstan_core::store::StoreError;
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OpenFlags};
 use sqlx::any::AnyRow;
@@ -115,6 +116,31 @@ impl Readers {
             }
             rows
         })
+    }
+
+    /// Runs one statement and decodes its rows as they are stepped (`rows.rs`): no `AnyRow` is
+    /// built and no text copied that the records do not keep. The first row that does not
+    /// decode ends the read with its error.
+    pub(crate) fn decode<T>(
+        &self,
+        statement: &Statement,
+        mut decode: impl FnMut(&rusqlite::Row<'_>) -> Result<T, StoreError>,
+    ) -> Result<Vec<T>, StoreError> {
+        self.with(|conn| {
+            let mut prepared = conn.prepare_cached(&statement.text).map_err(failed)?;
+            crate::writer::bind(&mut prepared, statement).map_err(failed)?;
+            let mut out = Vec::new();
+            // Dropping `rows` resets the statement, which ends its implicit read transaction.
+            let mut rows = prepared.raw_query();
+            while let Some(row) = rows.next().map_err(failed)? {
+                match decode(row) {
+                    Ok(record) => out.push(record),
+                    Err(e) => return Ok(Err(e)),
+                }
+            }
+            Ok::<_, sqlx::Error>(Ok(out))
+        })
+        .map_err(|e| StoreError::Unavailable(e.to_string()))?
     }
 }
 

@@ -6,7 +6,7 @@
 //! other path keeps sqlx's rows. A decoder reads the columns of its `*_COLUMNS` list from a
 //! given position, so a join can carry two records side by side.
 
-use capstan_core::store::{ExecutionRecord, StageRecord, StoreError};
+use capstan_core::store::{ExecutionRecord, JsonText, OutboxRecord, StageRecord, StoreError};
 use serde_json::Value;
 use sqlx::Row as _;
 use sqlx::any::AnyRow;
@@ -139,6 +139,43 @@ pub(crate) fn stage_at(row: &impl Columns, at: usize) -> Result<StageRecord, Sto
         finished_ms: row.int(at + 6)?,
         output_json: json(row, at + 7)?,
         error_json: json(row, at + 8)?,
+    })
+}
+
+/// The columns [`outbox_at`] reads, in its order.
+pub(crate) const OUTBOX_COLUMNS: [&str; 13] = [
+    "seq",
+    "event_id",
+    "execution_id",
+    "event_type",
+    "event_version",
+    "principal_id",
+    "workflow",
+    "payload_json",
+    "occurred_ms",
+    "traceparent",
+    "routed_ms",
+    "stream_published_ms",
+    "dispatched_ms",
+];
+
+/// An outbox event from [`OUTBOX_COLUMNS`] at `at`, `at + 1`, …. Its payload is checked as JSON
+/// and kept as text: streams and webhooks send it on as it is.
+pub(crate) fn outbox_at(row: &impl Columns, at: usize) -> Result<OutboxRecord, StoreError> {
+    Ok(OutboxRecord {
+        seq: int(row, at)?,
+        event_id: text(row, at + 1)?,
+        execution_id: text(row, at + 2)?,
+        event_type: text(row, at + 3)?,
+        event_version: text(row, at + 4)?,
+        principal_id: text(row, at + 5)?,
+        workflow: text(row, at + 6)?,
+        payload_json: JsonText::from_text(text(row, at + 7)?).map_err(|e| corrupt(at + 7, e))?,
+        occurred_ms: int(row, at + 8)?,
+        traceparent: opt_text(row, at + 9)?,
+        routed_ms: row.int(at + 10)?,
+        stream_published_ms: row.int(at + 11)?,
+        dispatched_ms: row.int(at + 12)?,
     })
 }
 

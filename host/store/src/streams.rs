@@ -2,10 +2,11 @@
 //! writer on SQLite, the outbox lock on PostgreSQL — see `engine::outbox_lock`), filtered; and
 //! single-use stream tokens.
 
-use crate::engine::{outbox_row, unavailable};
+use crate::engine::{SELECT_OUTBOX, outbox_row, unavailable};
 use crate::{Sql, Store};
 use capstan_core::store::{Millis, OutboxRecord, StoreError};
 use sqlx::Row;
+use std::sync::LazyLock;
 
 /// Which events a stream carries. `workflows` is already narrowed to the caller's entitlements.
 #[derive(Debug, Clone, Default)]
@@ -25,13 +26,18 @@ pub struct StreamFilter {
 /// newest `seq`, SQLite could not tell the join yields one row and sorted the page in a
 /// temporary B-tree, and read the outbox's right edge besides.
 fn page(after: i64, filter: &StreamFilter, limit: i64) -> Sql {
-    let (head, bound) = if filter.execution_id.is_some() {
-        ("SELECT o.* FROM outbox AS o WHERE o.seq > ", "")
-    } else {
-        (
-            "SELECT o.*, t.top FROM (SELECT MAX(seq) AS top FROM outbox) AS t LEFT JOIN outbox AS o ON o.seq > ",
-            " AND o.seq <= t.top",
+    static ONE_EXECUTION: LazyLock<String> =
+        LazyLock::new(|| format!("{} WHERE o.seq > ", SELECT_OUTBOX.as_str()));
+    static EVERY_EXECUTION: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            "SELECT {}, t.top FROM (SELECT MAX(seq) AS top FROM outbox) AS t LEFT JOIN outbox AS o ON o.seq > ",
+            crate::rows::select_list("o", &crate::rows::OUTBOX_COLUMNS)
         )
+    });
+    let (head, bound) = if filter.execution_id.is_some() {
+        (ONE_EXECUTION.as_str(), "")
+    } else {
+        (EVERY_EXECUTION.as_str(), " AND o.seq <= t.top")
     };
     let mut q = Sql::new(head);
     q.push_bind(after)
@@ -83,10 +89,19 @@ impl Store {
         }
         let q = page(after, filter, limit);
         let one_execution = filter.execution_id.is_some();
-        let rows = if one_execution {
+        if one_execution && let Some(readers) = self.point_readers() {
             // One execution's events (its feed): a read bounded by its key (`outbox_by_execution`)
             // and the page, so on SQLite it runs on the calling thread (`reader.rs`) like the
-            // execution reads, not as a hand-off to one of sqlx's threads per wake of every feed.
+            // execution reads, not as a hand-off to one of sqlx's threads per wake of every feed,
+            // and its rows are decoded as they are stepped.
+            let [statement] = q.statements() else {
+                unreachable!("a page is one statement")
+            };
+            let events = readers.decode(statement, |row| crate::rows::outbox_at(row, 0))?;
+            let cursor = events.last().map_or(after, |last| last.seq);
+            return Ok((events, cursor));
+        }
+        let rows = if one_execution {
             self.fetch_all(q).await
         } else {
             q.build()

@@ -1,6 +1,7 @@
 //! Webhook subscriptions, delivery attempts and the relay's cursor over the outbox.
 
-use crate::engine::{Batch, outbox_row, unavailable};
+use crate::engine::{Batch, SELECT_OUTBOX, outbox_row, unavailable};
+use std::sync::LazyLock;
 use crate::{Sql, Store};
 use capstan_core::store::{Millis, OutboxRecord, StoreError};
 use sqlx::Row;
@@ -289,9 +290,13 @@ impl Store {
         after: i64,
         to: i64,
     ) -> Result<Vec<OutboxRecord>, StoreError> {
-        let read = Sql::new("SELECT * FROM outbox WHERE seq > $1 AND seq <= $2 ORDER BY seq")
-            .arg(after)
-            .arg(to);
+        static BETWEEN: LazyLock<String> = LazyLock::new(|| {
+            format!(
+                "{} WHERE o.seq > $1 AND o.seq <= $2 ORDER BY o.seq",
+                SELECT_OUTBOX.as_str()
+            )
+        });
+        let read = Sql::new(BETWEEN.as_str()).arg(after).arg(to);
         let rows = self.fetch_all(read).await.map_err(unavailable)?;
         rows.iter().map(outbox_row).collect()
     }
@@ -528,7 +533,9 @@ impl Store {
     }
 
     pub async fn outbox_event(&self, event_id: &str) -> Result<Option<OutboxRecord>, StoreError> {
-        let read = Sql::new("SELECT * FROM outbox WHERE event_id = $1").arg(event_id.to_owned());
+        static BY_ID: LazyLock<String> =
+            LazyLock::new(|| format!("{} WHERE o.event_id = $1", SELECT_OUTBOX.as_str()));
+        let read = Sql::new(BY_ID.as_str()).arg(event_id.to_owned());
         let row = self.fetch_optional(read).await.map_err(unavailable)?;
         row.as_ref().map(outbox_row).transpose()
     }
