@@ -1591,9 +1591,7 @@ impl ExecutionReads for Store {
 
     async fn events(&self, execution_id: &str) -> Result<Vec<OutboxRecord>, StoreError> {
         let rows = self
-            .fetch_all(
-                Sql::new(OUTBOX_OF_EXECUTION.as_str()).arg(execution_id.to_owned()),
-            )
+            .fetch_all(Sql::new(OUTBOX_OF_EXECUTION.as_str()).arg(execution_id.to_owned()))
             .await
             .map_err(unavailable)?;
         rows.iter().map(outbox_row).collect()

@@ -1,11 +1,11 @@
 //! Webhook subscriptions, delivery attempts and the relay's cursor over the outbox.
 
 use crate::engine::{Batch, SELECT_OUTBOX, outbox_row, unavailable};
-use std::sync::LazyLock;
 use crate::{Sql, Store};
 use capstan_core::store::{Millis, OutboxRecord, StoreError};
 use sqlx::Row;
 use sqlx::any::AnyRow;
+use std::sync::LazyLock;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct SubscriptionRecord {
