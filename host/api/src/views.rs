@@ -249,8 +249,8 @@ pub struct OutboxEvent {
     pub execution_id: String,
     #[schema(format = DateTime)]
     pub occurred_at: String,
-    /// The event's payload as it was written (its text, sent on unchanged).
-    #[schema(value_type = Object)]
+    // Its text as written: sent on unchanged, described as any JSON.
+    #[schema(value_type = Value)]
     pub payload_json: capstan_core::store::JsonText,
     pub principal_id: String,
     #[schema(format = DateTime)]
