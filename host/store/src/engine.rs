@@ -13,7 +13,7 @@
 use crate::rows::parse_enum;
 use crate::sql::Check;
 use crate::wakes::{Announcement, Touched};
-use crate::{Backend, Sql, Store, reader, rows};
+use crate::{Backend, Sql, Store, rows};
 use async_trait::async_trait;
 use capstan_core::store::*;
 use serde_json::Value;
@@ -1099,35 +1099,15 @@ impl Store {
         &self,
         id: &str,
     ) -> Result<Option<(ExecutionRecord, Vec<StageRecord>)>, StoreError> {
-        if let Some(readers) = self.point_readers() {
-            let decoded = readers
-                .with(|conn| {
-                    let mut statement = conn
-                        .prepare_cached(&EXECUTION_WITH_STAGES)
-                        .map_err(reader::failed)?;
-                    statement
-                        .raw_bind_parameter(1, id)
-                        .map_err(reader::failed)?;
-                    let mut found = ExecutionWithStages::default();
-                    // Dropping `rows` resets the statement, which ends its read transaction.
-                    let mut rows = statement.raw_query();
-                    while let Some(row) = rows.next().map_err(reader::failed)? {
-                        if let Err(e) = found.push(row) {
-                            return Ok(Err(e));
-                        }
-                    }
-                    Ok::<_, sqlx::Error>(Ok(found))
-                })
-                .map_err(unavailable)??;
-            return Ok(decoded.done());
-        }
-        let rows = self
-            .fetch_all(Sql::new(EXECUTION_WITH_STAGES.as_str()).arg(id.to_owned()))
-            .await
-            .map_err(unavailable)?;
+        let read = Sql::new(EXECUTION_WITH_STAGES.as_str()).arg(id.to_owned());
         let mut found = ExecutionWithStages::default();
-        for row in &rows {
-            found.push(row)?;
+        if let Some(readers) = self.point_readers() {
+            readers.decode(&read, |row| found.push(row))?;
+        } else {
+            let rows = self.fetch_all(read).await.map_err(unavailable)?;
+            for row in &rows {
+                found.push(row)?;
+            }
         }
         Ok(found.done())
     }

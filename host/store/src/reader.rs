@@ -17,6 +17,7 @@
 //! same on both paths and on both backends. The hottest read (an execution with its stages) takes
 //! a connection with [`Readers::with`] instead and decodes SQLite's rows itself (`rows.rs`).
 
+use crate::Sql;
 use crate::sql::Statement;
 use capstan_core::store::StoreError;
 use rusqlite::types::ValueRef;
@@ -118,14 +119,17 @@ impl Readers {
         })
     }
 
-    /// Runs one statement and decodes its rows as they are stepped (`rows.rs`): no `AnyRow` is
-    /// built and no text copied that the records do not keep. The first row that does not
-    /// decode ends the read with its error.
+    /// Runs a read of one statement and decodes its rows as they are stepped (`rows.rs`): no
+    /// `AnyRow` is built and no text copied that the records do not keep. The first row that
+    /// does not decode ends the read with its error.
     pub(crate) fn decode<T>(
         &self,
-        statement: &Statement,
+        read: &Sql,
         mut decode: impl FnMut(&rusqlite::Row<'_>) -> Result<T, StoreError>,
     ) -> Result<Vec<T>, StoreError> {
+        let [statement] = read.statements() else {
+            unreachable!("a decoded read is one statement")
+        };
         self.with(|conn| {
             let mut prepared = conn.prepare_cached(&statement.text).map_err(failed)?;
             crate::writer::bind(&mut prepared, statement).map_err(failed)?;

@@ -94,10 +94,7 @@ impl Store {
             // and the page, so on SQLite it runs on the calling thread (`reader.rs`) like the
             // execution reads, not as a hand-off to one of sqlx's threads per wake of every feed,
             // and its rows are decoded as they are stepped.
-            let [statement] = q.statements() else {
-                unreachable!("a page is one statement")
-            };
-            let events = readers.decode(statement, |row| crate::rows::outbox_at(row, 0))?;
+            let events = readers.decode(&q, |row| crate::rows::outbox_at(row, 0))?;
             let cursor = events.last().map_or(after, |last| last.seq);
             return Ok((events, cursor));
         }
