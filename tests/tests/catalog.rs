@@ -16,7 +16,7 @@ fn set(items: &[&str]) -> BTreeSet<String> {
     items.iter().map(|s| (*s).to_owned()).collect()
 }
 
-const TYPES: [&str; 18] = [
+const TYPES: [&str; 19] = [
     "ExecutionQueued",
     "ExecutionStarted",
     "StageStarted",
@@ -30,6 +30,7 @@ const TYPES: [&str; 18] = [
     "ExecutionFailed",
     "RollbackStarted",
     "ExecutionRolledBack",
+    "RollbackFailed",
     "CommandQueued",
     "SubdomainPlanReady",
     "SubdomainPlanApproved",

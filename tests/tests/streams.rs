@@ -404,6 +404,86 @@ async fn an_execution_feed_stays_open_while_it_waits_and_ends_when_it_is_cancele
     assert!(rest.contains("event: ExecutionCanceled.v1"), "{rest}");
 }
 
+/// A rollback whose compensation is refused for good ends in `RollbackFailed`: the execution
+/// keeps its terminal status, so a feed that followed the rollback ends with that event, and a
+/// resume at it is 204.
+#[tokio::test]
+async fn a_feed_that_follows_a_failed_rollback_ends_at_rollback_failed() {
+    let home = home(&["guest-fixtures/fixture-steps.wasm"]);
+    let key = key_for(home.path(), "ops", &["workflows:fixture-steps"]);
+    let server = Server::start(home.path());
+    let c = Client::new();
+    let id = trigger(&c, &server.base, &key, 1).await;
+    finish(&c, &server.base, &key, &id).await;
+    let mut r = feed(&c, &server.base, &key, &id, None).await;
+    let before = ends_within(&mut r, Duration::from_secs(10)).await;
+    let succeeded = *ids(&before).last().unwrap();
+    server.terminate();
+
+    // The same database, now with every DNS change refused: the compensations fail.
+    let config = home.path().join("capstan.toml");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(
+        "[[simulator.faults]]\nop = \"dns.change-records\"\nerror = \"permanent\"\ncode = \"refused\"\n",
+    );
+    std::fs::write(&config, text).unwrap();
+    let server = Server::start(home.path());
+    let base = server.base.clone();
+    let r = c
+        .post(format!("{base}/v1/executions/{id}/rollback"))
+        .bearer_auth(&key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    let command: Value = r.json().await.unwrap();
+    let command_id = command["command"]["commandId"].as_str().unwrap().to_owned();
+
+    let mut r = feed(&c, &base, &key, &id, Some(succeeded)).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let rollback = ends_within(&mut r, Duration::from_secs(10)).await;
+    let names: Vec<&str> = rollback
+        .lines()
+        .filter_map(|l| l.strip_prefix("event: "))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "CommandQueued.v1",
+            "RollbackStarted.v1",
+            "StageStarted.v1",
+            "StageFailed.v1",
+            "RollbackFailed.v1"
+        ],
+        "{rollback}"
+    );
+    let last = rollback
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .next_back()
+        .unwrap();
+    let payload: Value = serde_json::from_str(last).unwrap();
+    let payload = &payload["payloadJson"];
+    assert_eq!(payload["status"], "succeeded", "{payload}");
+    assert_eq!(payload["commandId"], command_id.as_str(), "{payload}");
+    assert!(
+        payload["stage"].as_str().unwrap().starts_with("rollback:"),
+        "{payload}"
+    );
+    assert_eq!(payload["error"]["error"], "refused", "{payload}");
+    assert_eq!(payload["error"]["kind"], "permanent", "{payload}");
+
+    // Nothing follows it: a resume there is 204; the execution kept its status, its failed
+    // compensation stage says why.
+    let r = feed(&c, &base, &key, &id, ids(&rollback).last().copied()).await;
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    let execution = capstan_e2e::get_json(&c, &format!("{base}/v1/executions/{id}"), &key).await;
+    assert_eq!(execution["status"], "succeeded", "{execution:#}");
+    let stage = execution["stages"].as_array().unwrap().last().unwrap();
+    assert_eq!(stage["stageName"], payload["stage"], "{execution:#}");
+    assert_eq!(stage["status"], "failed", "{execution:#}");
+}
+
 /// Reads `r` until the server ends it; panics when it is still open after `within`.
 async fn ends_within(r: &mut reqwest::Response, within: Duration) -> String {
     let mut text = String::new();

@@ -373,7 +373,7 @@ impl Cursor {
     /// Queues a page of events to send, in order.
     fn queue(&mut self, events: Vec<capstan_core::store::OutboxRecord>) {
         for e in events {
-            self.at_rest = capstan_core::transitions::is_terminal_event(&e.event_type);
+            self.at_rest = comes_to_rest(&e);
             let id = e.seq.to_string();
             let name = format!("{}.v{}", e.event_type, e.event_version);
             let data = serde_json::to_string(&views::OutboxEvent::from(e)).unwrap_or_default();
@@ -381,6 +381,20 @@ impl Cursor {
                 .push_back(Event::default().id(id).event(name).data(data));
         }
     }
+}
+
+/// Whether the execution came to rest with `event` ([`capstan_core::transitions::comes_to_rest`]);
+/// the payload's `status` is read only for an event that needs it.
+fn comes_to_rest(event: &capstan_core::store::OutboxRecord) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Status {
+        status: capstan_core::execution::ExecutionStatus,
+    }
+    capstan_core::transitions::comes_to_rest(&event.event_type, || {
+        serde_json::from_str::<Status>(event.payload_json.as_str())
+            .ok()
+            .map(|p| p.status)
+    })
 }
 
 /// A stream of the outbox after `cursor` (from the first event when `from_start`, else from
@@ -466,7 +480,7 @@ async fn open(
         cursor.caught_up = (events.len() as i64) < PAGE;
         if events.first().is_some_and(|e| e.seq == n) {
             let seen = events.remove(0);
-            cursor.at_rest = capstan_core::transitions::is_terminal_event(&seen.event_type);
+            cursor.at_rest = comes_to_rest(&seen);
         }
         cursor.after = read_to.max(n);
         if events.is_empty() && cursor.caught_up && cursor.at_rest {

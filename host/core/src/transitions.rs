@@ -25,7 +25,7 @@
 //! | running | guest fails | the error is `canceled` and the workflow cancels cooperatively | canceled | ExecutionCanceled | — |
 //! | running | guest fails | always | failed | ExecutionFailed | — |
 //! | queued, running, waiting, paused | cancel stops the run | always | canceled | ExecutionCanceled | — |
-//! | succeeded, failed, canceled, paused | rollback run ends | a compensation failed permanently | stays | — | — |
+//! | succeeded, failed, canceled, paused | rollback run ends | a compensation failed permanently | stays | RollbackFailed | — |
 //! | succeeded, failed, canceled, paused | rollback run ends | always | rolled_back | ExecutionRolledBack | — |
 //! | succeeded, failed, canceled, rolled_back | cancel | always | stays | — | 409 not_cancelable |
 //! | queued, running, waiting | cancel | the workflow cancels cooperatively | stays | ExecutionCancellationRequested | 202 cancellation_requested |
@@ -97,6 +97,15 @@ impl On {
             Self::Rollback => "rollback",
             Self::Approve => "approve",
         }
+    }
+
+    /// After this move the execution has no run under way: the guest's outcome but a wait, a
+    /// cancel stopping the run, the rollback run's end.
+    fn ends_run(self) -> bool {
+        matches!(
+            self,
+            Self::GuestReturns | Self::GuestFails | Self::RunStopped | Self::RollbackRunEnds
+        )
     }
 
     pub fn is_command(self) -> bool {
@@ -350,7 +359,7 @@ pub static TABLE: &[Row] = &[
     row(&[RUNNING], On::GuestFails, When::StoppedOnRequest, Some(CANCELED), &["ExecutionCanceled"], Answer::None),
     GUEST_FAILS,
     row(CANCELABLE, On::RunStopped, When::Always, Some(CANCELED), &["ExecutionCanceled"], Answer::None),
-    row(ROLLBACKABLE, On::RollbackRunEnds, When::CompensationFailed, None, &[], Answer::None),
+    row(ROLLBACKABLE, On::RollbackRunEnds, When::CompensationFailed, None, &["RollbackFailed"], Answer::None),
     row(ROLLBACKABLE, On::RollbackRunEnds, When::Always, Some(ROLLED_BACK), &["ExecutionRolledBack"], Answer::None),
     // cancel
     row(FINISHED, On::Cancel, When::Always, None, &[], Answer::Refused("not_cancelable")),
@@ -452,14 +461,26 @@ pub fn on_guest_outcome(on: On, facts: &Facts) -> &'static Row {
     decide(on, ExecutionStatus::Running, facts).unwrap_or(&GUEST_FAILS)
 }
 
-/// Whether an event of `event_type` is the one that brings an execution to a terminal status
-/// ([`ExecutionStatus::is_terminal`]): the last event of a row that moves it there. Such an event
-/// is the last one written until a command (resume, rollback) moves the execution again, so an
-/// execution's own feed can end after it (`host/api`'s streams).
-pub fn is_terminal_event(event_type: &str) -> bool {
-    TABLE.iter().any(|r| {
-        r.to.is_some_and(ExecutionStatus::is_terminal) && r.events.last() == Some(&event_type)
-    })
+/// Whether an execution has come to rest with an event of `event_type`, which says the execution
+/// is in `status` (read only when it matters): the event is the last of a row that moves the
+/// execution to a terminal status ([`ExecutionStatus::is_terminal`]), or of a row that ends its
+/// run and leaves it where it was, when that is a terminal status (a rollback whose compensation
+/// failed, `RollbackFailed`, on a succeeded execution). Such an event is the last one written
+/// until a command (resume, rollback) moves the execution again, so an execution's own feed can
+/// end after it (`host/api`'s streams).
+pub fn comes_to_rest(event_type: &str, status: impl FnOnce() -> Option<ExecutionStatus>) -> bool {
+    let mut stays_at_run_end = false;
+    for r in TABLE
+        .iter()
+        .filter(|r| r.events.last() == Some(&event_type))
+    {
+        match r.to {
+            Some(to) if to.is_terminal() => return true,
+            Some(_) => {}
+            None => stays_at_run_end |= r.on.ends_run(),
+        }
+    }
+    stays_at_run_end && status().is_some_and(ExecutionStatus::is_terminal)
 }
 
 /// The table as the markdown of this module's documentation.
@@ -518,14 +539,16 @@ mod tests {
         );
     }
 
-    /// A terminal event is written only by a move to a terminal status, and last in it: what
-    /// follows it was caused by a later command.
+    /// An event that brings an execution to rest is written only by a move to a terminal
+    /// status or by the end of a run that keeps the status, and last in it: what follows it was
+    /// caused by a later command.
     #[test]
-    fn a_terminal_event_only_ends_moves_to_a_terminal_status() {
-        let terminal: Vec<&str> = TABLE
+    fn an_execution_comes_to_rest_only_at_the_end_of_a_move_that_leaves_it_finished() {
+        let terminal = |e: &str| comes_to_rest(e, || None);
+        let resting: Vec<&str> = TABLE
             .iter()
             .flat_map(|r| r.events.iter().copied())
-            .filter(|e| is_terminal_event(e))
+            .filter(|e| terminal(e))
             .collect();
         for event in [
             "ExecutionSucceeded",
@@ -533,21 +556,34 @@ mod tests {
             "ExecutionCanceled",
             "ExecutionRolledBack",
         ] {
-            assert!(terminal.contains(&event), "{event}");
+            assert!(resting.contains(&event), "{event}");
         }
         for event in [
             "ExecutionQueued",
             "ExecutionPaused",
             "ExecutionWaiting",
             "RollbackStarted",
+            "ExecutionCancellationRequested",
         ] {
-            assert!(!is_terminal_event(event), "{event}");
+            for status in ExecutionStatus::ALL {
+                assert!(!comes_to_rest(event, || Some(status)), "{event} {status:?}");
+            }
         }
+        // A failed rollback leaves the execution where it was: at rest when that is terminal.
+        for status in ExecutionStatus::ALL {
+            assert_eq!(
+                comes_to_rest("RollbackFailed", || Some(status)),
+                status.is_terminal(),
+                "{status:?}"
+            );
+        }
+        assert!(!comes_to_rest("RollbackFailed", || None));
         for row in TABLE {
             for (i, event) in row.events.iter().enumerate() {
-                if is_terminal_event(event) {
+                if comes_to_rest(event, || Some(ExecutionStatus::Succeeded)) {
                     assert!(
-                        row.to.is_some_and(ExecutionStatus::is_terminal)
+                        (row.to.is_some_and(ExecutionStatus::is_terminal)
+                            || (row.to.is_none() && row.on.ends_run()))
                             && i + 1 == row.events.len(),
                         "{event} in {row:?}"
                     );

@@ -13,8 +13,12 @@ use crate::events::ENGINE_EVENTS;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
-/// `2026-01-01T00:00:00Z`: when every v1 of this catalog was introduced.
+/// `2026-01-01T00:00:00Z`: when the first v1s of this catalog were introduced.
 pub const V1_INTRODUCED_MS: i64 = 1_767_225_600_000;
+
+/// `2026-12-06T00:00:00Z`: `RollbackFailed.v1`'s `introducedAt`, the day it was first published
+/// (a subscriber's lifecycle view tells a type it could not have seen earlier from one it missed).
+pub const ROLLBACK_FAILED_INTRODUCED_MS: i64 = 1_796_515_200_000;
 
 /// The workflow (guest-emitted) event types with a catalogued payload.
 pub const WORKFLOW_EVENTS: [&str; 3] = [
@@ -231,6 +235,19 @@ fn entry(event_type: &'static str, description: &'static str, schema: Value) -> 
     }
 }
 
+/// An entry introduced after the first v1s, at `introduced_ms`.
+fn entry_since(
+    event_type: &'static str,
+    description: &'static str,
+    schema: Value,
+    introduced_ms: i64,
+) -> CatalogEntry {
+    CatalogEntry {
+        lifecycle: Lifecycle::active_since(introduced_ms),
+        ..entry(event_type, description, schema)
+    }
+}
+
 /// The whole catalog, in a stable order: engine events, workflow events, the generic one.
 pub fn catalog() -> Vec<CatalogEntry> {
     let run_id = || json!({"workflowRunId": id_string()});
@@ -395,6 +412,19 @@ pub fn catalog() -> Vec<CatalogEntry> {
                 true,
                 json!({"oneOf": [{"required": ["compensated"]}, {"required": ["commandId"]}]}),
             ),
+        ),
+        entry_since(
+            "RollbackFailed",
+            "A rollback command ended without rolling the execution back: the compensation `stage` failed permanently with `error`. The execution keeps the status it had (`status`); the receipts compensated before stay compensated, and a later rollback compensates the rest.",
+            payload(
+                "RollbackFailed",
+                &["canceled", "failed", "paused", "succeeded"],
+                json!({"commandId": id_string(), "stage": {"type": "string", "minLength": 1}, "error": error_schema()}),
+                &["commandId", "stage", "error"],
+                true,
+                json!({}),
+            ),
+            ROLLBACK_FAILED_INTRODUCED_MS,
         ),
         entry(
             "CommandQueued",

@@ -4,7 +4,7 @@ use capstan_core::store::{ExecutionRecord, Millis, OutboxRecord, Write};
 use serde_json::{Value, json};
 
 /// Every event type the engine emits, with its version (`<EventType>.v1`).
-pub const ENGINE_EVENTS: [&str; 14] = [
+pub const ENGINE_EVENTS: [&str; 15] = [
     "ExecutionQueued",
     "ExecutionStarted",
     "StageStarted",
@@ -18,6 +18,7 @@ pub const ENGINE_EVENTS: [&str; 14] = [
     "ExecutionFailed",
     "RollbackStarted",
     "ExecutionRolledBack",
+    "RollbackFailed",
     "CommandQueued",
 ];
 

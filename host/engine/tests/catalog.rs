@@ -141,6 +141,23 @@ async fn every_payload_the_engine_publishes_matches_its_catalog_schema() {
     assert_eq!(w.status(&ok).await, ExecutionStatus::RolledBack);
     seen.extend(validate_outbox(&w, &ok).await);
 
+    // A rollback whose compensation is refused for good: StageFailed, then RollbackFailed
+    // {commandId, stage, error}; the execution stays succeeded.
+    let refused = w
+        .trigger("fixture-steps", json!({"zone": "Z1", "stages": 2}))
+        .await;
+    w.settle().await;
+    assert_eq!(w.status(&refused).await, ExecutionStatus::Succeeded);
+    w.cloud.fail(
+        "dns.change-records",
+        1,
+        CapabilityError::permanent("refused", "no"),
+    );
+    w.engine.rollback(&refused).await.unwrap();
+    w.settle().await;
+    assert_eq!(w.status(&refused).await, ExecutionStatus::Succeeded);
+    seen.extend(validate_outbox(&w, &refused).await);
+
     // A timer wait, then cancel: ExecutionWaiting {timer}, ExecutionCanceled.
     let sleeping = w
         .trigger("hello", json!({"name": "x", "pauseSeconds": 600}))

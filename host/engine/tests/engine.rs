@@ -1637,7 +1637,8 @@ async fn the_rows_of_missing_components_spent_runs_failed_compensations_and_repe
         RunState::Done
     );
 
-    // A compensation refused for good: the execution stays as it was, saying why.
+    // A compensation refused for good: the execution stays as it was, saying why, and the
+    // rollback's end is its last event.
     w.cloud.fail(
         "dns.change-records",
         1,
@@ -1648,6 +1649,17 @@ async fn the_rows_of_missing_components_spent_runs_failed_compensations_and_repe
     let execution = w.store.execution(&id).await.unwrap().unwrap();
     assert_eq!(execution.status, ExecutionStatus::Succeeded);
     assert_eq!(execution.status_reason.as_deref(), Some("rollback_failed"));
+    let last = w.store.events(&id).await.unwrap().pop().unwrap();
+    assert_eq!(last.event_type, "RollbackFailed");
+    let payload = last.payload_json.value();
+    assert_eq!(payload["status"], "succeeded", "{payload}");
+    assert_eq!(payload["error"]["error"], "refused", "{payload}");
+    assert!(
+        payload["stage"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("rollback:")),
+        "{payload}"
+    );
 
     // A run that is gone (retention took it): nothing to recover from.
     let gone = w

@@ -270,7 +270,8 @@ impl Engine {
                             now,
                         )),
                     ];
-                    // The execution stays where it was, saying why (the row's `to` is none).
+                    // The execution stays where it was, saying why (the row's `to` is none), and
+                    // the rollback's end is an event: a feed that followed it ends there.
                     let failed = Facts {
                         compensation_failed: true,
                         ..Facts::default()
@@ -284,6 +285,12 @@ impl Engine {
                             status_reason: Some(Some("rollback_failed".to_owned())),
                             ..ExecutionPatch::default()
                         }));
+                        writes.extend(events::moved(
+                            &execution,
+                            row,
+                            json!({"commandId": run.id, "stage": name, "error": error_json}),
+                            now,
+                        ));
                     }
                     if let Some(mut c) = command.clone() {
                         c.status = CommandStatus::Failed;
