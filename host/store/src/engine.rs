@@ -77,14 +77,42 @@ static SELECT_STAGES: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// An execution and its stages as one statement: the execution's columns, then a stage's
-/// (all NULL when it has none), one row per stage in order.
-static EXECUTION_WITH_STAGES: LazyLock<String> = LazyLock::new(|| {
+/// An execution and its stages as one statement on SQLite: the execution's columns, then a
+/// stage's (all NULL when it has none), one row per stage in order. The point reader decodes the
+/// execution's columns of the first row only.
+static EXECUTION_JOINED_WITH_STAGES: LazyLock<String> = LazyLock::new(|| {
     format!(
         "SELECT {}, {} FROM executions e LEFT JOIN stages s ON s.execution_id = e.id
          WHERE e.id = $1 ORDER BY s.position",
         rows::select_list("e", &rows::EXECUTION_COLUMNS),
         rows::select_list("s", &rows::STAGE_COLUMNS),
+    )
+});
+
+/// An execution and its stages as one statement on PostgreSQL: the execution's row first, its
+/// stage columns NULL, then a row per stage in order, its execution columns NULL. The join
+/// would repeat the execution's columns (its input and output among them) on every stage's row,
+/// which PostgreSQL sends and sqlx's `AnyRow` copies whole, once per stage: 18 % more server
+/// CPU per read of a ten-stage execution (docs/decisions.md, "An execution and its stages are
+/// one statement, decoded where they are read").
+static EXECUTION_WITH_STAGES: LazyLock<String> = LazyLock::new(|| {
+    let nulls = |n: usize| vec!["NULL"; n].join(", ");
+    format!(
+        "SELECT {}, {} FROM executions e WHERE e.id = $1
+         UNION ALL
+         SELECT {}, {} FROM stages s WHERE s.execution_id = $1
+         ORDER BY {} NULLS FIRST",
+        rows::select_list("e", &rows::EXECUTION_COLUMNS),
+        nulls(rows::STAGE_COLUMNS.len()),
+        nulls(rows::EXECUTION_COLUMNS.len()),
+        rows::select_list("s", &rows::STAGE_COLUMNS),
+        // The stage's position, by its place in the result (NULL on the execution's row).
+        rows::EXECUTION_COLUMNS.len()
+            + 1
+            + rows::STAGE_COLUMNS
+                .iter()
+                .position(|c| *c == "position")
+                .unwrap_or_default(),
     )
 });
 
@@ -96,7 +124,7 @@ static OUTBOX_OF_EXECUTION: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// Decodes [`EXECUTION_WITH_STAGES`]'s rows.
+/// Decodes the rows of [`EXECUTION_JOINED_WITH_STAGES`] or [`EXECUTION_WITH_STAGES`].
 #[derive(Default)]
 struct ExecutionWithStages {
     execution: Option<ExecutionRecord>,
@@ -105,11 +133,11 @@ struct ExecutionWithStages {
 
 impl ExecutionWithStages {
     fn push(&mut self, row: &impl rows::Columns) -> Result<(), StoreError> {
-        if self.execution.is_none() {
+        if self.execution.is_none() && row.text(0)?.is_some() {
             self.execution = Some(rows::execution_at(row, 0)?);
         }
         let at = rows::EXECUTION_COLUMNS.len();
-        // No stage: the LEFT JOIN's stage columns are NULL.
+        // NULL stage columns: the execution's own row, or the join's row for no stage.
         if row.text(at)?.is_some() {
             self.stages.push(rows::stage_at(row, at)?);
         }
@@ -1099,11 +1127,16 @@ impl Store {
         &self,
         id: &str,
     ) -> Result<Option<(ExecutionRecord, Vec<StageRecord>)>, StoreError> {
-        let read = Sql::new(EXECUTION_WITH_STAGES.as_str()).arg(id.to_owned());
         let mut found = ExecutionWithStages::default();
         if let Some(readers) = self.point_readers() {
+            let read = Sql::new(EXECUTION_JOINED_WITH_STAGES.as_str()).arg(id.to_owned());
             readers.decode(&read, |row| found.push(row))?;
         } else {
+            let text = match self.backend() {
+                Backend::Sqlite => EXECUTION_JOINED_WITH_STAGES.as_str(),
+                Backend::Postgres => EXECUTION_WITH_STAGES.as_str(),
+            };
+            let read = Sql::new(text).arg(id.to_owned());
             let rows = self.fetch_all(read).await.map_err(unavailable)?;
             for row in &rows {
                 found.push(row)?;

@@ -2691,7 +2691,7 @@ mod tests {
         let separately = store.stages("e1").await.unwrap();
         assert_eq!(e1_stages, separately);
         assert_eq!(e1_stages[2], stages[0]);
-        // No stages: the execution alone (the join's NULL stage columns are not a stage).
+        // No stages: the execution alone (its row's NULL stage columns are not a stage).
         let (e2, e2_stages) = store.execution_with_stages("e2").await.unwrap().unwrap();
         assert_eq!(e2.status, ExecutionStatus::Queued);
         assert_eq!(e2.outcome_json, None);
