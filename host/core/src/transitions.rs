@@ -469,15 +469,19 @@ pub fn on_guest_outcome(on: On, facts: &Facts) -> &'static Row {
 /// until a command (resume, rollback) moves the execution again, so an execution's own feed can
 /// end after it (`host/api`'s streams).
 pub fn comes_to_rest(event_type: &str, status: impl FnOnce() -> Option<ExecutionStatus>) -> bool {
+    // Every event an execution's feed sends is asked about: the rows that cannot bring it to
+    // rest are passed over before their events' names are compared.
     let mut stays_at_run_end = false;
-    for r in TABLE
-        .iter()
-        .filter(|r| r.events.last() == Some(&event_type))
-    {
-        match r.to {
-            Some(to) if to.is_terminal() => return true,
-            Some(_) => {}
-            None => stays_at_run_end |= r.on.ends_run(),
+    for r in TABLE {
+        let may_rest = match r.to {
+            Some(to) => to.is_terminal(),
+            None => r.on.ends_run(),
+        };
+        if may_rest && r.events.last() == Some(&event_type) {
+            if r.to.is_some() {
+                return true;
+            }
+            stays_at_run_end = true;
         }
     }
     stays_at_run_end && status().is_some_and(ExecutionStatus::is_terminal)
