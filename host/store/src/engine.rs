@@ -1127,16 +1127,15 @@ impl Store {
         &self,
         id: &str,
     ) -> Result<Option<(ExecutionRecord, Vec<StageRecord>)>, StoreError> {
+        let text = match self.backend() {
+            Backend::Sqlite => EXECUTION_JOINED_WITH_STAGES.as_str(),
+            Backend::Postgres => EXECUTION_WITH_STAGES.as_str(),
+        };
+        let read = Sql::new(text).arg(id.to_owned());
         let mut found = ExecutionWithStages::default();
         if let Some(readers) = self.point_readers() {
-            let read = Sql::new(EXECUTION_JOINED_WITH_STAGES.as_str()).arg(id.to_owned());
             readers.decode(&read, |row| found.push(row))?;
         } else {
-            let text = match self.backend() {
-                Backend::Sqlite => EXECUTION_JOINED_WITH_STAGES.as_str(),
-                Backend::Postgres => EXECUTION_WITH_STAGES.as_str(),
-            };
-            let read = Sql::new(text).arg(id.to_owned());
             let rows = self.fetch_all(read).await.map_err(unavailable)?;
             for row in &rows {
                 found.push(row)?;
