@@ -497,7 +497,7 @@ fn push_write(batch: &mut Batch, write: Write) {
                 .statement(
                     "INSERT INTO stages (id, execution_id, position, stage_name, status, started_ms, finished_ms, output_json, error_json)
                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-                     ON CONFLICT (id) DO UPDATE SET status = excluded.status, finished_ms = excluded.finished_ms,
+                     ON CONFLICT (execution_id, position) DO UPDATE SET status = excluded.status, finished_ms = excluded.finished_ms,
                        output_json = excluded.output_json, error_json = excluded.error_json",
                 )
                 .bind(s.id)

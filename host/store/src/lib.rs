@@ -1812,12 +1812,18 @@ mod tests {
                     writes.push(Write::InsertExecution(execution(0)));
                     (fence(i, "me"), writes)
                 }
-                // An event id e00's commit uses: on PostgreSQL the group's events go in as
-                // multi-row inserts, whose failure cannot name the caller until the group runs
-                // again unmerged.
+                // e01 exists too. On PostgreSQL the single-row inserts of a group's callers go
+                // in as one multi-row insert (3's, 5's and 22's executions), whose failure cannot
+                // name the caller until the group runs again unmerged; 5's new execution rode the
+                // failed insert and still lands.
                 3 => {
                     let mut writes = finish(i);
-                    writes[2] = succeeded("ev00", "e03");
+                    writes.push(Write::InsertExecution(execution(1)));
+                    (fence(i, "me"), writes)
+                }
+                5 => {
+                    let mut writes = finish(i);
+                    writes.push(Write::InsertExecution(execution(99)));
                     (fence(i, "me"), writes)
                 }
                 _ => (fence(i, "me"), finish(i)),
@@ -1851,6 +1857,10 @@ mod tests {
             .map(|i| format!("ev{i:02}"))
             .collect();
         assert_eq!(events, landed);
+        assert!(
+            store.execution_with_stages("e99").await.unwrap().is_some(),
+            "5's new execution landed"
+        );
         for i in 0..24 {
             let (record, _) = store
                 .execution_with_stages(&format!("e{i:02}"))

@@ -457,10 +457,10 @@ impl Store {
         }
         if status == "succeeded" {
             sqlx::query(
-                "UPDATE outbox SET dispatched_ms = COALESCE(dispatched_ms, $1) WHERE event_id = $2",
+                "UPDATE outbox SET dispatched_ms = COALESCE(dispatched_ms, $1) WHERE seq = $2",
             )
             .bind(dispatched_ms)
-            .bind(&delivery.event_id)
+            .bind(delivery.event_seq)
             .execute(&mut *tx)
             .await
             .map_err(unavailable)?;
@@ -532,10 +532,12 @@ impl Store {
         .map_err(unavailable)
     }
 
-    pub async fn outbox_event(&self, event_id: &str) -> Result<Option<OutboxRecord>, StoreError> {
-        static BY_ID: LazyLock<String> =
-            LazyLock::new(|| format!("{} WHERE o.event_id = $1", SELECT_OUTBOX.as_str()));
-        let read = Sql::new(BY_ID.as_str()).arg(event_id.to_owned());
+    /// The event at `seq` (events are found by their seq, which a delivery records: the outbox
+    /// keeps no index of event ids).
+    pub async fn outbox_event(&self, seq: i64) -> Result<Option<OutboxRecord>, StoreError> {
+        static BY_SEQ: LazyLock<String> =
+            LazyLock::new(|| format!("{} WHERE o.seq = $1", SELECT_OUTBOX.as_str()));
+        let read = Sql::new(BY_SEQ.as_str()).arg(seq);
         let row = self.fetch_optional(read).await.map_err(unavailable)?;
         row.as_ref().map(outbox_row).transpose()
     }

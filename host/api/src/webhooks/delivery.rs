@@ -268,7 +268,7 @@ async fn attempt(state: &ApiState, delivery: &DeliveryRecord) -> anyhow::Result<
             .await?;
         return Ok(());
     }
-    let Some(event) = state.store.outbox_event(&delivery.event_id).await? else {
+    let Some(event) = state.store.outbox_event(delivery.event_seq).await? else {
         return Ok(());
     };
     let body = serde_json::to_string(&crate::views::event(&event))?;
