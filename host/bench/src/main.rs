@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 /// The `capstan` binary's allocator, so in-process figures match the server's.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: capstan_alloc::Allocator = capstan_alloc::Allocator;
 
 #[derive(Debug, Parser)]
 #[command(name = "capstan-bench", version, about)]

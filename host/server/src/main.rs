@@ -11,9 +11,10 @@ use std::process::ExitCode;
 
 /// mimalloc instead of glibc's malloc: an execution allocates and frees many small values across
 /// threads (JSON, statements, futures), where glibc's arenas spent ~10 % of the workers' time
-/// (`malloc_consolidate`, `_int_free` in a profile; BENCHMARKS.md).
+/// (`malloc_consolidate`, `_int_free` in a profile; BENCHMARKS.md). Called as `host/alloc`
+/// explains, not through the `mimalloc` crate's allocator.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: capstan_alloc::Allocator = capstan_alloc::Allocator;
 
 #[derive(Debug, Parser)]
 #[command(
