@@ -90,8 +90,11 @@ struct State {
     /// (zone id, name, type) → the record set's body (`None`: none), as read or decided, and
     /// the number of the write behind an answer that decided it (0: as read).
     records: HashMap<(String, String, String), (Option<String>, u64)>,
-    /// Token → (request, answer), for changes whose writes the writer has not answered yet.
-    tokens: HashMap<String, (Value, Value)>,
+    /// Token → (request, answer) as the JSON texts its effect row is written with, for changes
+    /// whose writes the writer has not answered yet. Text, not values: a value would be cloned
+    /// for every change and dropped when forgotten, while a token is looked up again only when
+    /// a call repeats it.
+    tokens: HashMap<String, (String, String)>,
     /// Change id → when it goes `Insync`, likewise.
     changes: HashMap<String, i64>,
     /// (the write's number in the store's queue, token, change id), oldest first.
@@ -119,7 +122,17 @@ impl State {
         request: &Value,
     ) -> Option<Option<Result<Value, CapabilityError>>> {
         let (first, answer) = self.tokens.get(token)?;
-        Some((first == request).then(|| Ok(answer.clone())))
+        // Compared as values, as the ordinary path compares a token's recorded request. Both
+        // texts were printed from values, so they parse.
+        let first: Value = serde_json::from_str(first).unwrap_or(Value::Null);
+        Some((first == *request).then(|| {
+            serde_json::from_str(answer).map_err(|e| {
+                CapabilityError::transient(
+                    "unavailable",
+                    format!("the simulated cloud's remembered answer did not parse: {e}"),
+                )
+            })
+        }))
     }
 
     fn clear(&mut self) {
@@ -444,26 +457,18 @@ impl SimulatedCloud {
             let plan =
                 ChangePlan::new(&zone_id, &zone_name, changes, &olds, change_id.clone()).ok()?;
             let answer = plan.answer(propagation_ms);
+            let texts = (request.to_string(), answer.to_string());
             let sql = if self.store.backend() == Backend::Postgres && plan.only_creates() {
-                claims(&plan, &keys, token, request, &answer, now, propagation_ms)
+                claims(&plan, &keys, token, &texts, now, propagation_ms)
             } else if self.store.backend() == Backend::Postgres {
-                checked_write(
-                    &plan,
-                    &keys,
-                    &olds,
-                    token,
-                    request,
-                    &answer,
-                    now,
-                    propagation_ms,
-                )
+                checked_write(&plan, &keys, &olds, token, &texts, now, propagation_ms)
             } else {
                 let mut sql = Sql::default();
                 for write in plan.writes(now, propagation_ms) {
                     let (Write::Claim(statement) | Write::Plain(statement)) = write;
                     sql.extend(statement);
                 }
-                push_effect(&mut sql, token, request, &answer, now);
+                push_effect(&mut sql, token, &texts, now);
                 sql
             };
             // Queued under the lock, so the writes reach the writer in the order decided.
@@ -471,9 +476,7 @@ impl SimulatedCloud {
             for (key, body) in keys.into_iter().zip(plan.bodies()) {
                 state.records.insert(key, (body.clone(), number));
             }
-            state
-                .tokens
-                .insert(token.to_owned(), (request.clone(), answer.clone()));
+            state.tokens.insert(token.to_owned(), texts);
             state
                 .changes
                 .insert(change_id.clone(), now + propagation_ms);
@@ -502,8 +505,7 @@ fn claims(
     plan: &ChangePlan,
     keys: &[(String, String, String)],
     token: &str,
-    request: &Value,
-    answer: &Value,
+    texts: &(String, String),
     now: i64,
     propagation_ms: i64,
 ) -> Sql {
@@ -528,17 +530,18 @@ fn claims(
         .bind(zone_id)
         .bind(now)
         .bind(now + propagation_ms);
-    push_effect(&mut sql, token, request, answer, now);
+    push_effect(&mut sql, token, texts, now);
     sql
 }
 
-/// The effect's row: the token's answer, for a replay that asks again.
-fn push_effect(sql: &mut Sql, token: &str, request: &Value, answer: &Value, now: i64) {
+/// The effect's row: the token's answer, for a replay that asks again. `texts`: the request's
+/// and the answer's JSON.
+fn push_effect(sql: &mut Sql, token: &str, texts: &(String, String), now: i64) {
     sql.push_statement(EFFECT_INSERT)
         .bind(token.to_owned())
         .bind("dns.change-records".to_owned())
-        .bind(request.to_string())
-        .bind(answer.to_string())
+        .bind(texts.0.clone())
+        .bind(texts.1.clone())
         .bind(now);
 }
 
@@ -561,14 +564,12 @@ const ZONE_GUARD: &str = "SELECT 1 FROM sim_zones WHERE id = $1 FOR SHARE";
 /// the engine bench. The writes come in the order of their locks, as the ordinary path takes
 /// them (PostgreSQL runs the parts a statement reads in the order it reads them); a deadlock
 /// with another node's group, which the server breaks, fails the write like any other.
-#[allow(clippy::too_many_arguments)]
 fn checked_write(
     plan: &ChangePlan,
     keys: &[(String, String, String)],
     olds: &[Option<String>],
     token: &str,
-    request: &Value,
-    answer: &Value,
+    texts: &(String, String),
     now: i64,
     propagation_ms: i64,
 ) -> Sql {
@@ -642,9 +643,9 @@ fn checked_write(
         )
         .push_bind(token.to_owned())
         .push(", 'dns.change-records', ")
-        .push_bind(request.to_string())
+        .push_bind(texts.0.clone())
         .push(", ")
-        .push_bind(answer.to_string())
+        .push_bind(texts.1.clone())
         .push(", ")
         .push_bind(now)
         .push(")) SELECT capstan_guard(LEAST(");
