@@ -471,22 +471,22 @@ async fn open(
         // The first read includes the client's last event, to learn whether the execution
         // came to rest with it.
         cursor.wake.mark_seen();
-        let (mut events, read_to) = cursor
+        let mut page = cursor
             .state
             .store
             .events_after(n - 1, &cursor.filter, PAGE)
             .await
             .map_err(ApiError::internal)?;
-        cursor.caught_up = (events.len() as i64) < PAGE;
-        if events.first().is_some_and(|e| e.seq == n) {
-            let seen = events.remove(0);
+        cursor.caught_up = page.caught_up;
+        if page.events.first().is_some_and(|e| e.seq == n) {
+            let seen = page.events.remove(0);
             cursor.at_rest = comes_to_rest(&seen);
         }
-        cursor.after = read_to.max(n);
-        if events.is_empty() && cursor.caught_up && cursor.at_rest {
+        cursor.after = page.cursor.max(n);
+        if page.events.is_empty() && cursor.caught_up && cursor.at_rest {
             return Ok(StatusCode::NO_CONTENT.into_response());
         }
-        cursor.queue(events);
+        cursor.queue(page.events);
     }
     let stream = futures_util::stream::unfold(cursor, |mut c| async move {
         loop {
@@ -524,13 +524,18 @@ async fn open(
             }
             c.wake.mark_seen();
             match c.state.store.events_after(c.after, &c.filter, PAGE).await {
-                Ok((events, cursor)) => {
-                    c.after = cursor;
-                    // A short page read every event committed before it; the next read waits
+                Ok(page) => {
+                    c.after = page.cursor;
+                    // A page that read every event committed before it lets the next read wait
                     // for a commit after `mark_seen` (or the poll), rather than reading at once
                     // what it would find unchanged.
-                    c.caught_up = (events.len() as i64) < PAGE;
-                    c.queue(events);
+                    c.caught_up = page.caught_up;
+                    if !page.caught_up && page.events.is_empty() {
+                        // A stream far behind reads on in bounded steps (on SQLite, on this
+                        // worker thread); it gives the others their turn between them.
+                        tokio::task::yield_now().await;
+                    }
+                    c.queue(page.events);
                 }
                 Err(error) => {
                     tracing::warn!(%error, "stream could not read the outbox; retrying");

@@ -2255,7 +2255,7 @@ mod tests {
             execution_id: None,
             principal_id: None,
         };
-        assert_eq!(store.events_after(0, &filter, 10).await.unwrap().1, 0);
+        assert_eq!(store.events_after(0, &filter, 10).await.unwrap().cursor, 0);
         let other = |id: &str| match succeeded(id, "e1") {
             capstan_core::store::Write::Event(mut e) => {
                 e.event_type = "ExecutionQueued".into();
@@ -2267,17 +2267,18 @@ mod tests {
             .apply(None, vec![succeeded("s1", "e1"), other("q1"), other("q2")])
             .await
             .unwrap();
-        let (events, cursor) = store.events_after(0, &filter, 10).await.unwrap();
-        let ids: Vec<&str> = events.iter().map(|e| e.event_id.as_str()).collect();
+        let page = store.events_after(0, &filter, 10).await.unwrap();
+        let ids: Vec<&str> = page.events.iter().map(|e| e.event_id.as_str()).collect();
         assert_eq!(ids, ["s1"]);
+        assert!(page.caught_up);
         let newest = store.last_event_seq().await.unwrap();
-        assert_eq!(cursor, newest, "past the two queued events");
+        assert_eq!(page.cursor, newest, "past the two queued events");
         assert!(
             store
-                .events_after(cursor, &filter, 10)
+                .events_after(page.cursor, &filter, 10)
                 .await
                 .unwrap()
-                .0
+                .events
                 .is_empty()
         );
 
@@ -2285,11 +2286,15 @@ mod tests {
             .apply(None, vec![succeeded("s2", "e2"), succeeded("s3", "e3")])
             .await
             .unwrap();
-        let (events, cursor) = store.events_after(newest, &filter, 1).await.unwrap();
-        assert_eq!(events.len(), 1);
-        assert_eq!(cursor, events[0].seq, "a full page ends at its last event");
-        let (events, _) = store.events_after(cursor, &filter, 10).await.unwrap();
-        assert_eq!(events[0].event_id, "s3");
+        let page = store.events_after(newest, &filter, 1).await.unwrap();
+        assert_eq!(page.events.len(), 1);
+        assert_eq!(
+            page.cursor, page.events[0].seq,
+            "a full page ends at its last event"
+        );
+        assert!(!page.caught_up, "a full page may have more after it");
+        let page = store.events_after(page.cursor, &filter, 10).await.unwrap();
+        assert_eq!(page.events[0].event_id, "s3");
     }
 
     /// A subscription starts after the outbox's last event at its creation: of the events the

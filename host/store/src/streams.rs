@@ -20,12 +20,13 @@ pub struct StreamFilter {
 
 /// The page [`Store::events_after`] reads: each event after `after` that passes `filter`, at
 /// most `limit`. Unless the filter names an execution, the newest event's `seq` (`top`) comes
-/// beside each (one row with no event when none passes).
+/// beside each (one row with no event when none passes), and `through`, when given, bounds the
+/// events the read looks at (`seq <= through`) whether or not they pass.
 ///
 /// One execution's page is read from `outbox_by_execution` alone, in its order: joined to the
 /// newest `seq`, SQLite could not tell the join yields one row and sorted the page in a
 /// temporary B-tree, and read the outbox's right edge besides.
-fn page(after: i64, filter: &StreamFilter, limit: i64) -> Sql {
+fn page(after: i64, through: Option<i64>, filter: &StreamFilter, limit: i64) -> Sql {
     static ONE_EXECUTION: LazyLock<String> =
         LazyLock::new(|| format!("{} WHERE o.seq > ", SELECT_OUTBOX.as_str()));
     static EVERY_EXECUTION: LazyLock<String> = LazyLock::new(|| {
@@ -40,9 +41,11 @@ fn page(after: i64, filter: &StreamFilter, limit: i64) -> Sql {
         (EVERY_EXECUTION.as_str(), " AND o.seq <= t.top")
     };
     let mut q = Sql::new(head);
-    q.push_bind(after)
-        .push(bound)
-        .push(" AND o.workflow IN (")
+    q.push_bind(after).push(bound);
+    if let Some(through) = through {
+        q.push(" AND o.seq <= ").push_bind(through);
+    }
+    q.push(" AND o.workflow IN (")
         .push_binds(filter.workflows.iter().cloned())
         .push(")");
     if !filter.events.is_empty() {
@@ -69,35 +72,91 @@ fn page(after: i64, filter: &StreamFilter, limit: i64) -> Sql {
     q
 }
 
+/// What one read of the outbox found ([`Store::events_after`]).
+#[derive(Debug, Default)]
+pub struct EventPage {
+    /// The events that passed the filter, in order.
+    pub events: Vec<OutboxRecord>,
+    /// Where the next read starts (`seq > cursor`).
+    pub cursor: i64,
+    /// The read saw every event committed before it: the next one can wait for a commit. When
+    /// not, more are there to read now.
+    pub caught_up: bool,
+}
+
+/// The most events a read of every execution's events looks at on SQLite, passing the filter or
+/// not. It runs on the calling thread (a tokio worker), so its time is bounded: a stream that
+/// is behind (resumed from an old cursor, a filter that little passes) reads on in steps of this
+/// many, yielding between them, instead of blocking a worker for a scan of the whole outbox.
+const SCAN_AT_MOST: i64 = 1_000;
+
 impl Store {
     /// Up to `limit` events with `seq > after` that pass `filter`, in order, and the cursor to
     /// ask from next: past the last of them, or, when fewer than `limit` passed, past every
-    /// event there was — so a stream waiting for rare events does not read again, at each wake,
-    /// every event that did not pass since the last one that did. (Sequence order is commit
-    /// order, `engine::outbox_lock`: nothing will commit below the newest event seen.) One
-    /// statement, so the newest event and the page are read from one snapshot. One execution's
-    /// page is a seek on its own index, which skips the events of others whatever the cursor:
-    /// its cursor is past its own last event.
+    /// event the read looked at — so a stream waiting for rare events does not read again, at
+    /// each wake, every event that did not pass since the last one that did. (Sequence order is
+    /// commit order, `engine::outbox_lock`: nothing will commit below the newest event seen.)
+    /// One statement, so the newest event and the page are read from one snapshot. One
+    /// execution's page is a seek on its own index, which skips the events of others whatever
+    /// the cursor: its cursor is past its own last event.
+    ///
+    /// On SQLite every page is read on the calling thread (`reader.rs`), decoded as SQLite steps
+    /// it: one execution's is bounded by its key and the page, every execution's by
+    /// [`SCAN_AT_MOST`] events looked at (`caught_up` is false when that cut the read short).
     pub async fn events_after(
         &self,
         after: i64,
         filter: &StreamFilter,
         limit: i64,
-    ) -> Result<(Vec<OutboxRecord>, i64), StoreError> {
+    ) -> Result<EventPage, StoreError> {
         if filter.workflows.is_empty() {
-            return Ok((Vec::new(), after));
+            return Ok(EventPage {
+                events: Vec::new(),
+                cursor: after,
+                caught_up: true,
+            });
         }
-        let q = page(after, filter, limit);
         let one_execution = filter.execution_id.is_some();
-        if one_execution && let Some(readers) = self.point_readers() {
-            // One execution's events (its feed): a read bounded by its key (`outbox_by_execution`)
-            // and the page, so on SQLite it runs on the calling thread (`reader.rs`) like the
-            // execution reads, not as a hand-off to one of sqlx's threads per wake of every feed,
-            // and its rows are decoded as they are stepped.
-            let events = readers.decode(&q, |row| crate::rows::outbox_at(row, 0))?;
-            let cursor = events.last().map_or(after, |last| last.seq);
-            return Ok((events, cursor));
+        if let Some(readers) = self.point_readers() {
+            if one_execution {
+                let q = page(after, None, filter, limit);
+                let events = readers.decode(&q, |row| crate::rows::outbox_at(row, 0))?;
+                let cursor = events.last().map_or(after, |last| last.seq);
+                let caught_up = (events.len() as i64) < limit;
+                return Ok(EventPage {
+                    events,
+                    cursor,
+                    caught_up,
+                });
+            }
+            let through = after.saturating_add(SCAN_AT_MOST);
+            let q = page(after, Some(through), filter, limit);
+            let at = crate::rows::OUTBOX_COLUMNS.len();
+            let mut top = after;
+            let rows = readers.decode(&q, |row| {
+                top = top.max(crate::rows::Columns::int(row, at)?.unwrap_or(after));
+                // The one row of an empty page has no event.
+                match crate::rows::Columns::int(row, 0)? {
+                    Some(_) => crate::rows::outbox_at(row, 0).map(Some),
+                    None => Ok(None),
+                }
+            })?;
+            let events: Vec<OutboxRecord> = rows.into_iter().flatten().collect();
+            let full = events.len() as i64 >= limit;
+            return Ok(match events.last() {
+                Some(last) if full => EventPage {
+                    cursor: last.seq,
+                    caught_up: false,
+                    events,
+                },
+                _ => EventPage {
+                    events,
+                    cursor: top.min(through),
+                    caught_up: top <= through,
+                },
+            });
         }
+        let q = page(after, None, filter, limit);
         let rows = if one_execution {
             self.fetch_all(q).await
         } else {
@@ -125,11 +184,16 @@ impl Store {
                 events.push(outbox_row(row)?);
             }
         }
+        let caught_up = (events.len() as i64) < limit;
         let cursor = match events.last() {
-            Some(last) if one_execution || events.len() as i64 >= limit => last.seq,
+            Some(last) if one_execution || !caught_up => last.seq,
             _ => top,
         };
-        Ok((events, cursor))
+        Ok(EventPage {
+            events,
+            cursor,
+            caught_up,
+        })
     }
 
     /// The newest event's cursor (0 when there is none).
@@ -251,7 +315,7 @@ mod tests {
             },
         ];
         for filter in filters {
-            let mut statement = page(0, &filter, 200).into_statements().remove(0);
+            let mut statement = page(0, None, &filter, 200).into_statements().remove(0);
             statement.text = format!("EXPLAIN QUERY PLAN {}", statement.text).into();
             let rows = readers.fetch(&[statement]).unwrap();
             let plan: Vec<String> = rows.iter().map(|r| r.get("detail")).collect();
@@ -263,6 +327,118 @@ mod tests {
             assert!(!plan.iter().any(|d| d.starts_with("SCAN o")), "{plan:?}");
             // In the index's order: no sort of the page's rows.
             assert!(!plan.iter().any(|d| d.contains("TEMP B-TREE")), "{plan:?}");
+        }
+    }
+
+    /// Every execution's page runs on the calling thread too, which is right only while SQLite
+    /// reads it as a range of the outbox's key, from the cursor to the scan's bound: a search,
+    /// never a scan of the table. (Joined to the newest `seq`, the page's rows are sorted again:
+    /// at most the page's, of the range's.)
+    #[tokio::test]
+    async fn a_stream_page_is_a_range_of_the_outbox_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&capstan_testdb::fresh_database_url(dir.path()).await)
+            .await
+            .unwrap();
+        let Some(readers) = store.point_readers() else {
+            return;
+        };
+        let filter = StreamFilter {
+            workflows: vec!["w".into(), "v".into()],
+            events: vec![("ExecutionSucceeded".into(), "1".into())],
+            execution_id: None,
+            principal_id: Some("p".into()),
+        };
+        let mut statement = page(7, Some(7 + SCAN_AT_MOST), &filter, 200)
+            .into_statements()
+            .remove(0);
+        statement.text = format!("EXPLAIN QUERY PLAN {}", statement.text).into();
+        let rows = readers.fetch(&[statement]).unwrap();
+        let plan: Vec<String> = rows.iter().map(|r| r.get("detail")).collect();
+        assert!(
+            plan.iter()
+                .any(|d| d.starts_with("SEARCH o USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)")),
+            "{plan:?}"
+        );
+        assert!(!plan.iter().any(|d| d.starts_with("SCAN o")), "{plan:?}");
+    }
+
+    /// A read of every execution's events looks at [`SCAN_AT_MOST`] events at most: a stream
+    /// far behind, whose filter passes none of them, moves its cursor by that many a read, is
+    /// told it is not caught up, and gets to the newest event in steps without missing the
+    /// one event that passes.
+    #[tokio::test]
+    async fn a_stream_far_behind_reads_on_in_bounded_steps() {
+        use capstan_core::store::{OutboxRecord, RunStore, Write};
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&capstan_testdb::fresh_database_url(dir.path()).await)
+            .await
+            .unwrap();
+        let event = |n: i64, event_type: &str| {
+            Write::Event(OutboxRecord {
+                seq: 0,
+                event_id: format!("ev{n}"),
+                execution_id: format!("e{n}"),
+                event_type: event_type.to_owned(),
+                event_version: "1".into(),
+                principal_id: "p".into(),
+                workflow: "w".into(),
+                payload_json: capstan_core::store::JsonText::new(&serde_json::json!({})),
+                occurred_ms: n,
+                traceparent: None,
+                routed_ms: None,
+                stream_published_ms: None,
+                dispatched_ms: None,
+            })
+        };
+        let total = 2 * SCAN_AT_MOST + 300;
+        let wanted = SCAN_AT_MOST + 150;
+        let writes: Vec<Write> = (1..=total)
+            .map(|n| {
+                event(
+                    n,
+                    if n == wanted {
+                        "ExecutionSucceeded"
+                    } else {
+                        "StageStarted"
+                    },
+                )
+            })
+            .collect();
+        for chunk in writes.chunks(500) {
+            store.apply(None, chunk.to_vec()).await.unwrap();
+        }
+        let newest = store.last_event_seq().await.unwrap();
+        let filter = StreamFilter {
+            workflows: vec!["w".into()],
+            events: vec![("ExecutionSucceeded".into(), "1".into())],
+            ..StreamFilter::default()
+        };
+        let (mut cursor, mut reads, mut seen) = (0, 0, Vec::new());
+        loop {
+            let page = store.events_after(cursor, &filter, 200).await.unwrap();
+            reads += 1;
+            assert!(
+                page.cursor > cursor || page.caught_up,
+                "the cursor moves on"
+            );
+            if store.point_readers().is_some() {
+                assert!(
+                    page.cursor - cursor <= SCAN_AT_MOST,
+                    "bounded: {cursor} → {}",
+                    page.cursor
+                );
+            }
+            seen.extend(page.events.iter().map(|e| e.event_id.clone()));
+            cursor = page.cursor;
+            if page.caught_up {
+                break;
+            }
+        }
+        assert_eq!(seen, [format!("ev{wanted}")]);
+        assert_eq!(cursor, newest, "caught up at the newest event");
+        if store.point_readers().is_some() {
+            assert_eq!(reads, 3, "two bounded steps, then the rest");
         }
     }
 }
