@@ -2,7 +2,7 @@
 //! returns one of these types, and the OpenAPI document (`openapi.rs`) is derived from them.
 
 use capstan_core::execution::{ExecutionStatus, StageStatus};
-use capstan_core::store::{ExecutionRecord, OutboxRecord, StageRecord};
+use capstan_core::store::{ExecutionRecord, JsonText, OutboxRecord, StageRecord};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
@@ -143,15 +143,18 @@ pub fn summary(e: &ExecutionRecord) -> ExecutionSummary {
 #[derive(Debug, Clone, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ExecutionStage {
+    // Stored JSON texts, sent on unchanged.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub error_json: Option<Value>,
+    #[schema(value_type = Option<Value>)]
+    pub error_json: Option<JsonText>,
     pub execution_id: String,
     /// Present, `null` until the stage ends.
     #[schema(format = DateTime)]
     pub finished_at: Option<String>,
     pub id: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub output_json: Option<Value>,
+    #[schema(value_type = Option<Value>)]
+    pub output_json: Option<JsonText>,
     pub stage_name: String,
     #[schema(format = DateTime)]
     pub started_at: String,
@@ -208,11 +211,12 @@ pub struct Execution {
     #[schema(required = true, format = DateTime)]
     pub finished_at: Option<String>,
     /// The trigger body as accepted.
-    pub input_json: Value,
+    #[schema(value_type = Value)]
+    pub input_json: JsonText,
     /// The normalized onboarding outcome (onboard-domain executions that have one).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<DomainOnboardingOutcome>, nullable = false)]
-    pub outcome: Option<Value>,
+    pub outcome: Option<JsonText>,
     pub principal_id: String,
     /// In order.
     pub stages: Vec<ExecutionStage>,

@@ -30,9 +30,11 @@ pub struct ExecutionRecord {
     pub created_ms: Millis,
     pub finished_ms: Option<Millis>,
     pub cancellation_requested_ms: Option<Millis>,
-    pub input_json: Value,
-    pub output_json: Option<Value>,
-    pub outcome_json: Option<Value>,
+    /// The trigger's input, its output and outcome, kept as their text ([`JsonText`]): a read
+    /// sends them on as stored and an activation hands the input to the guest as it is.
+    pub input_json: JsonText,
+    pub output_json: Option<JsonText>,
+    pub outcome_json: Option<JsonText>,
     /// The run serving the execution now.
     pub run_id: String,
     /// W3C trace context of the triggering request; carried on every event of the execution.
@@ -48,8 +50,8 @@ pub struct StageRecord {
     pub status: StageStatus,
     pub started_ms: Millis,
     pub finished_ms: Option<Millis>,
-    pub output_json: Option<Value>,
-    pub error_json: Option<Value>,
+    pub output_json: Option<JsonText>,
+    pub error_json: Option<JsonText>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -140,6 +142,16 @@ impl JsonText {
 
     pub fn as_str(&self) -> &str {
         self.0.get()
+    }
+
+    /// The text, given up without a copy (to bind it to a statement).
+    pub fn into_string(self) -> String {
+        Box::<str>::from(self.0).into_string()
+    }
+
+    /// `text` if it is JSON, else `None`.
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::from_text(text.to_owned()).ok()
     }
 
     /// The value the text stands for.
@@ -269,8 +281,8 @@ pub struct ExecutionPatch {
     pub finished_ms: Option<Option<Millis>>,
     /// `Some(Some(t))` records a request (the first one wins); `Some(None)` clears it.
     pub cancellation_requested_ms: Option<Option<Millis>>,
-    pub output_json: Option<Value>,
-    pub outcome_json: Option<Value>,
+    pub output_json: Option<JsonText>,
+    pub outcome_json: Option<JsonText>,
     pub run_id: Option<String>,
 }
 

@@ -199,13 +199,13 @@ impl Engine {
             inner: self.inner.clone(),
             state: state.clone(),
         };
-        let input = execution.input_json.to_string();
+        let input = execution.input_json.as_str();
         let outcome = workflow
             .activate(
                 &self.inner.runtime,
                 Box::new(journal_host),
                 seed_of(&run.id),
-                &input,
+                input,
             )
             .instrument(span)
             .await;
@@ -234,8 +234,10 @@ impl Engine {
         match outcome {
             Outcome::Completed(Ok(output)) => {
                 let row = transitions::on_guest_outcome(On::GuestReturns, &Facts::default());
-                let output: Value = serde_json::from_str(&output).unwrap_or(Value::Null);
-                let outcome = output.get("outcome").cloned();
+                // Kept as the guest wrote it; only its `outcome` member is looked into.
+                let outcome = outcome_of(&output);
+                let output =
+                    JsonText::from_text(output).unwrap_or_else(|_| JsonText::new(&Value::Null));
                 writes.push(Write::UpdateExecution(ExecutionPatch {
                     id: execution.id.clone(),
                     status: row.to,
@@ -267,7 +269,7 @@ impl Engine {
                 if let Some(mut stage) = running_stage {
                     stage.status = StageStatus::Failed;
                     stage.finished_ms = Some(now);
-                    stage.error_json = Some(error_json.clone());
+                    stage.error_json = Some(JsonText::new(&error_json));
                     writes.push(Write::PutStage(stage));
                 }
                 writes.push(Write::UpdateExecution(ExecutionPatch {
@@ -401,7 +403,7 @@ impl Engine {
         if let Some(mut stage) = running_stage {
             stage.status = StageStatus::Failed;
             stage.finished_ms = Some(now);
-            stage.error_json = Some(error_json.clone());
+            stage.error_json = Some(JsonText::new(&error_json));
             writes.push(Write::PutStage(stage.clone()));
             writes.push(Write::Event(event(
                 execution,
@@ -522,4 +524,14 @@ impl Drop for ActivationScope {
     fn drop(&mut self) {
         self.store.activation_ended(&self.run_id);
     }
+}
+
+/// The `outcome` member of a workflow's output (its text, as the guest wrote it), when the output
+/// is an object that has one; an explicit `null` is kept as one.
+fn outcome_of(output: &str) -> Option<JsonText> {
+    let members: HashMap<std::borrow::Cow<'_, str>, &serde_json::value::RawValue> =
+        serde_json::from_str(output).ok()?;
+    members
+        .get("outcome")
+        .and_then(|raw| JsonText::parse(raw.get()))
 }

@@ -235,13 +235,16 @@ impl JournalHost {
                     stage.finished_ms = Some(now);
                     if succeeded {
                         stage.status = StageStatus::Succeeded;
+                        // Kept as the guest wrote it (checked as JSON).
                         stage.output_json = request
                             .get("output")
                             .and_then(Value::as_str)
-                            .and_then(|t| serde_json::from_str(t).ok());
+                            .and_then(JsonText::parse);
                     } else {
                         stage.status = StageStatus::Failed;
-                        stage.error_json = request.get("error").map(guest_error_json);
+                        stage.error_json = request
+                            .get("error")
+                            .map(|e| JsonText::new(&guest_error_json(e)));
                     }
                     let stage = stage.clone();
                     st.pending.push(Write::PutStage(stage));

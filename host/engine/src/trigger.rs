@@ -36,7 +36,7 @@ impl Engine {
             created_ms: now,
             finished_ms: None,
             cancellation_requested_ms: None,
-            input_json: request.input.clone(),
+            input_json: JsonText::new(&request.input),
             output_json: None,
             outcome_json: None,
             run_id: capstan_core::ids::new_id(),

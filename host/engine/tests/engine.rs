@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use capstan_core::CapabilityError;
 use capstan_core::execution::{ExecutionStatus, StageStatus};
 use capstan_core::store::{
-    ExecutionFilter, ExecutionReads, IdempotencyRecord, RunKind, RunStore, Write,
+    ExecutionFilter, ExecutionReads, IdempotencyRecord, JsonText, RunKind, RunStore, Write,
 };
 use capstan_core::transitions::{self, Answer, Facts, On};
 use capstan_engine::{Backoff, Engine, EngineError, Providers, TriggerRequest};
@@ -33,9 +33,12 @@ async fn a_ten_stage_workflow_runs_to_success_with_one_receipt_per_effect() {
     assert_eq!(names.len(), 11);
     assert_eq!(names[0], "step-1");
     assert!(stages.iter().all(|s| s.status == StageStatus::Succeeded));
-    assert_eq!(stages[0].output_json, Some(json!("C1")));
     assert_eq!(
-        execution.output_json.unwrap()["changes"]
+        stages[0].output_json.as_ref().map(JsonText::value),
+        Some(json!("C1"))
+    );
+    assert_eq!(
+        execution.output_json.unwrap().value()["changes"]
             .as_array()
             .unwrap()
             .len(),
@@ -79,7 +82,7 @@ async fn a_durable_sleep_releases_the_instance_and_resumes_by_replay() {
     w.settle().await;
     let (execution, stages) = w.engine.execution(&id).await.unwrap().unwrap();
     assert_eq!(execution.status, ExecutionStatus::Succeeded);
-    let output = execution.output_json.unwrap();
+    let output = execution.output_json.unwrap().value();
     assert_eq!(
         output["greetedAt"],
         json!(T0),
@@ -183,7 +186,7 @@ async fn convergence_that_never_comes_times_out_and_pauses_the_execution() {
     assert_eq!(execution.status, ExecutionStatus::Paused);
     assert_eq!(execution.status_reason.as_deref(), Some("timeout"));
     assert_eq!(
-        stages.last().unwrap().error_json.as_ref().unwrap()["error"],
+        stages.last().unwrap().error_json.as_ref().unwrap().value()["error"],
         "timeout"
     );
 }
@@ -212,7 +215,7 @@ async fn a_transient_failure_pauses_and_resume_retries_the_failed_call_without_r
     assert_eq!(execution.status_reason.as_deref(), Some("throttled"));
     assert_eq!(stages.last().unwrap().status, StageStatus::Failed);
     assert_eq!(
-        stages.last().unwrap().error_json.as_ref().unwrap()["kind"],
+        stages.last().unwrap().error_json.as_ref().unwrap().value()["kind"],
         "transient"
     );
 
@@ -414,7 +417,7 @@ async fn sandbox_limits_fail_the_stage_with_a_clear_error_and_other_executions_c
     w.settle().await;
     let (execution, stages) = w.engine.execution(&looping).await.unwrap().unwrap();
     assert_eq!(execution.status, ExecutionStatus::Failed);
-    let error = stages[0].error_json.clone().unwrap();
+    let error = stages[0].error_json.clone().unwrap().value();
     assert_eq!(error["error"], "limit_exceeded");
     assert!(
         error["message"].as_str().unwrap().contains("CPU budget"),
@@ -439,7 +442,7 @@ async fn sandbox_limits_fail_the_stage_with_a_clear_error_and_other_executions_c
             Some("limit_exceeded"),
             "{action}"
         );
-        let error = stages[0].error_json.clone().unwrap();
+        let error = stages[0].error_json.clone().unwrap().value();
         assert_eq!(error["error"], "limit_exceeded", "{action}");
         assert!(
             error["message"].as_str().unwrap().contains(setting),

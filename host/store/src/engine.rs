@@ -423,9 +423,9 @@ fn push_write(batch: &mut Batch, write: Write) {
                 .bind(e.created_ms)
                 .bind(e.finished_ms)
                 .bind(e.cancellation_requested_ms)
-                .bind(json_text(&e.input_json))
-                .bind(e.output_json.as_ref().map(json_text))
-                .bind(e.outcome_json.as_ref().map(json_text))
+                .bind(e.input_json.into_string())
+                .bind(e.output_json.map(JsonText::into_string))
+                .bind(e.outcome_json.map(JsonText::into_string))
                 .bind(e.run_id)
                 .bind(e.traceparent);
         }
@@ -481,11 +481,11 @@ fn push_write(batch: &mut Batch, write: Write) {
                 }
                 None => {}
             }
-            if let Some(o) = &p.output_json {
-                set.column("output_json = ").push_bind(json_text(o));
+            if let Some(o) = p.output_json {
+                set.column("output_json = ").push_bind(o.into_string());
             }
-            if let Some(o) = &p.outcome_json {
-                set.column("outcome_json = ").push_bind(json_text(o));
+            if let Some(o) = p.outcome_json {
+                set.column("outcome_json = ").push_bind(o.into_string());
             }
             if let Some(r) = p.run_id {
                 set.column("run_id = ").push_bind(r);
@@ -507,8 +507,8 @@ fn push_write(batch: &mut Batch, write: Write) {
                 .bind(s.status.as_str())
                 .bind(s.started_ms)
                 .bind(s.finished_ms)
-                .bind(s.output_json.as_ref().map(json_text))
-                .bind(s.error_json.as_ref().map(json_text));
+                .bind(s.output_json.map(JsonText::into_string))
+                .bind(s.error_json.map(JsonText::into_string));
         }
         Write::RestageAll {
             execution_id,
@@ -1805,14 +1805,14 @@ mod tests {
             stage("a", StageStatus::Succeeded),
             stage("b", StageStatus::Running),
             Write::UpdateExecution(ExecutionPatch {
-                output_json: Some(serde_json::json!({"n": 1})),
+                output_json: Some(JsonText::new(&serde_json::json!({"n": 1}))),
                 ..patch("b")
             }),
             stage("b", StageStatus::Succeeded),
             Write::UpdateExecution(done.clone()),
         ];
         let merged = ExecutionPatch {
-            output_json: Some(serde_json::json!({"n": 1})),
+            output_json: Some(JsonText::new(&serde_json::json!({"n": 1}))),
             ..done
         };
         assert_eq!(

@@ -1098,7 +1098,7 @@ mod tests {
             created_ms: 1,
             finished_ms: None,
             cancellation_requested_ms: None,
-            input_json: serde_json::json!({}),
+            input_json: capstan_core::store::JsonText::new(&serde_json::json!({})),
             output_json: None,
             outcome_json: None,
             run_id: run_id.into(),
@@ -2668,9 +2668,10 @@ mod tests {
             created_ms: 10,
             finished_ms: (status == ExecutionStatus::Failed).then_some(20),
             cancellation_requested_ms: None,
-            input_json: json!({"zone": "Z", "list": [1, "two", null]}),
+            input_json: JsonText::new(&json!({"zone": "Z", "list": [1, "two", null]})),
             output_json: None,
-            outcome_json: (status == ExecutionStatus::Failed).then(|| json!({"error": "x"})),
+            outcome_json: (status == ExecutionStatus::Failed)
+                .then(|| JsonText::new(&json!({"error": "x"}))),
             run_id: format!("r-{id}"),
             traceparent: Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into()),
         };
@@ -2682,8 +2683,10 @@ mod tests {
             status,
             started_ms: 11 + position,
             finished_ms: (status != StageStatus::Running).then_some(12 + position),
-            output_json: (status == StageStatus::Succeeded).then(|| json!({"n": position})),
-            error_json: (status == StageStatus::Failed).then(|| json!({"error": "e"})),
+            output_json: (status == StageStatus::Succeeded)
+                .then(|| JsonText::new(&json!({"n": position}))),
+            error_json: (status == StageStatus::Failed)
+                .then(|| JsonText::new(&json!({"error": "e"}))),
         };
         // Stages written out of their order.
         let stages = [

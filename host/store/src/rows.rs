@@ -68,8 +68,11 @@ pub(crate) fn parse_enum<T: serde::de::DeserializeOwned>(text: &str) -> Result<T
         .map_err(|_| StoreError::Corrupt(format!("unknown value `{text}`")))
 }
 
-fn json(row: &impl Columns, at: usize) -> Result<Option<Value>, StoreError> {
-    row.text(at)?.map(parse_json).transpose()
+/// JSON text as stored, checked and kept as text.
+fn json(row: &impl Columns, at: usize) -> Result<Option<JsonText>, StoreError> {
+    row.text(at)?
+        .map(|text| JsonText::from_text(text.to_owned()).map_err(|e| corrupt(at, e)))
+        .transpose()
 }
 
 fn status<T: serde::de::DeserializeOwned>(row: &impl Columns, at: usize) -> Result<T, StoreError> {
@@ -106,7 +109,7 @@ pub(crate) fn execution_at(row: &impl Columns, at: usize) -> Result<ExecutionRec
         created_ms: int(row, at + 6)?,
         finished_ms: row.int(at + 7)?,
         cancellation_requested_ms: row.int(at + 8)?,
-        input_json: json(row, at + 9)?.unwrap_or(Value::Null),
+        input_json: json(row, at + 9)?.unwrap_or_else(|| JsonText::new(&Value::Null)),
         output_json: json(row, at + 10)?,
         outcome_json: json(row, at + 11)?,
         run_id: text(row, at + 12)?,

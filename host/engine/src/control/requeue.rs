@@ -203,9 +203,10 @@ impl Engine {
             no_source_run: run.is_none(),
             component_missing: workflow.is_none(),
             not_declared: recovery.is_none(),
-            not_eligible: recovery
-                .as_ref()
-                .is_some_and(|r| !r.applies(status, execution.outcome_json.as_ref())),
+            not_eligible: recovery.as_ref().is_some_and(|r| {
+                let outcome = execution.outcome_json.as_ref().map(JsonText::value);
+                !r.applies(status, outcome.as_ref())
+            }),
             stage_not_reached: from.is_none(),
             ..Facts::default()
         };

@@ -204,7 +204,7 @@ impl Engine {
                     let done = StageRecord {
                         status: StageStatus::Succeeded,
                         finished_ms: Some(now),
-                        output_json: Some(output),
+                        output_json: Some(JsonText::new(&output)),
                         ..stage
                     };
                     if let Some(s) = stages.iter_mut().find(|s| s.id == done.id) {
@@ -257,7 +257,7 @@ impl Engine {
                     let failed = StageRecord {
                         status: StageStatus::Failed,
                         finished_ms: Some(now),
-                        error_json: Some(error_json.clone()),
+                        error_json: Some(JsonText::new(&error_json)),
                         ..stage
                     };
                     let mut writes = vec![
