@@ -535,3 +535,27 @@ fn outcome_of(output: &str) -> Option<JsonText> {
         .get("outcome")
         .and_then(|raw| JsonText::parse(raw.get()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::outcome_of;
+
+    /// The outcome is the output's `outcome` member as written, `null` included; an output
+    /// without one, or that is not an object, has none.
+    #[test]
+    fn an_outcome_is_read_from_the_output_text() {
+        let outcome = |output: &str| outcome_of(output).map(|o| o.as_str().to_owned());
+        assert_eq!(
+            outcome(r#"{"changes": 2, "outcome": {"status": "active", "ns": ["a", "b"]}}"#),
+            Some(r#"{"status": "active", "ns": ["a", "b"]}"#.to_owned())
+        );
+        assert_eq!(outcome(r#"{"outcome": null}"#), Some("null".to_owned()));
+        assert_eq!(
+            outcome(r#"{"esc\u0061pe": 1, "outcome": 3}"#),
+            Some("3".to_owned())
+        );
+        assert_eq!(outcome(r#"{"changes": 2}"#), None);
+        assert_eq!(outcome(r#"["outcome"]"#), None);
+        assert_eq!(outcome("not json"), None);
+    }
+}
