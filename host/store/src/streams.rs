@@ -287,6 +287,24 @@ impl Store {
 mod tests {
     use super::*;
 
+    /// A fresh store's point readers (`None` on PostgreSQL, where a page is a network read
+    /// that blocks no thread while it waits), with the store that keeps them open.
+    async fn sqlite_readers(dir: &std::path::Path) -> (Store, bool) {
+        let store = Store::open(&capstan_testdb::fresh_database_url(dir).await)
+            .await
+            .unwrap();
+        let sqlite = store.point_readers().is_some();
+        (store, sqlite)
+    }
+
+    /// What SQLite's planner says it will do with `sql`, one line per step.
+    fn plan(readers: &crate::reader::Readers, sql: Sql) -> Vec<String> {
+        let mut statement = sql.into_statements().remove(0);
+        statement.text = format!("EXPLAIN QUERY PLAN {}", statement.text).into();
+        let rows = readers.fetch(&[statement]).unwrap();
+        rows.iter().map(|r| r.get("detail")).collect()
+    }
+
     /// A feed's page runs on the calling thread (SQLite's point readers), which is right only
     /// while SQLite reads it through `outbox_by_execution`: the execution's own events from the
     /// cursor on, not every event after the cursor. Whatever the filter adds, the plan must
@@ -294,13 +312,10 @@ mod tests {
     #[tokio::test]
     async fn a_feed_page_is_read_through_the_executions_index() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&capstan_testdb::fresh_database_url(dir.path()).await)
-            .await
-            .unwrap();
-        let Some(readers) = store.point_readers() else {
-            // On PostgreSQL a page is a network read that blocks no thread while it waits.
+        let (store, true) = sqlite_readers(dir.path()).await else {
             return;
         };
+        let readers = store.point_readers().unwrap();
         let filters = [
             StreamFilter {
                 workflows: vec!["w".into()],
@@ -315,10 +330,7 @@ mod tests {
             },
         ];
         for filter in filters {
-            let mut statement = page(0, None, &filter, 200).into_statements().remove(0);
-            statement.text = format!("EXPLAIN QUERY PLAN {}", statement.text).into();
-            let rows = readers.fetch(&[statement]).unwrap();
-            let plan: Vec<String> = rows.iter().map(|r| r.get("detail")).collect();
+            let plan = plan(readers, page(0, None, &filter, 200));
             assert!(
                 plan.iter()
                     .any(|d| d.contains("o USING INDEX outbox_by_execution (execution_id=?")),
@@ -337,24 +349,17 @@ mod tests {
     #[tokio::test]
     async fn a_stream_page_is_a_range_of_the_outbox_key() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&capstan_testdb::fresh_database_url(dir.path()).await)
-            .await
-            .unwrap();
-        let Some(readers) = store.point_readers() else {
+        let (store, true) = sqlite_readers(dir.path()).await else {
             return;
         };
+        let readers = store.point_readers().unwrap();
         let filter = StreamFilter {
             workflows: vec!["w".into(), "v".into()],
             events: vec![("ExecutionSucceeded".into(), "1".into())],
             execution_id: None,
             principal_id: Some("p".into()),
         };
-        let mut statement = page(7, Some(7 + SCAN_AT_MOST), &filter, 200)
-            .into_statements()
-            .remove(0);
-        statement.text = format!("EXPLAIN QUERY PLAN {}", statement.text).into();
-        let rows = readers.fetch(&[statement]).unwrap();
-        let plan: Vec<String> = rows.iter().map(|r| r.get("detail")).collect();
+        let plan = plan(readers, page(7, Some(7 + SCAN_AT_MOST), &filter, 200));
         assert!(
             plan.iter()
                 .any(|d| d.starts_with("SEARCH o USING INTEGER PRIMARY KEY (rowid>? AND rowid<?)")),
@@ -371,9 +376,7 @@ mod tests {
     async fn a_stream_far_behind_reads_on_in_bounded_steps() {
         use capstan_core::store::{OutboxRecord, RunStore, Write};
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&capstan_testdb::fresh_database_url(dir.path()).await)
-            .await
-            .unwrap();
+        let (store, sqlite) = sqlite_readers(dir.path()).await;
         let event = |n: i64, event_type: &str| {
             Write::Event(OutboxRecord {
                 seq: 0,
@@ -437,7 +440,7 @@ mod tests {
         }
         assert_eq!(seen, [format!("ev{wanted}")]);
         assert_eq!(cursor, newest, "caught up at the newest event");
-        if store.point_readers().is_some() {
+        if sqlite {
             assert_eq!(reads, 3, "two bounded steps, then the rest");
         }
     }
