@@ -682,8 +682,9 @@ mod tests {
         let store = Store::open(&capstan_testdb::fresh_database_url(dir.path()).await)
             .await
             .unwrap();
-        for i in 0..300 {
-            store.insert_audit_behind(record(i));
+        let records: Vec<AuditRecord> = (0..300).map(record).collect();
+        for r in &records {
+            store.insert_audit_behind(r.clone());
         }
         // A synchronous record (a write's, a denial's) next to them.
         let mut denied = record(300);
@@ -720,6 +721,19 @@ mod tests {
             ..AuditFilter::default()
         };
         assert_eq!(store.audit(&last).await.unwrap().len(), 1);
+        // Every field of every record as it was queued.
+        let mut logged = Vec::new();
+        for from in (1_000..1_300).step_by(100) {
+            let page = AuditFilter {
+                since_ms: Some(from),
+                until_ms: Some(from + 100),
+                limit: 100,
+                ..AuditFilter::default()
+            };
+            logged.extend(store.audit(&page).await.unwrap());
+        }
+        logged.sort_by_key(|r| r.at_ms);
+        assert_eq!(logged, records);
     }
 
     /// The record of a change commits with the change, in one transaction on SQLite; when the
