@@ -123,14 +123,9 @@ impl Engine {
             inner: ReplayOnly { journal, cursor: 0 },
             replayed: replayed.clone(),
         };
-        let input = execution.input_json.to_string();
+        let input = execution.input_json.as_str();
         let activation = candidate
-            .activate(
-                &self.inner.runtime,
-                Box::new(host),
-                seed_of(&run.id),
-                &input,
-            )
+            .activate(&self.inner.runtime, Box::new(host), seed_of(&run.id), input)
             .await;
         check.replayed = replayed.load(std::sync::atomic::Ordering::Relaxed);
         check.same_build = same_build;
