@@ -132,7 +132,7 @@ impl Readers {
         };
         self.with(|conn| {
             let mut prepared = conn.prepare_cached(&statement.text).map_err(failed)?;
-            crate::writer::bind(&mut prepared, statement).map_err(failed)?;
+            crate::writer::bind(&mut prepared, statement.values()).map_err(failed)?;
             let mut out = Vec::new();
             // Dropping `rows` resets the statement, which ends its implicit read transaction.
             let mut rows = prepared.raw_query();
@@ -183,7 +183,7 @@ fn fetch_one_statement(
     out: &mut Vec<AnyRow>,
 ) -> rusqlite::Result<()> {
     let mut prepared = conn.prepare_cached(&statement.text)?;
-    crate::writer::bind(&mut prepared, statement)?;
+    crate::writer::bind(&mut prepared, statement.values())?;
     let count = prepared.column_count();
     let mut names = sqlx_core::HashMap::with_capacity(count);
     let mut columns = Vec::with_capacity(count);

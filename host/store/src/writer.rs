@@ -4,8 +4,8 @@
 //! A group is many callers' statements in one transaction. Sent through sqlx as one text, SQLite
 //! parsed it anew every time (a group's text never repeats, so sqlx cannot cache it): a third of
 //! the writer's time in the profile (BENCHMARKS.md). Here every statement keeps its own text
-//! (`Sql` keeps statements apart), so the few dozen distinct texts stay prepared in the
-//! connection's cache and a group costs binding and stepping only.
+//! (`Sql` keeps statements apart), so the few dozen distinct texts stay prepared ([`Prepared`])
+//! and a group costs binding and stepping only.
 //!
 //! Callers queue their statements ([`GroupWriter::enqueue`]) and the thread takes whatever is
 //! queued each time it is free: while one group commits, the next gathers, and no async task
@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 
 /// Prepared statements kept per connection: every distinct text the engine, the simulator and
 /// the relay write (partial updates have a text per combination of columns) fits many times.
+/// Texts past it (none are expected) are prepared through rusqlite's cache, which keeps as many.
 const PREPARED: usize = 512;
 
 /// How long a session waits for the next caller once the queue is empty. Under load the next
@@ -389,9 +390,10 @@ impl GroupWriter {
             .name("capstan-sqlite-writer".to_owned())
             .spawn(move || {
                 let connection = open(&path, synchronous);
+                let mut prepared = connection.as_ref().map(Prepared::new);
                 while let Ok(session) = receive.recv() {
-                    let ended = match &connection {
-                        Ok(conn) => run_session(conn, &queue, &events, &wanted),
+                    let ended = match &mut prepared {
+                        Ok(prepared) => run_session(prepared, &queue, &events, &wanted),
                         Err(e) => queue.fail_all(&StoreError::Unavailable(e.clone())),
                     };
                     let _ = session.ended.send(ended);
@@ -532,7 +534,7 @@ impl Shared {
 /// Commits what is queued, group after group, until nothing comes for [`LINGER`], [`SLICE`] is
 /// up, or a transaction waits for the writer pool (`wanted`).
 fn run_session(
-    conn: &Connection,
+    conn: &mut Prepared<'_>,
     shared: &Shared,
     events: &tokio::sync::watch::Sender<u64>,
     wanted: &AtomicUsize,
@@ -719,12 +721,104 @@ pub(crate) fn failed(e: rusqlite::Error) -> StoreError {
     StoreError::Unavailable(e.to_string())
 }
 
-/// Runs a prepared, cached statement without arguments (transaction control).
-fn control(conn: &Connection, text: &str) -> Result<(), StoreError> {
-    conn.prepare_cached(text)
-        .and_then(|mut s| s.raw_execute())
-        .map(|_| ())
-        .map_err(failed)
+/// Runs a prepared statement without arguments (transaction control).
+fn control(conn: &mut Prepared<'_>, text: &'static str) -> Result<(), StoreError> {
+    conn.run(text, &[]).map(|_| ()).map_err(failed)
+}
+
+/// The group writer's statements, each prepared once for the life of its connection, with the
+/// value each of its parameters takes.
+///
+/// rusqlite's own cache (`prepare_cached`) takes a statement out of its LRU list and puts it back
+/// on every use, copying the statement's text into a new `Arc<str>` each time and clearing its
+/// bindings; the writer runs a hundred statements per ten-stage execution, one after the other
+/// on its one thread, so it keeps them in a map of its own. And SQLite finds a `$N` parameter's
+/// name by walking the statement's list of names, so looking each one up at every bind cost a
+/// statement of n parameters n² steps (BENCHMARKS.md, "changes measured"); which value each
+/// parameter takes is worked out once, when the statement is prepared.
+pub(crate) struct Prepared<'c> {
+    conn: &'c Connection,
+    statements: std::collections::HashMap<Box<str>, Kept<'c>, foldhash::fast::RandomState>,
+}
+
+/// A prepared statement and, for each of its parameters in order, the index of the value it
+/// takes ([`Statement::values`]).
+struct Kept<'c> {
+    statement: rusqlite::Statement<'c>,
+    values: Vec<usize>,
+}
+
+impl<'c> Prepared<'c> {
+    fn new(conn: &'c Connection) -> Self {
+        Self {
+            conn,
+            statements: std::collections::HashMap::default(),
+        }
+    }
+
+    fn is_autocommit(&self) -> bool {
+        self.conn.is_autocommit()
+    }
+
+    /// Binds `values` to the statement of `text` and runs it; the first column of each row it
+    /// returns.
+    fn run(&mut self, text: &str, values: &[AnyValueKind]) -> rusqlite::Result<Vec<Returned>> {
+        if let Some(kept) = self.statements.get_mut(text) {
+            return kept.run(values);
+        }
+        if self.statements.len() >= PREPARED {
+            let mut prepared = self.conn.prepare_cached(text)?;
+            bind(&mut prepared, values)?;
+            return returned(&mut prepared);
+        }
+        let statement = self
+            .conn
+            .prepare_with_flags(text, rusqlite::PrepFlags::SQLITE_PREPARE_PERSISTENT)?;
+        let at = (1..=statement.parameter_count())
+            .map(|index| value_index(&statement, index))
+            .collect();
+        self.statements
+            .entry(text.into())
+            .or_insert(Kept {
+                statement,
+                values: at,
+            })
+            .run(values)
+    }
+}
+
+impl Kept<'_> {
+    fn run(&mut self, values: &[AnyValueKind]) -> rusqlite::Result<Vec<Returned>> {
+        for (index, &at) in self.values.iter().enumerate() {
+            let value = values
+                .get(at)
+                .ok_or_else(|| rusqlite::Error::InvalidParameterCount(at + 1, values.len()))?;
+            self.statement
+                .raw_bind_parameter(index + 1, value_of(value)?)?;
+        }
+        returned(&mut self.statement)
+    }
+}
+
+/// Steps a bound statement to its end (resetting it): the first column of each row.
+fn returned(prepared: &mut rusqlite::Statement<'_>) -> rusqlite::Result<Vec<Returned>> {
+    let mut rows = prepared.raw_query();
+    let mut returned = Vec::new();
+    while let Some(row) = rows.next()? {
+        returned.push(row.get::<_, Returned>(0)?);
+    }
+    Ok(returned)
+}
+
+/// The index of the value the statement's `index`-th parameter (from 1) takes: `$N` takes the
+/// statement's N-th value (as sqlx binds them), `?` the next one.
+fn value_index(prepared: &rusqlite::Statement<'_>, index: usize) -> usize {
+    prepared
+        .parameter_name(index)
+        .and_then(|name| name.strip_prefix('$'))
+        .and_then(|n| n.parse::<usize>().ok())
+        .unwrap_or(index)
+        .saturating_sub(1)
 }
 
 /// A part of a group with what the writer checks around it.
@@ -745,7 +839,7 @@ struct Entry {
 /// A part that names an epoch of [`Behind`] that has moved is refused without running. A write
 /// behind its answer that fails moves the epoch at once, so the parts after it that named the
 /// old one — in this group's next run or in later groups — are refused.
-fn commit(conn: &Connection, parts: &[Entry], shared: &Shared) -> Vec<Answer> {
+fn commit(conn: &mut Prepared<'_>, parts: &[Entry], shared: &Shared) -> Vec<Answer> {
     let behind = &shared.behind;
     let mut answers: Vec<Option<Answer>> = parts.iter().map(|_| None).collect();
     'group: loop {
@@ -823,17 +917,19 @@ fn fail_waiting(
 }
 
 /// One caller's part; the first error (or failed guard) ends it.
-fn run_part(conn: &Connection, part: &Part) -> Answer {
+fn run_part(conn: &mut Prepared<'_>, part: &Part) -> Answer {
     match part {
         Part::Statements(statements) => run_statements(conn, statements),
     }
 }
 
 /// Statements in order; the first error (or failed guard) ends them.
-pub(crate) fn run_statements(conn: &Connection, statements: &[Statement]) -> Answer {
+fn run_statements(conn: &mut Prepared<'_>, statements: &[Statement]) -> Answer {
     let mut returned = Vec::new();
     for statement in statements {
-        let rows = run(conn, statement).map_err(failed)?;
+        let rows = conn
+            .run(&statement.text, statement.values())
+            .map_err(failed)?;
         match statement.check {
             Some(check) => check.verdict(rows.first().map(|v| match v {
                 Returned::Integer(i) => *i,
@@ -845,35 +941,17 @@ pub(crate) fn run_statements(conn: &Connection, statements: &[Statement]) -> Ans
     Ok(returned)
 }
 
-/// Binds and runs one statement (prepared once per connection); the first column of each row
-/// it returns.
-fn run(conn: &Connection, statement: &Statement) -> rusqlite::Result<Vec<Returned>> {
-    let mut prepared = conn.prepare_cached(&statement.text)?;
-    bind(&mut prepared, statement)?;
-    let mut rows = prepared.raw_query();
-    let mut returned = Vec::new();
-    while let Some(row) = rows.next()? {
-        returned.push(row.get::<_, Returned>(0)?);
-    }
-    Ok(returned)
-}
-
-/// Binds the statement's values to its prepared form (also used by `reader.rs`).
+/// Binds the statement's values to its prepared form (the readers' statements, `reader.rs`, and
+/// the writer's past [`PREPARED`]).
 pub(crate) fn bind(
     prepared: &mut rusqlite::Statement<'_>,
-    statement: &Statement,
+    values: &[AnyValueKind],
 ) -> rusqlite::Result<()> {
-    let values = statement.values();
     for index in 1..=prepared.parameter_count() {
-        // `$N` takes the statement's N-th value (as sqlx binds them); `?` the next one.
-        let at = prepared
-            .parameter_name(index)
-            .and_then(|name| name.strip_prefix('$'))
-            .and_then(|n| n.parse::<usize>().ok())
-            .unwrap_or(index);
+        let at = value_index(prepared, index);
         let value = values
-            .get(at - 1)
-            .ok_or_else(|| rusqlite::Error::InvalidParameterCount(at, values.len()))?;
+            .get(at)
+            .ok_or_else(|| rusqlite::Error::InvalidParameterCount(at + 1, values.len()))?;
         prepared.raw_bind_parameter(index, value_of(value)?)?;
     }
     Ok(())
@@ -898,4 +976,53 @@ fn value_of(value: &AnyValueKind) -> rusqlite::Result<ToSqlOutput<'_>> {
             ));
         }
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{PREPARED, Prepared};
+    use rusqlite::types::Value;
+    use sqlx_core::any::AnyValueKind;
+    use std::sync::Arc;
+
+    fn text(s: &str) -> AnyValueKind {
+        AnyValueKind::Text(Arc::new(s.to_owned()))
+    }
+
+    /// Each parameter takes the value its `$N` names, however the text orders or repeats them,
+    /// on the statement's first run and on every later one; a statement past the writer's own
+    /// map runs as well, through rusqlite's cache.
+    #[test]
+    fn a_kept_statement_binds_each_value_where_its_number_says() {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        let mut prepared = Prepared::new(&conn);
+        let shuffled = "SELECT $2 || ':' || $1 || ':' || $2 || ':' || $3";
+        for (a, b) in [("a", "b"), ("c", "d")] {
+            let rows = prepared
+                .run(shuffled, &[text(a), text(b), AnyValueKind::BigInt(7)])
+                .unwrap();
+            assert_eq!(rows, vec![Value::Text(format!("{b}:{a}:{b}:7"))]);
+        }
+        // Too few values for the numbers the text names: an error, not a value out of place.
+        assert!(prepared.run(shuffled, &[text("a")]).is_err());
+
+        for n in 0..PREPARED {
+            prepared
+                .run(&format!("SELECT {n} + $1"), &[AnyValueKind::BigInt(1)])
+                .unwrap();
+        }
+        assert_eq!(prepared.statements.len(), PREPARED);
+        let past = prepared
+            .run(
+                "SELECT $2 - $1",
+                &[AnyValueKind::BigInt(1), AnyValueKind::BigInt(10)],
+            )
+            .unwrap();
+        assert_eq!(past, vec![Value::Integer(9)]);
+        assert_eq!(
+            prepared.statements.len(),
+            PREPARED,
+            "kept through rusqlite's cache instead"
+        );
+    }
 }
