@@ -735,7 +735,8 @@ fn control(conn: &mut Prepared<'_>, text: &'static str) -> Result<(), StoreError
 /// on its one thread, so it keeps them in a map of its own. And SQLite finds a `$N` parameter's
 /// name by walking the statement's list of names, so looking each one up at every bind cost a
 /// statement of n parameters n² steps (BENCHMARKS.md, "changes measured"); which value each
-/// parameter takes is worked out once, when the statement is prepared.
+/// parameter takes is worked out once, when the statement is prepared. A statement keeps SQLite's
+/// copies of its last values until its next run rebinds them: at most one set of values per text.
 pub(crate) struct Prepared<'c> {
     conn: &'c Connection,
     statements: std::collections::HashMap<Box<str>, Kept<'c>, foldhash::fast::RandomState>,
