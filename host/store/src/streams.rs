@@ -287,14 +287,12 @@ impl Store {
 mod tests {
     use super::*;
 
-    /// A fresh store's point readers (`None` on PostgreSQL, where a page is a network read
-    /// that blocks no thread while it waits), with the store that keeps them open.
-    async fn sqlite_readers(dir: &std::path::Path) -> (Store, bool) {
-        let store = Store::open(&capstan_testdb::fresh_database_url(dir).await)
+    /// A fresh store of the backend under test. Its point readers are `None` on PostgreSQL,
+    /// where a page is a network read that blocks no thread while it waits.
+    async fn fresh_store(dir: &std::path::Path) -> Store {
+        Store::open(&capstan_testdb::fresh_database_url(dir).await)
             .await
-            .unwrap();
-        let sqlite = store.point_readers().is_some();
-        (store, sqlite)
+            .unwrap()
     }
 
     /// What SQLite's planner says it will do with `sql`, one line per step.
@@ -312,10 +310,10 @@ mod tests {
     #[tokio::test]
     async fn a_feed_page_is_read_through_the_executions_index() {
         let dir = tempfile::tempdir().unwrap();
-        let (store, true) = sqlite_readers(dir.path()).await else {
+        let store = fresh_store(dir.path()).await;
+        let Some(readers) = store.point_readers() else {
             return;
         };
-        let readers = store.point_readers().unwrap();
         let filters = [
             StreamFilter {
                 workflows: vec!["w".into()],
@@ -349,10 +347,10 @@ mod tests {
     #[tokio::test]
     async fn a_stream_page_is_a_range_of_the_outbox_key() {
         let dir = tempfile::tempdir().unwrap();
-        let (store, true) = sqlite_readers(dir.path()).await else {
+        let store = fresh_store(dir.path()).await;
+        let Some(readers) = store.point_readers() else {
             return;
         };
-        let readers = store.point_readers().unwrap();
         let filter = StreamFilter {
             workflows: vec!["w".into(), "v".into()],
             events: vec![("ExecutionSucceeded".into(), "1".into())],
@@ -376,7 +374,7 @@ mod tests {
     async fn a_stream_far_behind_reads_on_in_bounded_steps() {
         use capstan_core::store::{OutboxRecord, RunStore, Write};
         let dir = tempfile::tempdir().unwrap();
-        let (store, sqlite) = sqlite_readers(dir.path()).await;
+        let store = fresh_store(dir.path()).await;
         let event = |n: i64, event_type: &str| {
             Write::Event(OutboxRecord {
                 seq: 0,
@@ -440,7 +438,7 @@ mod tests {
         }
         assert_eq!(seen, [format!("ev{wanted}")]);
         assert_eq!(cursor, newest, "caught up at the newest event");
-        if sqlite {
+        if store.point_readers().is_some() {
             assert_eq!(reads, 3, "two bounded steps, then the rest");
         }
     }
