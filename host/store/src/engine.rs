@@ -817,9 +817,11 @@ pub(crate) fn coalesce(writes: Vec<Write>) -> Vec<Write> {
     kept.into_iter().rev().flatten().collect()
 }
 
-/// Appends a batch's writes, each run's journal entries as one chunk ([`journal::stage`]).
+/// Appends a batch's writes, each run's journal entries as one chunk, and on SQLite its events
+/// as multi-row inserts ([`journal::stage`]).
 fn push_writes(batch: &mut Batch, writes: Vec<Write>) {
-    for staged in journal::stage(writes) {
+    let rows = batch.backend == Backend::Sqlite;
+    for staged in journal::stage(writes, rows) {
         push_staged(batch, staged);
     }
 }
@@ -828,6 +830,86 @@ fn push_staged(batch: &mut Batch, staged: journal::Staged) {
     match staged {
         journal::Staged::One(write) => push_write(batch, write),
         journal::Staged::Chunk(entries) => journal::push_chunk(batch, &entries),
+        journal::Staged::Events(events) => {
+            push_rows(batch, &EVENT_ROWS, events, |sql, e| {
+                sql.bind(e.event_id)
+                    .bind(e.execution_id)
+                    .bind(e.event_type)
+                    .bind(e.event_version)
+                    .bind(e.principal_id)
+                    .bind(e.workflow)
+                    .bind(e.payload_json.as_str().to_owned())
+                    .bind(e.occurred_ms)
+                    .bind(e.traceparent)
+                    .bind(e.stream_published_ms.unwrap_or(e.occurred_ms));
+            });
+        }
+    }
+}
+
+/// The row counts of the multi-row inserts [`push_rows`] writes: any number of rows is a sum
+/// of them, so an insert has six statement texts, each prepared once by the group writer.
+const ROWS_PER_INSERT: [usize; 6] = [32, 16, 8, 4, 2, 1];
+
+/// An insert's texts for each of [`ROWS_PER_INSERT`]'s row counts: `head`, then `columns`
+/// placeholders per row, then `tail`.
+fn multi_row_texts(head: &str, columns: usize, tail: &str) -> [String; 6] {
+    ROWS_PER_INSERT.map(|rows| {
+        let mut text = String::from(head);
+        for row in 0..rows {
+            text.push_str(if row == 0 { "(" } else { ", (" });
+            for column in 0..columns {
+                if column > 0 {
+                    text.push_str(", ");
+                }
+                let _ = std::fmt::Write::write_fmt(
+                    &mut text,
+                    format_args!("${}", row * columns + column + 1),
+                );
+            }
+            text.push(')');
+        }
+        text.push_str(tail);
+        text
+    })
+}
+
+/// The columns of an outbox event as its single-row insert (`push_write`) binds them. `OR
+/// FAIL`: SQLite opens a statement journal for a statement that writes several rows and may
+/// abort (`host/bench/stmt_journals.sh`), and `FAIL` does not abort; the group writer rolls the
+/// whole transaction back on any failure anyway. (The receipts' multi-row insert would need one
+/// whatever it said: its conflict clause, and its foreign key, may abort it.)
+static EVENT_ROWS: LazyLock<[String; 6]> = LazyLock::new(|| {
+    multi_row_texts(
+        "INSERT OR FAIL INTO outbox (event_id, execution_id, event_type, event_version, principal_id, workflow, payload_json, occurred_ms, traceparent, stream_published_ms) VALUES ",
+        10,
+        "",
+    )
+});
+
+/// Appends `rows` as inserts of [`ROWS_PER_INSERT`] rows each, largest first, in their order
+/// (SQLite inserts a statement's rows in the order its `VALUES` lists them, so the outbox's
+/// sequence numbers follow it). One statement per row cost the group writer a statement's
+/// start, its cursors on the table and each index, and its end, per row.
+fn push_rows<T>(
+    batch: &mut Batch,
+    texts: &'static [String; 6],
+    rows: Vec<T>,
+    mut bind: impl FnMut(&mut Sql, T),
+) {
+    let mut rows = rows.into_iter();
+    let mut left = rows.len();
+    while left > 0 {
+        let (at, &n) = ROWS_PER_INSERT
+            .iter()
+            .enumerate()
+            .find(|(_, n)| **n <= left)
+            .unwrap_or((ROWS_PER_INSERT.len() - 1, &1));
+        let sql = batch.statement(texts[at].as_str());
+        for row in rows.by_ref().take(n) {
+            bind(sql, row);
+        }
+        left -= n;
     }
 }
 
@@ -862,7 +944,7 @@ impl Store {
             batch.done(&mut tx).await?;
         }
         let mut locked = false;
-        for staged in journal::stage(writes) {
+        for staged in journal::stage(writes, self.backend() == Backend::Sqlite) {
             if !locked
                 && matches!(staged, journal::Staged::One(Write::Event(_)))
                 && self.backend() == Backend::Postgres
@@ -1824,6 +1906,32 @@ mod tests {
                 Write::UpdateExecution(merged),
             ]
         );
+    }
+
+    /// Rows go as inserts of the largest counts that fit, in order, each text with a row's
+    /// placeholders per row and its values in the same order.
+    #[test]
+    fn rows_go_as_the_largest_inserts_that_fit_in_their_order() {
+        let mut batch = Batch::new(Backend::Sqlite);
+        push_rows(&mut batch, &EVENT_ROWS, (0..27_i64).collect(), |sql, n| {
+            for column in 0..10 {
+                sql.bind(n * 10 + column);
+            }
+        });
+        let statements = batch.into_sql().into_statements();
+        let rows: Vec<usize> = statements.iter().map(|s| s.values().len() / 10).collect();
+        assert_eq!(rows, [16, 8, 2, 1]);
+        let mut next = 0;
+        for statement in &statements {
+            let n = statement.values().len();
+            assert!(statement.text.ends_with(&format!("${n})")));
+            assert!(!statement.text.contains(&format!("${}", n + 1)));
+            for value in statement.values() {
+                assert!(matches!(value, sqlx_core::any::AnyValueKind::BigInt(v) if *v == next));
+                next += 1;
+            }
+        }
+        assert_eq!(next, 27 * 10);
     }
 
     #[test]

@@ -2238,6 +2238,69 @@ mod tests {
         })
     }
 
+    /// A batch's events, written as multi-row inserts on SQLite, get sequence numbers in the
+    /// batch's order whatever their number (37: inserts of 32, 4 and 1 rows), between its other
+    /// writes (receipts, a repeated one kept once, across the compensation between them).
+    #[tokio::test]
+    async fn a_batchs_events_keep_its_order_and_its_receipts_are_all_kept() {
+        use capstan_core::store::{Receipt, RunStore as _, Write};
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&capstan_testdb::fresh_database_url(dir.path()).await)
+            .await
+            .unwrap();
+        let receipt = |id: &str, seq: i64| {
+            Write::InsertReceipt(std::sync::Arc::new(Receipt {
+                id: id.into(),
+                execution_id: "e1".into(),
+                run_id: "r1".into(),
+                seq,
+                op: "dns.change-records".into(),
+                request: capstan_core::store::JsonText::new(&serde_json::json!({"n": seq})),
+                response: capstan_core::store::JsonText::new(&serde_json::json!({"ok": true})),
+                created_ms: 1,
+                compensated_ms: None,
+            }))
+        };
+        let ids: Vec<String> = (0..37).map(|i| format!("ev{:02}", 36 - i)).collect();
+        let mut writes = vec![Write::InsertExecution(execution_record("e1", "r1"))];
+        for (i, id) in ids.iter().enumerate() {
+            writes.push(succeeded(id, "e1"));
+            if i % 9 == 0 {
+                writes.push(receipt(&format!("rc{i}"), i as i64));
+            }
+        }
+        writes.push(Write::MarkCompensated {
+            receipt_id: "rc9".into(),
+            at_ms: 7,
+        });
+        writes.push(receipt("rc9", 9));
+        writes.push(receipt("rc99", 99));
+        store.apply(None, writes).await.unwrap();
+        let mut db = store.read().await.unwrap();
+        let stored: Vec<String> = sqlx::query_scalar("SELECT event_id FROM outbox ORDER BY seq")
+            .fetch_all(&mut *db)
+            .await
+            .unwrap();
+        assert_eq!(stored, ids, "the batch's order, not the ids'");
+        let receipts: Vec<(String, Option<i64>)> =
+            sqlx::query_as("SELECT id, compensated_ms FROM receipts ORDER BY seq")
+                .fetch_all(&mut *db)
+                .await
+                .unwrap();
+        let expected: Vec<(String, Option<i64>)> = [
+            ("rc0", None),
+            ("rc9", Some(7)),
+            ("rc18", None),
+            ("rc27", None),
+            ("rc36", None),
+            ("rc99", None),
+        ]
+        .into_iter()
+        .map(|(id, at)| (id.to_owned(), at))
+        .collect();
+        assert_eq!(receipts, expected);
+    }
+
     /// A stream's page ends past every event there was when fewer than its limit passed the
     /// filter, so the next read starts after the events that did not pass; a full page ends at
     /// its last event, and an empty outbox leaves the cursor where it was.

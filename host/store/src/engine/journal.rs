@@ -9,7 +9,9 @@
 //! a time. See docs/decisions.md, "The journal is written one row per commit".
 
 use super::Batch;
-use capstan_core::store::{EntryStatus, JournalEntry, JsonText, Millis, StoreError, Write};
+use capstan_core::store::{
+    EntryStatus, JournalEntry, JsonText, Millis, OutboxRecord, StoreError, Write,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -45,7 +47,8 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<JsonText>, D
     JsonText::deserialize(d).map(Some)
 }
 
-/// A batch's writes with the journal entries of each run gathered into one chunk.
+/// A batch's writes with the journal entries of each run gathered into one chunk, and, where
+/// the batch asks for it, its outbox events into rows of one insert.
 #[allow(
     clippy::large_enum_variant,
     reason = "a batch's writes, moved once into their statements: boxing would allocate per write"
@@ -53,18 +56,37 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<JsonText>, D
 pub(crate) enum Staged {
     One(Write),
     Chunk(Vec<JournalEntry>),
+    Events(Vec<OutboxRecord>),
 }
 
 /// Gathers the [`Write::PutJournal`]s of each run into one chunk, which takes the place of the
 /// run's first entry in the batch. Nothing but journal writes reads or writes the journal, so
 /// moving an entry up to its chunk changes nothing, except across a truncation of the same run:
 /// a [`Write::TruncateJournal`] closes its run's chunk, and entries after it start a new one.
-pub(crate) fn stage(writes: Vec<Write>) -> Vec<Staged> {
+///
+/// With `rows` (SQLite, whose group writer sends each statement as it is: PostgreSQL's merges
+/// single-row inserts itself, `crate::pg_writer`), the batch's [`Write::Event`]s likewise take
+/// the place of its first one, in their order. Nothing else in a batch reads or writes the
+/// outbox, so an event moved up changes nothing, and its sequence number still follows the
+/// batch's order.
+pub(crate) fn stage(writes: Vec<Write>, rows: bool) -> Vec<Staged> {
     let mut staged: Vec<Staged> = Vec::with_capacity(writes.len());
     // Run id → the index of its open chunk in `staged`.
     let mut open: Vec<(String, usize)> = Vec::new();
+    let mut events: Option<usize> = None;
     for write in writes {
         match write {
+            Write::Event(event) if rows => match events {
+                Some(at) => {
+                    if let Staged::Events(gathered) = &mut staged[at] {
+                        gathered.push(event);
+                    }
+                }
+                None => {
+                    events = Some(staged.len());
+                    staged.push(Staged::Events(vec![event]));
+                }
+            },
             Write::PutJournal(entry) => match open.iter().find(|(run, _)| *run == entry.run_id) {
                 Some(&(_, at)) => {
                     if let Staged::Chunk(entries) = &mut staged[at] {
@@ -190,23 +212,87 @@ mod tests {
         encode(entries)
     }
 
+    /// With `rows`, a batch's events take the place of its first, in their order; without
+    /// (PostgreSQL, whose writer merges rows itself) each stays where it was.
+    #[test]
+    fn a_batchs_events_gather_at_the_first_of_them_only_when_asked() {
+        let event = |id: &str| {
+            Write::Event(OutboxRecord {
+                seq: 0,
+                event_id: id.into(),
+                execution_id: "e1".into(),
+                event_type: "StageStarted".into(),
+                event_version: "1".into(),
+                principal_id: "p".into(),
+                workflow: "w".into(),
+                payload_json: JsonText::new(&json!({})),
+                occurred_ms: 1,
+                traceparent: None,
+                routed_ms: None,
+                stream_published_ms: None,
+                dispatched_ms: None,
+            })
+        };
+        let writes = || {
+            vec![
+                Write::PutJournal(entry(0, EntryStatus::Done, None)),
+                event("a"),
+                Write::PutJournal(entry(1, EntryStatus::Done, None)),
+                event("b"),
+                Write::TruncateJournal {
+                    run_id: "r1".into(),
+                    from_seq: 1,
+                },
+                event("c"),
+            ]
+        };
+        let shape = |staged: Vec<Staged>| -> Vec<String> {
+            staged
+                .iter()
+                .map(|s| match s {
+                    Staged::Chunk(entries) => format!("chunk {}", entries.len()),
+                    Staged::Events(events) => format!(
+                        "events {}",
+                        events
+                            .iter()
+                            .map(|e| e.event_id.as_str())
+                            .collect::<String>()
+                    ),
+                    Staged::One(Write::Event(e)) => format!("event {}", e.event_id),
+                    Staged::One(_) => "other".into(),
+                })
+                .collect()
+        };
+        assert_eq!(
+            shape(stage(writes(), true)),
+            ["chunk 2", "events abc", "other"]
+        );
+        assert_eq!(
+            shape(stage(writes(), false)),
+            ["chunk 2", "event a", "event b", "other", "event c"]
+        );
+    }
+
     #[test]
     fn a_batch_gathers_each_runs_entries_into_one_chunk_split_by_its_truncations() {
         let other = JournalEntry {
             run_id: "r2".into(),
             ..entry(0, EntryStatus::Done, Some(json!(1)))
         };
-        let staged = stage(vec![
-            Write::PutJournal(entry(0, EntryStatus::Done, None)),
-            Write::PutJournal(other.clone()),
-            Write::PutJournal(entry(1, EntryStatus::Done, None)),
-            Write::TruncateJournal {
-                run_id: "r1".into(),
-                from_seq: 1,
-            },
-            Write::PutJournal(entry(1, EntryStatus::Waiting, None)),
-            Write::PutJournal(other),
-        ]);
+        let staged = stage(
+            vec![
+                Write::PutJournal(entry(0, EntryStatus::Done, None)),
+                Write::PutJournal(other.clone()),
+                Write::PutJournal(entry(1, EntryStatus::Done, None)),
+                Write::TruncateJournal {
+                    run_id: "r1".into(),
+                    from_seq: 1,
+                },
+                Write::PutJournal(entry(1, EntryStatus::Waiting, None)),
+                Write::PutJournal(other),
+            ],
+            true,
+        );
         let shape: Vec<String> = staged
             .iter()
             .map(|s| match s {
@@ -216,7 +302,7 @@ mod tests {
                     entries.iter().map(|e| e.seq).collect::<Vec<_>>()
                 ),
                 Staged::One(Write::TruncateJournal { from_seq, .. }) => format!("cut {from_seq}"),
-                Staged::One(_) => "other".into(),
+                Staged::One(_) | Staged::Events(_) => "other".into(),
             })
             .collect();
         assert_eq!(shape, ["r1:[0, 1]", "r2:[0, 0]", "cut 1", "r1:[1]"]);
