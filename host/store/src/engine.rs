@@ -645,24 +645,13 @@ fn push_write(batch: &mut Batch, write: Write) {
                 .bind(execution_id)
                 .bind(enum_text(&from));
         }
-        Write::Event(e) => {
-            batch
-                .statement(
-                    "INSERT INTO outbox (event_id, execution_id, event_type, event_version, principal_id, workflow, payload_json,
-                     occurred_ms, traceparent, stream_published_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-                )
-                .bind(e.event_id)
-                .bind(e.execution_id)
-                .bind(e.event_type)
-                .bind(e.event_version)
-                .bind(e.principal_id)
-                .bind(e.workflow)
-                .bind(e.payload_json.as_str().to_owned())
-                .bind(e.occurred_ms)
-                .bind(e.traceparent)
-                // Streams read the outbox: an event is published to them when it commits.
-                .bind(e.stream_published_ms.unwrap_or(e.occurred_ms));
-        }
+        Write::Event(e) => bind_event(
+            batch.statement(
+                "INSERT INTO outbox (event_id, execution_id, event_type, event_version, principal_id, workflow, payload_json,
+                 occurred_ms, traceparent, stream_published_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+            ),
+            e,
+        ),
         Write::InsertIdempotency(k) => {
             batch
                 .statement(
@@ -830,21 +819,23 @@ fn push_staged(batch: &mut Batch, staged: journal::Staged) {
     match staged {
         journal::Staged::One(write) => push_write(batch, write),
         journal::Staged::Chunk(entries) => journal::push_chunk(batch, &entries),
-        journal::Staged::Events(events) => {
-            push_rows(batch, &EVENT_ROWS, events, |sql, e| {
-                sql.bind(e.event_id)
-                    .bind(e.execution_id)
-                    .bind(e.event_type)
-                    .bind(e.event_version)
-                    .bind(e.principal_id)
-                    .bind(e.workflow)
-                    .bind(e.payload_json.as_str().to_owned())
-                    .bind(e.occurred_ms)
-                    .bind(e.traceparent)
-                    .bind(e.stream_published_ms.unwrap_or(e.occurred_ms));
-            });
-        }
+        journal::Staged::Events(events) => push_rows(batch, &EVENT_ROWS, events, bind_event),
     }
+}
+
+/// Binds an outbox event's ten columns, in the order of its insert's column list.
+fn bind_event(sql: &mut Sql, e: OutboxRecord) {
+    sql.bind(e.event_id)
+        .bind(e.execution_id)
+        .bind(e.event_type)
+        .bind(e.event_version)
+        .bind(e.principal_id)
+        .bind(e.workflow)
+        .bind(e.payload_json.as_str().to_owned())
+        .bind(e.occurred_ms)
+        .bind(e.traceparent)
+        // Streams read the outbox: an event is published to them when it commits.
+        .bind(e.stream_published_ms.unwrap_or(e.occurred_ms));
 }
 
 /// The row counts of the multi-row inserts [`push_rows`] writes: any number of rows is a sum
@@ -874,7 +865,7 @@ fn multi_row_texts(head: &str, columns: usize, tail: &str) -> [String; 6] {
     })
 }
 
-/// The columns of an outbox event as its single-row insert (`push_write`) binds them. `OR
+/// The columns of an outbox event as [`bind_event`] binds them. `OR
 /// FAIL`: SQLite opens a statement journal for a statement that writes several rows and may
 /// abort (`host/bench/stmt_journals.sh`), and `FAIL` does not abort; the group writer rolls the
 /// whole transaction back on any failure anyway. (The receipts' multi-row insert would need one
