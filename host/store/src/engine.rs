@@ -891,11 +891,12 @@ fn push_rows<T>(
     let mut rows = rows.into_iter();
     let mut left = rows.len();
     while left > 0 {
-        let (at, &n) = ROWS_PER_INSERT
+        // The last count is 1, so one always fits.
+        let at = ROWS_PER_INSERT
             .iter()
-            .enumerate()
-            .find(|(_, n)| **n <= left)
-            .unwrap_or((ROWS_PER_INSERT.len() - 1, &1));
+            .position(|&n| n <= left)
+            .unwrap_or(ROWS_PER_INSERT.len() - 1);
+        let n = ROWS_PER_INSERT[at];
         let sql = batch.statement(texts[at].as_str());
         for row in rows.by_ref().take(n) {
             bind(sql, row);

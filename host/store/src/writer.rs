@@ -791,11 +791,7 @@ impl<'c> Prepared<'c> {
 impl Kept<'_> {
     fn run(&mut self, values: &[AnyValueKind]) -> rusqlite::Result<Vec<Returned>> {
         for (index, &at) in self.values.iter().enumerate() {
-            let value = values
-                .get(at)
-                .ok_or_else(|| rusqlite::Error::InvalidParameterCount(at + 1, values.len()))?;
-            self.statement
-                .raw_bind_parameter(index + 1, value_of(value)?)?;
+            bind_value(&mut self.statement, index + 1, values, at)?;
         }
         returned(&mut self.statement)
     }
@@ -950,12 +946,23 @@ pub(crate) fn bind(
 ) -> rusqlite::Result<()> {
     for index in 1..=prepared.parameter_count() {
         let at = value_index(prepared, index);
-        let value = values
-            .get(at)
-            .ok_or_else(|| rusqlite::Error::InvalidParameterCount(at + 1, values.len()))?;
-        prepared.raw_bind_parameter(index, value_of(value)?)?;
+        bind_value(prepared, index, values, at)?;
     }
     Ok(())
+}
+
+/// Binds `values[at]` to the statement's `index`-th parameter (from 1); too few values is an
+/// error, not a value out of place.
+fn bind_value(
+    prepared: &mut rusqlite::Statement<'_>,
+    index: usize,
+    values: &[AnyValueKind],
+    at: usize,
+) -> rusqlite::Result<()> {
+    let value = values
+        .get(at)
+        .ok_or_else(|| rusqlite::Error::InvalidParameterCount(at + 1, values.len()))?;
+    prepared.raw_bind_parameter(index, value_of(value)?)
 }
 
 /// An sqlx argument as SQLite's value (the types sqlx's SQLite driver binds them as).
