@@ -92,9 +92,10 @@ static EXECUTION_JOINED_WITH_STAGES: LazyLock<String> = LazyLock::new(|| {
 /// An execution and its stages as one statement on PostgreSQL: the execution's row first, its
 /// stage columns NULL, then a row per stage in order, its execution columns NULL. The join
 /// would repeat the execution's columns (its input and output among them) on every stage's row,
-/// which PostgreSQL sends and sqlx's `AnyRow` copies whole, once per stage: 18 % more server
-/// CPU per read of a ten-stage execution (docs/decisions.md, "An execution and its stages are
-/// one statement, decoded where they are read").
+/// which PostgreSQL encodes and sends once per stage: 18 % more server CPU per read of a
+/// ten-stage execution when it was measured, with each row then copied into sqlx's `AnyRow`
+/// (docs/decisions.md, "An execution and its stages are one statement, decoded where they are
+/// read").
 static EXECUTION_WITH_STAGES: LazyLock<String> = LazyLock::new(|| {
     let nulls = |n: usize| vec!["NULL"; n].join(", ");
     format!(
@@ -132,7 +133,7 @@ struct ExecutionWithStages {
 }
 
 impl ExecutionWithStages {
-    fn push(&mut self, row: &impl rows::Columns) -> Result<(), StoreError> {
+    fn push(&mut self, row: &(impl rows::Columns + ?Sized)) -> Result<(), StoreError> {
         if self.execution.is_none() && row.text(0)?.is_some() {
             self.execution = Some(rows::execution_at(row, 0)?);
         }
@@ -1193,10 +1194,8 @@ impl Store {
 }
 
 impl Store {
-    /// An execution and its stages (by position) in one statement.
-    ///
-    /// SQLite: on a point reader, decoded straight from the statement's rows (the execution's
-    /// columns are read from the first row only); PostgreSQL: through sqlx.
+    /// An execution and its stages (by position) in one statement, decoded straight from its
+    /// rows on the point readers (the execution's columns are read from the first row only).
     pub async fn execution_with_stages(
         &self,
         id: &str,
@@ -1207,14 +1206,7 @@ impl Store {
         };
         let read = Sql::new(text).arg(id.to_owned());
         let mut found = ExecutionWithStages::default();
-        if let Some(readers) = self.point_readers() {
-            readers.decode(&read, |row| found.push(row))?;
-        } else {
-            let rows = self.fetch_all(read).await.map_err(unavailable)?;
-            for row in &rows {
-                found.push(row)?;
-            }
-        }
+        self.decode(&read, |row| found.push(row)).await?;
         Ok(found.done())
     }
 }

@@ -278,7 +278,8 @@ struct StoreState {
     /// The thread that commits groups (SQLite), started with the first group.
     group_writer: std::sync::OnceLock<Result<writer::GroupWriter, String>>,
     /// PostgreSQL's group writer, started with the first write that uses it (again if its
-    /// runtime went away); `Some(None)` when the URL asks for TLS, which it does not speak.
+    /// runtime went away); `Some(None)` when it cannot be configured from the URL (a root
+    /// certificate it names cannot be read).
     pg_writer: std::sync::Mutex<Option<Option<pg_writer::PgGroupWriter>>>,
     /// Writes made behind their answers and their epoch ([`Store::write_behind`]).
     behind: std::sync::Arc<writer::Behind>,
@@ -288,7 +289,8 @@ struct StoreState {
     reader_permits: std::sync::Arc<tokio::sync::Semaphore>,
     /// SQLite connections for point reads on the calling thread ([`Store::fetch_all`]).
     local_readers: std::sync::OnceLock<reader::Readers>,
-    /// PostgreSQL connections for point reads, outside sqlx's pool ([`Store::fetch_all`]).
+    /// PostgreSQL connections for point reads, outside sqlx ([`Store::fetch_all`],
+    /// [`Store::decode`]).
     pg_readers: std::sync::OnceLock<pg_reader::PgReaders>,
 }
 
@@ -706,17 +708,33 @@ impl Store {
     /// SQLite: on the calling thread, on a connection of its own (`reader.rs`): no hand-off to
     /// a connection thread, the rows come back together. The read blocks the thread while it
     /// runs, so scans and filtered lists use [`Store::read`] instead. PostgreSQL: the
-    /// statements in turn on one connection kept outside sqlx's pool (`pg_reader.rs`), which
-    /// would ping it when it came back.
+    /// statements as one pipeline on a connection of the point readers (`pg_reader.rs`), which
+    /// speak the wire protocol themselves.
     pub async fn fetch_all(&self, sql: Sql) -> Result<Vec<AnyRow>, sqlx::Error> {
         if let Some(readers) = self.point_readers() {
             return readers.fetch(sql.statements());
         }
+        self.pg_readers().fetch(sql).await
+    }
+
+    /// A read of one statement bounded by a key, as [`Store::fetch_all`] runs it, each row
+    /// decoded as it is read (`rows.rs`) instead of built as an `AnyRow` first: for the reads
+    /// every awaited execution makes. The first row that does not decode fails the read.
+    pub(crate) async fn decode<T: Send>(
+        &self,
+        read: &Sql,
+        mut decode: impl FnMut(&dyn rows::Columns) -> Result<T, capstan_core::store::StoreError> + Send,
+    ) -> Result<Vec<T>, capstan_core::store::StoreError> {
+        if let Some(readers) = self.point_readers() {
+            return readers.decode(read, |row| decode(row));
+        }
+        self.pg_readers().decode(read, decode).await
+    }
+
+    fn pg_readers(&self) -> &pg_reader::PgReaders {
         self.inner
             .pg_readers
-            .get_or_init(|| pg_reader::PgReaders::new(self.url.clone()))
-            .fetch(sql)
-            .await
+            .get_or_init(|| pg_reader::PgReaders::new(&self.url))
     }
 
     /// SQLite's point readers (`reader.rs`); `None` on PostgreSQL.
@@ -782,7 +800,7 @@ impl Store {
     }
 
     /// PostgreSQL's group writer ([`pg_writer`]), or `None` when this store cannot use one
-    /// (SQLite, or a URL that asks for TLS: its writes take a transaction each).
+    /// (SQLite, or a URL it cannot be configured from: its writes take a transaction each).
     pub(crate) fn pg_writer(&self) -> Option<pg_writer::PgGroupWriter> {
         if self.backend != Backend::Postgres {
             return None;
@@ -798,7 +816,7 @@ impl Store {
         {
             *slot = None;
         }
-        slot.get_or_insert_with(|| match pg_writer::config(&self.url) {
+        slot.get_or_insert_with(|| match pg_writer::config(&self.url, "group writer") {
             Ok(target) => Some(pg_writer::PgGroupWriter::start(
                 target,
                 self.node_id.clone(),
@@ -2183,12 +2201,13 @@ mod tests {
         assert_eq!(zones(&store).await, ["gfirst", "gnext"]);
     }
 
-    /// The group writer speaks TLS when the URL asks for it (`sslmode=require`): its
-    /// connection, named apart from the pool's, shows as encrypted in `pg_stat_ssl`, and the
-    /// commit it carried landed. Always on PostgreSQL; the test server serves TLS (Debian's
-    /// PostgreSQL does by default, with its snakeoil certificate).
+    /// The group writer and the point readers speak TLS when the URL asks for it
+    /// (`sslmode=require`): their connections, named apart from the pool's, show as encrypted
+    /// in `pg_stat_ssl`, the commit the writer carried landed and a point read sees it. Always
+    /// on PostgreSQL; the test server serves TLS (Debian's PostgreSQL does by default, with its
+    /// snakeoil certificate).
     #[tokio::test]
-    async fn the_group_writer_connects_over_tls_when_the_url_asks() {
+    async fn the_group_writer_and_point_readers_connect_over_tls_when_the_url_asks() {
         use capstan_core::store::RunStore as _;
         let url = capstan_testdb::fresh_postgres_url().await;
         let name = format!("capstan-tls-{}", &capstan_core::ids::new_id()[..8]);
@@ -2203,20 +2222,30 @@ mod tests {
             .apply(None, vec![succeeded("ev-tls", "e-tls")])
             .await
             .unwrap();
-        let (writers, encrypted): (i64, i64) = sqlx::query_as(
-            "SELECT count(*), count(*) FILTER (WHERE s.ssl) FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid) WHERE a.application_name = $1",
-        )
-        .bind(format!("{name} (group writer)"))
-        .fetch_one(&mut *store.read().await.unwrap())
-        .await
-        .unwrap();
-        assert_eq!((writers, encrypted), (1, 1));
-        let events: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM outbox WHERE event_id = 'ev-tls'")
-                .fetch_one(&mut *store.read().await.unwrap())
-                .await
-                .unwrap();
-        assert_eq!(events, 1);
+        let page = store
+            .events_after(
+                0,
+                &crate::streams::StreamFilter {
+                    workflows: vec!["w".into()],
+                    execution_id: Some("e-tls".into()),
+                    ..Default::default()
+                },
+                10,
+            )
+            .await
+            .unwrap();
+        let ids: Vec<&str> = page.events.iter().map(|e| e.event_id.as_str()).collect();
+        assert_eq!(ids, ["ev-tls"], "read back through a point reader");
+        for role in ["group writer", "point reader"] {
+            let (connections, encrypted): (i64, i64) = sqlx::query_as(
+                "SELECT count(*), count(*) FILTER (WHERE s.ssl) FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid) WHERE a.application_name = $1",
+            )
+            .bind(format!("{name} ({role})"))
+            .fetch_one(&mut *store.read().await.unwrap())
+            .await
+            .unwrap();
+            assert_eq!((connections, encrypted), (1, 1), "{role}");
+        }
     }
 
     /// An `ExecutionSucceeded` outbox event `event_id` of `execution_id`.

@@ -1,5 +1,6 @@
-//! TLS for the PostgreSQL group writer's connection, on rustls with the ring provider (what
-//! sqlx's own connections use here), meaning what the URL's `sslmode` means to sqlx and libpq:
+//! TLS for the PostgreSQL group writer's and point readers' connections (`pg_wire.rs`), on
+//! rustls with the ring provider (what sqlx's own connections use here), meaning what the URL's
+//! `sslmode` means to sqlx and libpq:
 //! `require` encrypts without checking the server's certificate, `verify-ca` checks that a
 //! trusted authority issued it, `verify-full` checks that and the host name too. The trusted
 //! authorities are the URL's `sslrootcert` (or `PGSSLROOTCERT`) if given, else the Web PKI's.

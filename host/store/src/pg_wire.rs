@@ -1,6 +1,7 @@
-//! The group writer's connection to PostgreSQL, speaking the wire protocol itself (messages from
-//! `postgres-protocol`, the crate `tokio-postgres` is built on) so that a whole group is one
-//! pipeline with one `Sync` at its end.
+//! The group writer's and the point readers' connections to PostgreSQL, speaking the wire
+//! protocol itself (messages from `postgres-protocol`, the crate `tokio-postgres` is built on)
+//! so that a whole group is one pipeline with one `Sync` at its end, and a read's statements
+//! and rows cost no more than their messages ([`Wire::query`], `pg_reader.rs`).
 //!
 //! `tokio-postgres` pipelines too, but ends every statement with a `Sync`
 //! (rust-postgres/rust-postgres#1213), and the server flushes its answers at each `Sync`: a
@@ -45,7 +46,7 @@ impl std::fmt::Display for WireError {
         match self {
             WireError::Db { code, message } => write!(f, "{message} ({code})"),
             WireError::Encode(e) => write!(f, "a value could not be sent: {e}"),
-            WireError::Io(e) => write!(f, "the PostgreSQL group writer's connection: {e}"),
+            WireError::Io(e) => write!(f, "the PostgreSQL connection: {e}"),
         }
     }
 }
@@ -287,7 +288,7 @@ impl Wire {
         out: &mut BytesMut,
     ) -> Result<Sent, (usize, WireError)> {
         let start = out.len();
-        let encoded = self.append(requests, out);
+        let encoded = self.append(requests, out, false);
         if encoded.is_err() {
             // Nothing of this pipeline is sent: the statements it parsed are not cached, and
             // the pipelines before it are left whole.
@@ -296,11 +297,13 @@ impl Wire {
         encoded
     }
 
-    /// [`Wire::encode`]'s work; on an error `out` holds part of the pipeline.
+    /// [`Wire::encode`]'s work; on an error `out` holds part of the pipeline. `describe` asks
+    /// for each statement's result columns (a `RowDescription`, or `NoData`) before its rows.
     fn append(
         &mut self,
         requests: &[Request<'_>],
         out: &mut BytesMut,
+        describe: bool,
     ) -> Result<Sent, (usize, WireError)> {
         // Sized for the whole pipeline up front: a group of large values (journal chunks,
         // event payloads) otherwise grows the buffer, and copies it, several times.
@@ -373,6 +376,9 @@ impl Wire {
                 };
                 return Err((i, WireError::Encode(e)));
             }
+            if describe {
+                frontend::describe(b'P', "", out).map_err(|e| (i, io_error(e)))?;
+            }
             frontend::execute("", 0, out).map_err(|e| (i, io_error(e)))?;
         }
         frontend::sync(out);
@@ -415,6 +421,17 @@ impl Wire {
     /// Parses the answers read so far for `head`, the oldest pipeline whose answers are not
     /// all read: its outcome once its `ReadyForQuery` is read, `None` until then.
     pub(crate) fn answers(&mut self, head: &mut Sent) -> Result<Option<Outcome>, WireError> {
+        self.answers_with(head, &mut |_, _| Ok(()))
+    }
+
+    /// [`Wire::answers`], handing each statement's `RowDescription` and `DataRow`s to `rows`
+    /// with the statement's index. An error `rows` returns ends the parse there, with the
+    /// pipeline's answers half read: the connection is fit only to be dropped.
+    fn answers_with<E: From<WireError>>(
+        &mut self,
+        head: &mut Sent,
+        rows: &mut impl FnMut(usize, Message) -> Result<(), E>,
+    ) -> Result<Option<Outcome>, E> {
         while let Some(message) = Message::parse(&mut self.read).map_err(io_error)? {
             match message {
                 Message::ParseComplete => {
@@ -445,11 +462,38 @@ impl Wire {
                         Some(failure) => Err(failure),
                     }));
                 }
-                // Bind and close completions, rows, notices, parameter statuses.
+                message @ (Message::RowDescription(_) | Message::DataRow(_)) => {
+                    rows(head.at, message)?;
+                }
+                // Bind and close completions, `NoData`, notices, parameter statuses.
                 _ => {}
             }
         }
         Ok(None)
+    }
+
+    /// Runs `requests` as one pipeline, as [`Wire::encode`] does, and hands each statement's
+    /// result columns and rows to `rows` as they are read (with the statement's index). The
+    /// statements are one implicit transaction (under `READ COMMITTED` each still reads its own
+    /// snapshot); none at all is a round trip that only checks the connection answers.
+    ///
+    /// Cancelling it midway, or any error, leaves the session halfway through an exchange: the
+    /// connection is then fit only to be dropped.
+    pub(crate) async fn query<E: From<WireError>>(
+        &mut self,
+        requests: &[Request<'_>],
+        mut rows: impl FnMut(usize, Message) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let mut out = BytesMut::new();
+        let mut head = self
+            .append(requests, &mut out, true)
+            .map_err(|(_, e)| E::from(e))?;
+        loop {
+            if let Some(outcome) = self.answers_with(&mut head, &mut rows)? {
+                return outcome.map_err(|(_, e)| E::from(e));
+            }
+            self.exchange(&mut out).await?;
+        }
     }
 
     /// Sends what is left of `out` and reads `head`'s answers, `head` being the oldest

@@ -245,7 +245,10 @@ pub(crate) struct Target {
 /// What the sqlx URL asks of a connection, for `tokio-postgres`: the server, the user, the
 /// options, and TLS as `sslmode` means it to sqlx (`prefer`, the default, tries TLS without
 /// checking the certificate and falls back to plain; `disable` and `allow` connect plain).
-pub(crate) fn config(url: &str) -> Result<Target, String> {
+///
+/// `role` names the connection's work in `pg_stat_activity` (`application_name`): `group
+/// writer`, `point reader`.
+pub(crate) fn config(url: &str, role: &str) -> Result<Target, String> {
     use crate::pg_tls::{MakeRustls, Verify};
     use sqlx::postgres::{PgConnectOptions, PgSslMode};
     use tokio_postgres::config::SslMode;
@@ -275,8 +278,8 @@ pub(crate) fn config(url: &str) -> Result<Target, String> {
     }
     // Told apart from the pool's connections in `pg_stat_activity`.
     config.application_name(&match options.get_application_name() {
-        Some(name) => format!("{name} (group writer)"),
-        None => "capstan group writer".to_owned(),
+        Some(name) => format!("{name} ({role})"),
+        None => format!("capstan {role}"),
     });
     // As the pool's connections (`Store::connect_postgres`): a lock is waited for 5 s at most.
     let mut server_options = "-c lock_timeout=5s".to_owned();
@@ -1123,7 +1126,7 @@ fn unavailable(e: &WireError) -> StoreError {
 
 /// The type sqlx's PostgreSQL driver binds each value as, so a statement means here what it
 /// means on sqlx's path.
-fn pg_type(value: &AnyValueKind) -> Type {
+pub(crate) fn pg_type(value: &AnyValueKind) -> Type {
     match value {
         AnyValueKind::Null(kind) => match kind {
             AnyTypeInfoKind::Null | AnyTypeInfoKind::Integer => Type::INT4,
@@ -1150,7 +1153,7 @@ fn pg_type(value: &AnyValueKind) -> Type {
 
 /// A value bound as [`pg_type`] says (the statement was prepared with those types).
 #[derive(Debug)]
-struct Param<'a>(&'a AnyValueKind);
+pub(crate) struct Param<'a>(pub(crate) &'a AnyValueKind);
 
 impl ToSql for Param<'_> {
     fn to_sql(
@@ -1191,6 +1194,7 @@ mod tests {
     fn reads_the_connection_from_sqlx_urls() {
         let target = config(
             "postgres://capstan:p%40ss%2Fword@db.internal:6543/work?options[search_path]=capstan_t_1&application_name=node-a",
+            "group writer",
         )
         .unwrap();
         let config = &target.config;
@@ -1222,13 +1226,15 @@ mod tests {
         let socket = config_of("postgres://u@localhost/d?host=/var/run/postgresql&sslmode=require");
         assert_eq!(socket.config.get_ssl_mode(), SslMode::Disable);
         assert!(socket.tls.is_none(), "no TLS on a Unix socket");
-        let missing =
-            super::config("postgres://u@h/d?sslmode=verify-full&sslrootcert=/no/such.pem");
+        let missing = super::config(
+            "postgres://u@h/d?sslmode=verify-full&sslrootcert=/no/such.pem",
+            "x",
+        );
         assert!(missing.is_err_and(|e| e.contains("/no/such.pem")));
     }
 
     fn config_of(url: &str) -> Target {
-        config(url).unwrap()
+        config(url, "group writer").unwrap()
     }
 
     /// Single-row inserts of one text and types become one `unnest` insert, their values in

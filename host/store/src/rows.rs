@@ -1,9 +1,10 @@
-//! Records decoded by column position, from either kind of row: sqlx's `AnyRow` (PostgreSQL,
-//! and SQLite through sqlx) or SQLite's own `rusqlite::Row` on the point readers (`reader.rs`).
+//! Records decoded by column position, from any kind of row: sqlx's `AnyRow`, SQLite's own
+//! `rusqlite::Row` on its point readers (`reader.rs`), or a PostgreSQL row as its point readers
+//! read it off the wire (`pg_reader.rs`).
 //!
-//! One decoder per record serves both, so a hot read on SQLite can decode straight from the
-//! statement — no `AnyRow` built, no text copied that the record does not keep — while every
-//! other path keeps sqlx's rows. A decoder reads the columns of its `*_COLUMNS` list from a
+//! One decoder per record serves them all, so a hot read can decode straight from the
+//! statement's answer — no `AnyRow` built, no text copied that the record does not keep —
+//! while every other path keeps sqlx's rows. A decoder reads the columns of its `*_COLUMNS` list from a
 //! given position, so a join can carry two records side by side.
 
 use capstan_core::store::{ExecutionRecord, JsonText, OutboxRecord, StageRecord, StoreError};
@@ -17,7 +18,7 @@ pub(crate) trait Columns {
     fn int(&self, at: usize) -> Result<Option<i64>, StoreError>;
 }
 
-fn corrupt(at: usize, e: impl std::fmt::Display) -> StoreError {
+pub(crate) fn corrupt(at: usize, e: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(format!("column {at}: {e}"))
 }
 
@@ -43,17 +44,17 @@ impl Columns for rusqlite::Row<'_> {
     }
 }
 
-fn text(row: &impl Columns, at: usize) -> Result<String, StoreError> {
+fn text(row: &(impl Columns + ?Sized), at: usize) -> Result<String, StoreError> {
     row.text(at)?
         .map(str::to_owned)
         .ok_or_else(|| corrupt(at, "unexpected NULL"))
 }
 
-fn opt_text(row: &impl Columns, at: usize) -> Result<Option<String>, StoreError> {
+fn opt_text(row: &(impl Columns + ?Sized), at: usize) -> Result<Option<String>, StoreError> {
     Ok(row.text(at)?.map(str::to_owned))
 }
 
-fn int(row: &impl Columns, at: usize) -> Result<i64, StoreError> {
+fn int(row: &(impl Columns + ?Sized), at: usize) -> Result<i64, StoreError> {
     row.int(at)?.ok_or_else(|| corrupt(at, "unexpected NULL"))
 }
 
@@ -69,13 +70,16 @@ pub(crate) fn parse_enum<T: serde::de::DeserializeOwned>(text: &str) -> Result<T
 }
 
 /// JSON text as stored, checked and kept as text.
-fn json(row: &impl Columns, at: usize) -> Result<Option<JsonText>, StoreError> {
+fn json(row: &(impl Columns + ?Sized), at: usize) -> Result<Option<JsonText>, StoreError> {
     row.text(at)?
         .map(|text| JsonText::from_text(text.to_owned()).map_err(|e| corrupt(at, e)))
         .transpose()
 }
 
-fn status<T: serde::de::DeserializeOwned>(row: &impl Columns, at: usize) -> Result<T, StoreError> {
+fn status<T: serde::de::DeserializeOwned>(
+    row: &(impl Columns + ?Sized),
+    at: usize,
+) -> Result<T, StoreError> {
     parse_enum(row.text(at)?.unwrap_or_default())
 }
 
@@ -98,7 +102,10 @@ pub(crate) const EXECUTION_COLUMNS: [&str; 14] = [
 ];
 
 /// An execution from [`EXECUTION_COLUMNS`] at `at`, `at + 1`, ….
-pub(crate) fn execution_at(row: &impl Columns, at: usize) -> Result<ExecutionRecord, StoreError> {
+pub(crate) fn execution_at(
+    row: &(impl Columns + ?Sized),
+    at: usize,
+) -> Result<ExecutionRecord, StoreError> {
     Ok(ExecutionRecord {
         id: text(row, at)?,
         workflow: text(row, at + 1)?,
@@ -131,7 +138,10 @@ pub(crate) const STAGE_COLUMNS: [&str; 9] = [
 ];
 
 /// A stage from [`STAGE_COLUMNS`] at `at`, `at + 1`, ….
-pub(crate) fn stage_at(row: &impl Columns, at: usize) -> Result<StageRecord, StoreError> {
+pub(crate) fn stage_at(
+    row: &(impl Columns + ?Sized),
+    at: usize,
+) -> Result<StageRecord, StoreError> {
     Ok(StageRecord {
         id: text(row, at)?,
         execution_id: text(row, at + 1)?,
@@ -164,7 +174,10 @@ pub(crate) const OUTBOX_COLUMNS: [&str; 13] = [
 
 /// An outbox event from [`OUTBOX_COLUMNS`] at `at`, `at + 1`, …. Its payload is checked as JSON
 /// and kept as text: streams and webhooks send it on as it is.
-pub(crate) fn outbox_at(row: &impl Columns, at: usize) -> Result<OutboxRecord, StoreError> {
+pub(crate) fn outbox_at(
+    row: &(impl Columns + ?Sized),
+    at: usize,
+) -> Result<OutboxRecord, StoreError> {
     Ok(OutboxRecord {
         seq: int(row, at)?,
         event_id: text(row, at + 1)?,

@@ -99,11 +99,6 @@ impl Statement {
             .sum();
         self.text.len() + values
     }
-
-    /// The statement alone, as an sqlx query.
-    pub(crate) fn into_query(self) -> sqlx::query::Query<'static, Any, AnyArguments> {
-        sqlx::query_with(sqlx::AssertSqlSafe(self.text), self.args)
-    }
 }
 
 impl Clone for Statement {

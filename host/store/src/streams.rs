@@ -100,9 +100,10 @@ impl Store {
     /// execution's page is a seek on its own index, which skips the events of others whatever
     /// the cursor: its cursor is past its own last event.
     ///
-    /// On SQLite every page is read on the calling thread (`reader.rs`), decoded as SQLite steps
-    /// it: one execution's is bounded by its key and the page, every execution's by
-    /// [`SCAN_AT_MOST`] events looked at (`caught_up` is false when that cut the read short).
+    /// One execution's page is bounded by its key and the page: it goes to the point readers
+    /// ([`Store::decode`]) and is decoded as it is read. On SQLite every execution's page is
+    /// read on the calling thread too (`reader.rs`), bounded by [`SCAN_AT_MOST`] events looked
+    /// at (`caught_up` is false when that cut the read short).
     pub async fn events_after(
         &self,
         after: i64,
@@ -116,19 +117,20 @@ impl Store {
                 caught_up: true,
             });
         }
-        let one_execution = filter.execution_id.is_some();
+        if filter.execution_id.is_some() {
+            let q = page(after, None, filter, limit);
+            let events = self
+                .decode(&q, |row| crate::rows::outbox_at(row, 0))
+                .await?;
+            let cursor = events.last().map_or(after, |last| last.seq);
+            let caught_up = (events.len() as i64) < limit;
+            return Ok(EventPage {
+                events,
+                cursor,
+                caught_up,
+            });
+        }
         if let Some(readers) = self.point_readers() {
-            if one_execution {
-                let q = page(after, None, filter, limit);
-                let events = readers.decode(&q, |row| crate::rows::outbox_at(row, 0))?;
-                let cursor = events.last().map_or(after, |last| last.seq);
-                let caught_up = (events.len() as i64) < limit;
-                return Ok(EventPage {
-                    events,
-                    cursor,
-                    caught_up,
-                });
-            }
             let through = after.saturating_add(SCAN_AT_MOST);
             let q = page(after, Some(through), filter, limit);
             let at = crate::rows::OUTBOX_COLUMNS.len();
@@ -157,24 +159,19 @@ impl Store {
             });
         }
         let q = page(after, None, filter, limit);
-        let rows = if one_execution {
-            self.fetch_all(q).await
-        } else {
-            q.build()
-                .fetch_all(&mut *self.read().await.map_err(unavailable)?)
-                .await
-        }
-        .map_err(unavailable)?;
+        let rows = q
+            .build()
+            .fetch_all(&mut *self.read().await.map_err(unavailable)?)
+            .await
+            .map_err(unavailable)?;
         let mut top = after;
         let mut events = Vec::with_capacity(rows.len());
         for row in &rows {
-            if !one_execution {
-                top = top.max(
-                    row.try_get::<Option<i64>, _>("top")
-                        .map_err(unavailable)?
-                        .unwrap_or(after),
-                );
-            }
+            top = top.max(
+                row.try_get::<Option<i64>, _>("top")
+                    .map_err(unavailable)?
+                    .unwrap_or(after),
+            );
             // The one row of an empty page has no event.
             if row
                 .try_get::<Option<i64>, _>("seq")
@@ -186,7 +183,7 @@ impl Store {
         }
         let caught_up = (events.len() as i64) < limit;
         let cursor = match events.last() {
-            Some(last) if one_execution || !caught_up => last.seq,
+            Some(last) if !caught_up => last.seq,
             _ => top,
         };
         Ok(EventPage {
