@@ -36,6 +36,13 @@ async fn world() -> World {
 }
 
 async fn world_at(start: u64) -> World {
+    // A refusal a test does not expect then says why: the booking store logs the cause of a 503
+    // or 500 at warn (`BookingError::unavailable`, `internal`), and the test writer shows it in
+    // a failing test's output only.
+    let _ = tracing_subscriber::fmt()
+        .with_test_writer()
+        .with_max_level(tracing_subscriber::filter::LevelFilter::WARN)
+        .try_init();
     let dir = tempfile::tempdir().unwrap();
     let store = capstan_store::Store::open(&capstan_testdb::fresh_database_url(dir.path()).await)
         .await

@@ -74,8 +74,8 @@ impl PgReaders {
         }
     }
 
-    /// Runs `sql`'s statements in turn on one connection and returns all their rows, as sqlx's
-    /// PostgreSQL driver would give them through `Any`.
+    /// Runs `sql`'s statements as one pipeline on one connection and returns all their rows, in
+    /// order, as sqlx's PostgreSQL driver would give them through `Any`.
     pub(crate) async fn fetch(&self, sql: Sql) -> Result<Vec<AnyRow>, sqlx::Error> {
         let mut rows = Vec::new();
         let mut columns = RowShape::default();
