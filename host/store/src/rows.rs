@@ -4,8 +4,8 @@
 //!
 //! One decoder per record serves them all, so a hot read can decode straight from the
 //! statement's answer — no `AnyRow` built, no text copied that the record does not keep —
-//! while every other path keeps sqlx's rows. A decoder reads the columns of its `*_COLUMNS` list from a
-//! given position, so a join can carry two records side by side.
+//! while every other path keeps sqlx's rows. A decoder reads the columns of its `*_COLUMNS`
+//! list from a given position, so a join can carry two records side by side.
 
 use capstan_core::store::{ExecutionRecord, JsonText, OutboxRecord, StageRecord, StoreError};
 use serde_json::Value;
