@@ -119,24 +119,23 @@ async fn a_copy_taken_while_the_node_serves_restores_every_execution_it_holds() 
     let (status, body) = trigger(&client, &server.base, &key, "before-0").await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["executionId"], before[0].as_str());
-    // The restored node runs new work; executions caught mid-run by the copy finish too.
+    // The restored node runs new work, and the executions the copy caught mid-run finish: every
+    // execution it lists (the new one among them) succeeds.
     let (status, body) = trigger(&client, &server.base, &key, "after").await;
     assert_eq!(status, 202, "{body}");
-    until_status(
-        &client,
-        &server.base,
-        &key,
-        body["executionId"].as_str().unwrap(),
-        &["succeeded"],
-    )
-    .await;
     let listed = get_json(
         &client,
         &format!("{}/v1/executions?limit=100", server.base),
         &key,
     )
     .await;
-    for e in listed["executions"].as_array().unwrap() {
+    let listed = listed["executions"].as_array().unwrap();
+    assert!(
+        listed
+            .iter()
+            .any(|e| e["executionId"] == body["executionId"])
+    );
+    for e in listed {
         until_status(
             &client,
             &server.base,
