@@ -8,6 +8,7 @@
 
 use capstan_core::CapabilityError;
 use capstan_core::providers::call_digest;
+use capstan_core::store::json_string;
 use serde_json::Value;
 use sqlx::{AnyPool, Row};
 
@@ -88,7 +89,7 @@ impl Ledger {
         .bind(token)
         .bind(self.provider)
         .bind(op)
-        .bind(body.to_string())
+        .bind(json_string(body))
         .bind(now_ms)
         .bind(call_digest(op, request))
         .execute(&self.pool)
@@ -112,7 +113,7 @@ impl Ledger {
         .bind(token)
         .bind(self.provider)
         .bind(op)
-        .bind(answer.to_string())
+        .bind(json_string(answer))
         .bind(now_ms)
         .execute(&self.pool)
         .await

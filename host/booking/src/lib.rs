@@ -542,7 +542,9 @@ impl Bookings {
         let req = CreateBooking::parse(body)?;
         let request_hash = {
             use sha2::Digest;
-            hex::encode(sha2::Sha256::digest(body.to_string().as_bytes()))
+            hex::encode(sha2::Sha256::digest(
+                capstan_core::store::json_string(body).as_bytes(),
+            ))
         };
         if let Some(key) = idempotency_key {
             if key.is_empty() || key.len() > 255 {

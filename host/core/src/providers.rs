@@ -110,7 +110,7 @@ pub fn call_digest(op: &str, request: &Value) -> String {
     let mut hash = sha2::Sha256::new();
     hash.update(op.as_bytes());
     hash.update(b"\n");
-    hash.update(request.to_string().as_bytes());
+    hash.update(crate::store::json_string(request).as_bytes());
     hex::encode(hash.finalize())
 }
 

@@ -2,6 +2,7 @@
 
 use super::{SimulatedCloud, s, unavailable, zone_id_for};
 use capstan_core::CapabilityError;
+use capstan_core::store::json_string;
 use serde_json::{Value, json};
 use sqlx::Row;
 
@@ -311,7 +312,11 @@ impl ChangePlan {
         let mut prior = Vec::new();
         for (c, old) in changes.iter().zip(olds) {
             let bare = c.name.trim_end_matches('.');
-            if bare != zone_name && !bare.ends_with(&format!(".{zone_name}")) {
+            let in_zone = bare == zone_name
+                || bare
+                    .strip_suffix(zone_name)
+                    .is_some_and(|head| head.ends_with('.'));
+            if !in_zone {
                 return Err(CapabilityError::permanent(
                     "invalid-change-batch",
                     format!("{} is not in zone {zone_name}", c.name),
@@ -335,7 +340,7 @@ impl ChangePlan {
             .collect();
         let bodies = changes
             .iter()
-            .map(|c| c.upsert.as_ref().map(Value::to_string))
+            .map(|c| c.upsert.as_ref().map(json_string))
             .collect();
         Ok(Self {
             zone_id: zone_id.to_owned(),

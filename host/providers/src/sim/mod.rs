@@ -11,6 +11,7 @@ mod write_behind;
 
 use async_trait::async_trait;
 use capstan_core::providers::same_call;
+use capstan_core::store::json_string;
 use capstan_core::{Capability, CapabilityError, Clock, Inspect, Providers};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -369,12 +370,7 @@ impl SimulatedCloud {
 
     /// A Route 53-shaped change id.
     fn new_change_id(&self) -> String {
-        format!(
-            "C{}",
-            capstan_core::ids::new_id()
-                .replace('-', "")
-                .to_ascii_uppercase()
-        )
+        capstan_core::ids::new_upper_hex_id('C')
     }
 
     fn now(&self) -> i64 {
@@ -424,7 +420,7 @@ impl SimulatedCloud {
                 .bind(dns::dns_key(&name))
                 .bind(&name)
                 .bind(ty)
-                .bind(body.to_string())
+                .bind(json_string(&body))
                 .execute(tx.conn().await?)
                 .await?;
         }
@@ -686,8 +682,8 @@ impl SimulatedCloud {
             tx.statement("INSERT INTO sim_effects (token, op, request, response, at_ms) VALUES ($1, $2, $3, $4, $5)")
                 .bind(token.to_owned())
                 .bind(op.to_owned())
-                .bind(request.to_string())
-                .bind(answer.to_string())
+                .bind(json_string(request))
+                .bind(json_string(&answer))
                 .bind(self.now());
             tx.done().await.map_err(unavailable)?;
         }
@@ -747,7 +743,7 @@ pub(crate) async fn put(
     tx.statement("INSERT INTO sim_objects (kind, id, body) VALUES ($1, $2, $3) ON CONFLICT (kind, id) DO UPDATE SET body = excluded.body")
         .bind(kind.to_owned())
         .bind(id.to_owned())
-        .bind(body.to_string());
+        .bind(json_string(body));
     tx.done().await
 }
 

@@ -72,6 +72,54 @@ async fn dns_changes_go_insync_after_the_propagation_delay_and_repeat_tokens_cha
 /// decided in memory under one lock and written behind its answer), and a batch that names one
 /// record set twice is refused.
 #[tokio::test]
+async fn a_change_names_only_record_sets_of_its_zone() {
+    let (cloud, _clock, _dir) = cloud().await;
+    let zone = ok(
+        &cloud,
+        "dns.find-zone",
+        json!({"domain": "example.com"}),
+        "",
+    )
+    .await;
+    let change = |name: &str| {
+        let set =
+            json!({"name": name, "type_": "Txt", "ttl": 60, "values": ["v"], "alias_target": null});
+        json!({"zone_id": zone["id"], "changes": [{"Upsert": set}]})
+    };
+    for (i, name) in [
+        "example.com",
+        "example.com.",
+        "a.b.example.com",
+        "www.example.com.",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        ok(
+            &cloud,
+            "dns.change-records",
+            change(name),
+            &format!("in-{i}"),
+        )
+        .await;
+    }
+    // A name that merely ends with the zone's name, without the dot, is another domain.
+    for (i, name) in ["notexample.com", "example.org", "com", "example.com.evil"]
+        .into_iter()
+        .enumerate()
+    {
+        let e = err(
+            &cloud,
+            "dns.change-records",
+            change(name),
+            &format!("out-{i}"),
+        )
+        .await;
+        assert_eq!(e.code, "invalid-change-batch", "{name}: {e:?}");
+    }
+}
+
+#[tokio::test]
 async fn concurrent_changes_of_one_record_set_each_see_the_state_before_them() {
     let (cloud, _clock, _dir) = cloud().await;
     let zone = ok(

@@ -37,6 +37,7 @@
 use super::dns::{CHANGE_INSERT, ChangePlan, Write, dns_key, parse_changes, record_set_lock};
 use super::{SimulatedCloud, s};
 use capstan_core::CapabilityError;
+use capstan_core::store::json_string;
 use capstan_store::{Backend, Sql};
 use serde_json::{Value, json};
 use sqlx::Row;
@@ -457,7 +458,7 @@ impl SimulatedCloud {
             let plan =
                 ChangePlan::new(&zone_id, &zone_name, changes, &olds, change_id.clone()).ok()?;
             let answer = plan.answer(propagation_ms);
-            let texts = (request.to_string(), answer.to_string());
+            let texts = (json_string(request), json_string(&answer));
             let sql = if self.store.backend() == Backend::Postgres && plan.only_creates() {
                 claims(&plan, &keys, token, &texts, now, propagation_ms)
             } else if self.store.backend() == Backend::Postgres {
