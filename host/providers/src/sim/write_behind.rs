@@ -41,7 +41,7 @@ use capstan_core::store::json_string;
 use capstan_store::{Backend, Sql};
 use serde_json::{Value, json};
 use sqlx::Row;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 /// How often a decision reads again because memory was emptied while it read (an ordinary
@@ -66,6 +66,12 @@ const MAX_RECORDS: usize = 100_000;
 /// zone is read a record set at a time, as each change needs it.
 const ZONE_READ: usize = 10_000;
 
+/// Memory's maps hash with foldhash, not std's SipHash: a change looks up and inserts each of its
+/// record sets' (zone, name, type) keys, and SipHash's insert alone was 1.5 % of the server's CPU
+/// at 32 in flight (BENCHMARKS.md). Seeded at random per map, as std's are.
+type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+type Set<K> = HashSet<K, foldhash::fast::RandomState>;
+
 /// The simulated DNS as decided in memory; see the module's text.
 #[derive(Debug, Default)]
 pub(super) struct Memory {
@@ -81,23 +87,23 @@ struct State {
     /// Bumped each time memory is emptied: a read begun before does not fill it.
     generation: u64,
     /// Zone id → its name (`None`: no such zone), as read.
-    zones: HashMap<String, Option<String>>,
+    zones: Map<String, Option<String>>,
     /// Zones read whole: every record set of theirs is in `records`, so one missing from it
     /// has none. (On PostgreSQL another node may add one meanwhile; the write's guard, which
     /// checks what memory decided from, then fails, and the call is decided again from a read.)
-    whole: std::collections::HashSet<String>,
+    whole: Set<String>,
     /// Zones found larger than [`ZONE_READ`]: read a record set at a time.
-    large: std::collections::HashSet<String>,
+    large: Set<String>,
     /// (zone id, name, type) → the record set's body (`None`: none), as read or decided, and
     /// the number of the write behind an answer that decided it (0: as read).
-    records: HashMap<(String, String, String), (Option<String>, u64)>,
+    records: Map<(String, String, String), (Option<String>, u64)>,
     /// Token → (request, answer) as the JSON texts its effect row is written with, for changes
     /// whose writes the writer has not answered yet. Text, not values: a value would be cloned
     /// for every change and dropped when forgotten, while a token is looked up again only when
     /// a call repeats it.
-    tokens: HashMap<String, (String, String)>,
+    tokens: Map<String, (String, String)>,
     /// Change id → when it goes `Insync`, likewise.
-    changes: HashMap<String, i64>,
+    changes: Map<String, i64>,
     /// (the write's number in the store's queue, token, change id), oldest first.
     queued: VecDeque<(u64, String, String)>,
     /// Reads in progress, by how many writes behind answers had been answered when each began:
