@@ -68,19 +68,12 @@ async fn dns_changes_go_insync_after_the_propagation_delay_and_repeat_tokens_cha
     assert_eq!(missing.code, "not-found");
 }
 
-/// Concurrent changes of one record set each see the state just before them (each DNS change is
-/// decided in memory under one lock and written behind its answer), and a batch that names one
-/// record set twice is refused.
+/// A change batch names record sets of its own zone only: the apex or a name under it, with or
+/// without the final dot.
 #[tokio::test]
 async fn a_change_names_only_record_sets_of_its_zone() {
     let (cloud, _clock, _dir) = cloud().await;
-    let zone = ok(
-        &cloud,
-        "dns.find-zone",
-        json!({"domain": "example.com"}),
-        "",
-    )
-    .await;
+    let zone = example_zone(&cloud).await;
     let change = |name: &str| {
         let set =
             json!({"name": name, "type_": "Txt", "ttl": 60, "values": ["v"], "alias_target": null});
@@ -119,16 +112,13 @@ async fn a_change_names_only_record_sets_of_its_zone() {
     }
 }
 
+/// Concurrent changes of one record set each see the state just before them (each DNS change is
+/// decided in memory under one lock and written behind its answer), and a batch that names one
+/// record set twice is refused.
 #[tokio::test]
 async fn concurrent_changes_of_one_record_set_each_see_the_state_before_them() {
     let (cloud, _clock, _dir) = cloud().await;
-    let zone = ok(
-        &cloud,
-        "dns.find-zone",
-        json!({"domain": "example.com"}),
-        "",
-    )
-    .await;
+    let zone = example_zone(&cloud).await;
     let calls = (0..20).map(|i| {
         let cloud = cloud.clone();
         let request = json!({"zone_id": zone["id"], "changes": [{"Upsert": {"name": "race.example.com", "type_": "Txt", "ttl": 60, "values": [format!("v{i}")], "alias_target": null}}]});
@@ -664,6 +654,11 @@ async fn ok(cloud: &SimulatedCloud, op: &str, request: Value, token: &str) -> Va
         .call(op, &request, token)
         .await
         .unwrap_or_else(|e| panic!("{op}: {e:?}"))
+}
+
+/// The seeded zone `example.com`.
+async fn example_zone(cloud: &SimulatedCloud) -> Value {
+    ok(cloud, "dns.find-zone", json!({"domain": "example.com"}), "").await
 }
 
 async fn err(cloud: &SimulatedCloud, op: &str, request: Value, token: &str) -> CapabilityError {
