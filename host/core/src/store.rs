@@ -115,10 +115,11 @@ pub struct JournalEntry {
     pub at_ms: Millis,
 }
 
-/// `value`'s compact text, the same as its `Display` (`value.to_string()`) writes, about three
-/// times faster: serialised straight into a buffer rather than through `fmt`'s writer, one call
-/// per token (`cargo run --release` of a scratch crate: 0.31 µs against 1.0 µs for a DNS change's
-/// request and answer). For texts bound to statements and hashed on the hot paths.
+/// `value`'s compact text, byte for byte what its `Display` (`value.to_string()`) writes, about
+/// three times faster: serialised straight into a buffer rather than through `fmt`'s writer, one
+/// call per token (a DNS change's request and answer: 0.31 against 1.0 µs; BENCHMARKS.md,
+/// "Appendix: changes measured"). For texts bound to statements and hashed on the hot paths;
+/// stored hashes of such texts keep matching, as the bytes are the same.
 pub fn json_string(value: &Value) -> String {
     // Serialising a `Value` cannot fail: its object keys are strings.
     serde_json::to_string(value).unwrap_or_default()
