@@ -67,8 +67,8 @@ const MAX_RECORDS: usize = 100_000;
 const ZONE_READ: usize = 10_000;
 
 /// Memory's maps hash with foldhash, not std's SipHash: a change looks up and inserts each of its
-/// record sets' (zone, name, type) keys, and SipHash's insert alone was 1.5 % of the server's CPU
-/// at 32 in flight (BENCHMARKS.md). Seeded at random per map, as std's are.
+/// record sets' (zone, name, type) keys, and SipHash was 1.2 % of the server's CPU at 32 in
+/// flight (BENCHMARKS.md). Seeded at random per map, as std's are.
 type Map<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 type Set<K> = HashSet<K, foldhash::fast::RandomState>;
 
