@@ -10,7 +10,9 @@ or 10 receipts, simulated effects or simulated changes), into a fresh WAL databa
 written), once per schema and round, alternating: `stages` with its id's automatic index and
 `stages_by_execution` against `WITHOUT ROWID` keyed by (execution_id, position); `outbox` with a
 UNIQUE `event_id` against without; `receipts`, `sim_effects` and `sim_changes` as tables with a
-TEXT primary key against `WITHOUT ROWID`. Ids are time-ordered, as UUIDv7s are. Prints the median
+TEXT primary key against `WITHOUT ROWID`; `audit_logs` (32 records per commit, as a group commit
+under reads carries) with an `id` key and a time index against `WITHOUT ROWID` keyed by
+(at_ms, id). Ids are time-ordered, as UUIDv7s are. Prints the median
 µs per execution and the WAL pages per execution of each, for the tables named (all by default).
 Python's own per-row cost is in every figure alike; the differences are SQLite's.
 """
@@ -35,6 +37,12 @@ RECEIPT_COLUMNS = """execution_id TEXT NOT NULL, run_id TEXT NOT NULL, seq INTEG
     compensated_ms INTEGER"""
 EFFECT_COLUMNS = "op TEXT NOT NULL, request TEXT NOT NULL, response TEXT NOT NULL, at_ms INTEGER NOT NULL"
 CHANGE_COLUMNS = "zone_id TEXT NOT NULL, submitted_ms INTEGER NOT NULL, insync_ms INTEGER NOT NULL"
+AUDIT_COLUMNS = """principal_id TEXT NOT NULL, action TEXT NOT NULL, method TEXT NOT NULL,
+    route TEXT NOT NULL, resource TEXT NOT NULL, result TEXT NOT NULL, execution_id TEXT, ip TEXT,
+    user_agent TEXT"""
+# Audit records per commit: a group commit under `capstan-bench --only api` carries the
+# records of many reads (64 connections).
+AUDITS_PER_COMMIT = 32
 
 counter = itertools.count()
 
@@ -77,6 +85,15 @@ def effect_rows(e):
 
 def change_rows(e):
     return [("C" + time_ordered_id().replace("-", "").upper(), "Z" + e[:8], 1, 2) for _ in range(10)]
+
+
+def audit_rows(e):
+    rows = []
+    for _ in range(AUDITS_PER_COMMIT):
+        n = next(counter)
+        rows.append((time_ordered_id(), 1_765_000_000_000 + n // 50, "bench", "workflows:hello", "GET",
+                     "/v1/executions/{id}", f"/v1/executions/{e}", "allowed", e, "127.0.0.1", "reqwest/0.12"))
+    return rows
 
 
 def table(name, key, columns, without_rowid=False):
@@ -124,6 +141,17 @@ SCHEMAS = {
     "sim_effects, WITHOUT ROWID": ([table("sim_effects", "token", EFFECT_COLUMNS, True)], effect_rows),
     "sim_changes, rowid": ([table("sim_changes", "id", CHANGE_COLUMNS)], change_rows),
     "sim_changes, WITHOUT ROWID": ([table("sim_changes", "id", CHANGE_COLUMNS, True)], change_rows),
+    "audit_logs, id and at_ms indexed": (
+        [
+            f"CREATE TABLE audit_logs (id TEXT PRIMARY KEY NOT NULL, at_ms INTEGER NOT NULL, {AUDIT_COLUMNS})",
+            "CREATE INDEX audit_logs_by_time ON audit_logs (at_ms)",
+        ],
+        audit_rows,
+    ),
+    "audit_logs, WITHOUT ROWID": (
+        [f"CREATE TABLE audit_logs (id TEXT NOT NULL, at_ms INTEGER NOT NULL, {AUDIT_COLUMNS}, PRIMARY KEY (at_ms, id)) WITHOUT ROWID"],
+        audit_rows,
+    ),
 }
 
 
@@ -141,6 +169,8 @@ def run(name, directory, n=4000):
     table_name = schema[0].split()[2]
     rows = [rows_of(time_ordered_id()) for _ in range(n)]
     insert = f"INSERT INTO {table_name} VALUES ({','.join('?' * len(rows[0][0]))})"
+    if table_name == "audit_logs":
+        insert = f"INSERT INTO audit_logs (id, at_ms, principal_id, action, method, route, resource, result, execution_id, ip, user_agent) VALUES ({','.join('?' * 11)})"
     if table_name == "outbox":
         insert = f"INSERT INTO outbox (event_id, execution_id, event_type, event_version, principal_id, workflow, payload_json, occurred_ms, traceparent, routed_ms, stream_published_ms, dispatched_ms) VALUES ({','.join('?' * 12)})"
     start = time.perf_counter()

@@ -1089,6 +1089,101 @@ mod tests {
         assert!(journal.iter().all(|e| e.run_id == "r1"));
     }
 
+    /// Audit records written before the table was keyed by time (sqlite 0023 / postgres 0018)
+    /// read back the same after it, newest first, and new ones join them.
+    #[tokio::test]
+    async fn audit_records_read_the_same_after_the_table_is_keyed_by_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = capstan_testdb::fresh_database_url(dir.path()).await;
+        let store = Store::connect(&url).await.unwrap();
+        let (migrator, before) = match store.backend() {
+            Backend::Sqlite => (&SQLITE_MIGRATIONS, 22),
+            Backend::Postgres => (&POSTGRES_MIGRATIONS, 17),
+        };
+        migrator.run_to(before, store.writer()).await.unwrap();
+        sqlx::query(
+            "INSERT INTO audit_logs (id, at_ms, principal_id, action, method, route, resource, result, execution_id, ip, user_agent) VALUES
+             ('a1', 10, 'alice', 'workflows:hello', 'GET', '/v1/executions/{id}', '/v1/executions/e1', 'allowed', 'e1', '127.0.0.1', 'curl/8'),
+             ('a2', 10, 'bob', 'audit:read', 'GET', '/v1/audit-logs', '/v1/audit-logs', 'denied', NULL, NULL, NULL)",
+        )
+        .execute(store.writer())
+        .await
+        .unwrap();
+        store.migrate().await.unwrap();
+        let record = |id: &str, at_ms, principal: &str| crate::auth::AuditRecord {
+            id: id.to_owned(),
+            at_ms,
+            principal_id: principal.to_owned(),
+            action: "workflows:hello".to_owned(),
+            method: "POST".to_owned(),
+            route: "/v1/workflows/{name}".to_owned(),
+            resource: "/v1/workflows/hello".to_owned(),
+            result: "allowed".to_owned(),
+            execution_id: None,
+            ip: None,
+            user_agent: None,
+        };
+        store
+            .insert_audit(&record("a3", 11, "alice"))
+            .await
+            .unwrap();
+        let read = store
+            .audit(&crate::auth::AuditFilter {
+                limit: 10,
+                ..crate::auth::AuditFilter::default()
+            })
+            .await
+            .unwrap();
+        let rows: Vec<_> = read
+            .iter()
+            .map(|a| {
+                (
+                    a.id.as_str(),
+                    a.at_ms,
+                    a.principal_id.as_str(),
+                    a.result.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                ("a3", 11, "alice", "allowed"),
+                ("a2", 10, "bob", "denied"),
+                ("a1", 10, "alice", "allowed"),
+            ]
+        );
+        let old = &read[2];
+        assert_eq!(
+            (
+                old.execution_id.as_deref(),
+                old.ip.as_deref(),
+                old.user_agent.as_deref(),
+                old.resource.as_str()
+            ),
+            (
+                Some("e1"),
+                Some("127.0.0.1"),
+                Some("curl/8"),
+                "/v1/executions/e1"
+            )
+        );
+        let alices = store
+            .audit(&crate::auth::AuditFilter {
+                principal_id: Some("alice".to_owned()),
+                since_ms: Some(10),
+                until_ms: Some(11),
+                limit: 10,
+                ..crate::auth::AuditFilter::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            alices.iter().map(|a| a.id.as_str()).collect::<Vec<_>>(),
+            ["a1"]
+        );
+    }
+
     fn insert_zone(id: &str) -> Sql {
         let mut sql = Sql::default();
         sql.push_statement("INSERT INTO sim_zones (id, name) VALUES ($1, $2)")

@@ -54,7 +54,8 @@ impl Store {
         if let Some(before) = cutoff(retention.audit_logs_days) {
             swept.audit_logs = self
                 .delete_batches(
-                    "DELETE FROM audit_logs WHERE id IN (SELECT id FROM audit_logs WHERE at_ms < $1 LIMIT $2)",
+                    // Keyed by (at_ms, id): the pair finds each row, an id alone would not.
+                    "DELETE FROM audit_logs WHERE (at_ms, id) IN (SELECT at_ms, id FROM audit_logs WHERE at_ms < $1 LIMIT $2)",
                     before,
                 )
                 .await?;
@@ -188,6 +189,62 @@ mod tests {
             store.sweep(&forever, now * 10).await.unwrap(),
             Swept::default(),
             "0 keeps everything"
+        );
+    }
+
+    /// More old records than one statement deletes, many to a millisecond (as under load):
+    /// the batches go on until none is left, and a record of the cut-off's millisecond stays.
+    #[tokio::test]
+    async fn the_audit_logs_old_records_go_in_batches_and_the_rest_stays() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&capstan_testdb::fresh_database_url(dir.path()).await)
+            .await
+            .unwrap();
+        let now = 400 * DAY_MS;
+        let cutoff = now - 365 * DAY_MS;
+        let old = 2 * BATCH + 7;
+        // Five records per millisecond, ending a millisecond before the cut-off.
+        sqlx::query(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < $1)
+             INSERT INTO audit_logs (id, at_ms, principal_id, action, method, route, resource, result)
+             SELECT 'old-' || i, $2 - 1 - i / 5, 'p', 'a', 'GET', '/', '/', 'allowed' FROM n",
+        )
+        .bind(old)
+        .bind(cutoff)
+        .execute(&store.writer)
+        .await
+        .unwrap();
+        for (id, at_ms) in [
+            ("at-cutoff-a", cutoff),
+            ("at-cutoff-b", cutoff),
+            ("later", now),
+        ] {
+            sqlx::query(
+                "INSERT INTO audit_logs (id, at_ms, principal_id, action, method, route, resource, result)
+                 VALUES ($1, $2, 'p', 'a', 'GET', '/', '/', 'allowed')",
+            )
+            .bind(id)
+            .bind(at_ms)
+            .execute(&store.writer)
+            .await
+            .unwrap();
+        }
+        let swept = store.sweep(&Retention::default(), now).await.unwrap();
+        assert_eq!(swept.audit_logs, u64::try_from(old).unwrap());
+        let kept: Vec<String> = store
+            .audit(&crate::auth::AuditFilter {
+                limit: 100,
+                ..crate::auth::AuditFilter::default()
+            })
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|a| a.id)
+            .collect();
+        assert_eq!(
+            kept,
+            ["later", "at-cutoff-b", "at-cutoff-a"],
+            "newest first"
         );
     }
 }
