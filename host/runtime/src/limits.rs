@@ -183,7 +183,7 @@ impl Count for usize {
 ///
 /// Read on a coarse clock ([`coarse_now`]), twice per host call: each call's time is off by up
 /// to one tick (1–4 ms), as often one way as the other, which a deadline of seconds does not
-/// notice. Atomics rather than a lock: the store and the watchdog only ever race to read.
+/// notice. Atomics rather than a lock: only the store writes them; the watchdog reads.
 #[derive(Debug, Clone)]
 pub(crate) struct GuestClock(Arc<ClockState>);
 
@@ -254,8 +254,8 @@ fn nanos(at: Duration) -> u64 {
 }
 
 /// Monotonic time for [`GuestClock`]: on Linux the coarse clock, which reads the time of the
-/// kernel's last tick from the vDSO (~8 ns against ~23 ns for `Instant::now` on the
-/// bench's VMs, which use the TSC), at the tick's resolution; elsewhere `Instant`.
+/// kernel's last tick from the vDSO (~8 ns against ~23 ns for `Instant::now` on a VM whose
+/// clock source is the TSC), at the tick's resolution; elsewhere `Instant`.
 #[cfg(any(target_os = "linux", target_os = "android"))]
 fn coarse_now() -> Duration {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::MonotonicCoarse);

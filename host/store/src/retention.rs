@@ -54,7 +54,7 @@ impl Store {
         if let Some(before) = cutoff(retention.audit_logs_days) {
             swept.audit_logs = self
                 .delete_batches(
-                    // Keyed by (at_ms, id): the pair finds each row, an id alone would not.
+                    // Keyed by (at_ms, id): the pair finds each row; an id alone has no index.
                     "DELETE FROM audit_logs WHERE (at_ms, id) IN (SELECT at_ms, id FROM audit_logs WHERE at_ms < $1 LIMIT $2)",
                     before,
                 )
