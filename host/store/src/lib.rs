@@ -1014,19 +1014,26 @@ mod tests {
         );
     }
 
+    /// A fresh database of the test's store, its migrations applied up to `sqlite` or `postgres`
+    /// (whichever it is), to write rows as an older build did before [`Store::migrate`].
+    async fn migrated_up_to(sqlite: i64, postgres: i64) -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let url = capstan_testdb::fresh_database_url(dir.path()).await;
+        let store = Store::connect(&url).await.unwrap();
+        let (migrator, before) = match store.backend() {
+            Backend::Sqlite => (&SQLITE_MIGRATIONS, sqlite),
+            Backend::Postgres => (&POSTGRES_MIGRATIONS, postgres),
+        };
+        migrator.run_to(before, store.writer()).await.unwrap();
+        (dir, store)
+    }
+
     /// Journals written one row per call (before migration sqlite 0014 / postgres 0006) read
     /// back the same after it, answers, unanswered calls and all.
     #[tokio::test]
     async fn a_journal_written_row_per_call_reads_the_same_after_the_migration() {
         use capstan_core::store::{EntryStatus, JsonText, RunStore};
-        let dir = tempfile::tempdir().unwrap();
-        let url = capstan_testdb::fresh_database_url(dir.path()).await;
-        let store = Store::connect(&url).await.unwrap();
-        let (migrator, before) = match store.backend() {
-            Backend::Sqlite => (&SQLITE_MIGRATIONS, 13),
-            Backend::Postgres => (&POSTGRES_MIGRATIONS, 5),
-        };
-        migrator.run_to(before, store.writer()).await.unwrap();
+        let (_dir, store) = migrated_up_to(13, 5).await;
         for statement in [
             "INSERT INTO executions (id, workflow, principal_id, status, created_ms, input_json, run_id)
              VALUES ('e1', 'w', 'p', 'running', 1, '{}', 'r1')",
@@ -1093,14 +1100,7 @@ mod tests {
     /// read back the same after it, newest first, and new ones join them.
     #[tokio::test]
     async fn audit_records_read_the_same_after_the_table_is_keyed_by_time() {
-        let dir = tempfile::tempdir().unwrap();
-        let url = capstan_testdb::fresh_database_url(dir.path()).await;
-        let store = Store::connect(&url).await.unwrap();
-        let (migrator, before) = match store.backend() {
-            Backend::Sqlite => (&SQLITE_MIGRATIONS, 22),
-            Backend::Postgres => (&POSTGRES_MIGRATIONS, 17),
-        };
-        migrator.run_to(before, store.writer()).await.unwrap();
+        let (_dir, store) = migrated_up_to(22, 17).await;
         sqlx::query(
             "INSERT INTO audit_logs (id, at_ms, principal_id, action, method, route, resource, result, execution_id, ip, user_agent) VALUES
              ('a1', 10, 'alice', 'workflows:hello', 'GET', '/v1/executions/{id}', '/v1/executions/e1', 'allowed', 'e1', '127.0.0.1', 'curl/8'),

@@ -129,6 +129,20 @@ mod tests {
     use super::*;
     use crate::auth::AuditRecord;
 
+    /// The ids of the audit records kept, newest first.
+    async fn audit_ids(store: &Store) -> Vec<String> {
+        store
+            .audit(&crate::auth::AuditFilter {
+                limit: 100,
+                ..crate::auth::AuditFilter::default()
+            })
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|a| a.id)
+            .collect()
+    }
+
     #[tokio::test]
     async fn a_sweep_deletes_what_is_older_than_its_period_and_keeps_the_rest() {
         let dir = tempfile::tempdir().unwrap();
@@ -168,16 +182,7 @@ mod tests {
         let swept = store.sweep(&Retention::default(), now).await.unwrap();
         assert_eq!(swept.audit_logs, 1);
         assert_eq!(swept.simulator_effects, 1);
-        let kept: Vec<String> = store
-            .audit(&crate::auth::AuditFilter {
-                limit: 100,
-                ..crate::auth::AuditFilter::default()
-            })
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|a| a.id)
-            .collect();
+        let kept = audit_ids(&store).await;
         assert_eq!(kept, ["new"]);
         let forever = Retention {
             audit_logs_days: 0,
@@ -231,16 +236,7 @@ mod tests {
         }
         let swept = store.sweep(&Retention::default(), now).await.unwrap();
         assert_eq!(swept.audit_logs, u64::try_from(old).unwrap());
-        let kept: Vec<String> = store
-            .audit(&crate::auth::AuditFilter {
-                limit: 100,
-                ..crate::auth::AuditFilter::default()
-            })
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|a| a.id)
-            .collect();
+        let kept = audit_ids(&store).await;
         assert_eq!(
             kept,
             ["later", "at-cutoff-b", "at-cutoff-a"],
