@@ -568,13 +568,14 @@ fn print_table(results: &Results) {
     }
     if !results.engine.is_empty() {
         println!(
-            "{:<26} {:<10} {:>9} {:>11} {:>14} {:>10} {:>10} {:>14} {:>16}",
+            "{:<26} {:<10} {:>9} {:>11} {:>14} {:>10} {:>10} {:>10} {:>14} {:>16}",
             "engine (HTTP, 10 stages)",
             "waiting",
             "in flight",
             "executions",
             "executions/s",
             "p50 ms",
+            "202 p50",
             "p99 ms",
             "writes/exec",
             "CPU ms/exec"
@@ -582,13 +583,14 @@ fn print_table(results: &Results) {
     }
     for r in &results.engine {
         println!(
-            "{:<26} {:<10} {:>9} {:>11} {:>14.0} {:>10.1} {:>10.1} {:>14} {:>16}",
+            "{:<26} {:<10} {:>9} {:>11} {:>14.0} {:>10.2} {:>10.2} {:>10.1} {:>14} {:>16}",
             r.backend,
             r.waiter.as_str(),
             r.concurrency,
             r.executions,
             r.executions_per_second,
             r.latency_p50_ms,
+            r.accepted_p50_ms,
             r.latency_p99_ms,
             r.write_transactions_per_execution
                 .map_or("?".to_owned(), |w| format!("{w:.1}")),

@@ -332,6 +332,7 @@ mod tests {
             latency_p50_ms: p50,
             latency_p99_ms: p50 * 3.0,
             latency_max_ms: p50 * 5.0,
+            accepted_p50_ms: p50 * 0.8,
             write_transactions_per_execution: Some(0.5),
             server_cpu_s: 2.0,
             client_cpu_s: 0.1,
