@@ -58,10 +58,11 @@ pub struct EngineHttpRun {
     /// The slowest execution: one execution held up for a second shows here, not in the p99, and
     /// ends the row late (its client waits, so the row's rate falls).
     pub latency_max_ms: f64,
-    /// Trigger sent → its `202` read. On SQLite at 1 in flight the trigger's commit carries the
-    /// whole execution (its run starts ahead of that commit), so this is most of the latency,
-    /// and an awaiting client's request comes after the execution ended: trigger→terminal is
-    /// this plus that request.
+    /// Trigger sent → its `202` read. On SQLite the trigger's commit carries its run's first
+    /// commit (the run starts ahead of it), which for this fixture on the simulated cloud at
+    /// zero latency is also its last: the `202` is read about when the execution has ended, and
+    /// an awaiting client's request comes after that end. On PostgreSQL the trigger commits
+    /// before its run starts.
     pub accepted_p50_ms: f64,
     /// Write transactions the server began per execution (every kind: trigger, claims, journal,
     /// receipts, the simulated cloud's own records, outbox, relay); `None` when the server has no

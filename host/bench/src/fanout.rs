@@ -333,10 +333,11 @@ impl Server {
             log,
         };
         match addr {
-            Ok(Ok(Some(addr))) => Ok(Self {
-                base: format!("http://{addr}"),
-                ..server
-            }),
+            Ok(Ok(Some(addr))) => {
+                let mut server = server;
+                server.base = format!("http://{addr}");
+                Ok(server)
+            }
             _ => anyhow::bail!(
                 "capstan serve did not report listening; its log:\n{}",
                 server.log_tail()
@@ -402,9 +403,62 @@ impl Server {
 
     /// Kills the server (SIGKILL) and waits until it is gone.
     pub(crate) async fn kill(mut self) -> anyhow::Result<()> {
+        self.kill_descendants();
         self.child.kill().await?;
         Ok(())
     }
+
+    /// Kills the processes the child started. A `CAPSTAN_BENCH_SERVER` wrapper that runs the
+    /// server under a tool (`strace`, `perf record`) instead of `exec`ing it is the child, and
+    /// killing only the wrapper leaves the server running: idle, it still takes CPU from every
+    /// row measured after it.
+    fn kill_descendants(&self) {
+        if let Some(pid) = self.child.id() {
+            kill_descendants(pid);
+        }
+    }
+}
+
+impl Drop for Server {
+    /// `kill_on_drop` kills the child; this, what it started (a row that fails half-way drops
+    /// its servers without [`Server::kill`]).
+    fn drop(&mut self) {
+        self.kill_descendants();
+    }
+}
+
+/// Sends `SIGKILL` to every process descended from `pid`.
+fn kill_descendants(pid: u32) {
+    for pid in descendants(pid) {
+        if let Some(pid) = i32::try_from(pid)
+            .ok()
+            .and_then(rustix::process::Pid::from_raw)
+        {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        }
+    }
+}
+
+/// The processes descended from `pid`, from each task's `children` in `/proc` (Linux): every
+/// generation, parents before their children.
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut found = Vec::new();
+    let mut parents = vec![pid];
+    while let Some(parent) = parents.pop() {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{parent}/task")) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            let Ok(children) = std::fs::read_to_string(task.path().join("children")) else {
+                continue;
+            };
+            for child in children.split_whitespace().filter_map(|c| c.parse().ok()) {
+                found.push(child);
+                parents.push(child);
+            }
+        }
+    }
+    found
 }
 
 pub(crate) fn http_client() -> anyhow::Result<reqwest::Client> {
@@ -1126,4 +1180,40 @@ pub async fn run(workflows: &Path, quick: bool) -> anyhow::Result<FanoutResults>
         sse: streams,
         webhooks: hooks,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{descendants, kill_descendants};
+    use tokio::io::AsyncBufReadExt;
+
+    /// A wrapper that starts its program without `exec`ing it: what the wrapper started is
+    /// found among its descendants and killed with them, while the wrapper itself is left to
+    /// `kill_on_drop`.
+    #[tokio::test]
+    async fn what_a_wrapper_started_is_killed_with_its_descendants() {
+        let mut wrapper = tokio::process::Command::new("sh")
+            .args(["-c", "sleep 600 & echo $!; wait"])
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        tokio::io::BufReader::new(wrapper.stdout.take().unwrap())
+            .read_line(&mut line)
+            .await
+            .unwrap();
+        let started: u32 = line.trim().parse().unwrap();
+        let wrapper_pid = wrapper.id().unwrap();
+        assert_eq!(descendants(wrapper_pid), vec![started]);
+
+        kill_descendants(wrapper_pid);
+        // The wrapper's `wait` returns once its program is killed, and the wrapper exits.
+        let status = tokio::time::timeout(std::time::Duration::from_secs(10), wrapper.wait())
+            .await
+            .expect("the wrapper should end once its program is killed")
+            .unwrap();
+        assert!(status.success(), "{status}");
+        assert!(!std::path::Path::new(&format!("/proc/{started}")).exists());
+    }
 }
