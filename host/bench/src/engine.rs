@@ -58,10 +58,9 @@ pub struct EngineHttpRun {
     /// The slowest execution: one execution held up for a second shows here, not in the p99, and
     /// ends the row late (its client waits, so the row's rate falls).
     pub latency_max_ms: f64,
-    /// Trigger sent → its `202` read. On SQLite the trigger's commit carries its run's first
-    /// commit (the run starts ahead of it), which for this fixture on the simulated cloud at
-    /// zero latency is also its last: the `202` is read about when the execution has ended, and
-    /// an awaiting client's request comes after that end. On PostgreSQL the trigger commits
+    /// Trigger sent → its `202` read. On SQLite the run starts ahead of its trigger's commit,
+    /// so at 1 in flight the `202` comes while the run's stages go on; under load the trigger's
+    /// commit shares a group with other executions' commits. On PostgreSQL the trigger commits
     /// before its run starts.
     pub accepted_p50_ms: f64,
     /// Write transactions the server began per execution (every kind: trigger, claims, journal,

@@ -485,10 +485,10 @@ pub trait RunStore: Send + Sync + std::fmt::Debug {
     /// [`Unqueued::Unsupported`] with the writes where the store cannot (no group writer, or a
     /// batch too large to group): then [`RunStore::apply`].
     ///
-    /// Meant for a run that starts before its trigger is durable. The batch waits a little for
-    /// company, so the run's first commit, queued behind it, usually carries it: one commit
-    /// makes a lone execution's start and its first steps durable. Everything the run queues
-    /// later commits after the batch (the group writer's queue is first in, first out), and if
+    /// Meant for a run that starts before its trigger is durable. The batch commits with the
+    /// next group, without waiting for company: its sync overlaps the run's first steps, and the
+    /// trigger answers without waiting for them. Everything the run queues commits after the
+    /// batch (the group writer's queue is first in, first out), and if
     /// the batch fails, the epoch of writes behind answers moves, refusing every commit of
     /// activations begun before (the run's among them) and every write behind an answer
     /// decided under the old epoch. The run may make no effect outside the store before one of

@@ -342,7 +342,7 @@ pub(crate) struct EngineState {
 ///
 /// A trigger that finds a slot free inserts its run already leased to this node and hands it
 /// over with the execution it writes (once committed, or once queued on SQLite, where the run's
-/// first commit carries the trigger's: [`RunStore::queue_ahead`]): the run skips the claim (a
+/// commits queue behind the trigger's: [`RunStore::queue_ahead`]): the run skips the claim (a
 /// write), reading back what was claimed, reading the execution and reading an empty journal. A
 /// trigger that finds every slot taken inserts its run unleased and wakes the claimer, which
 /// claims it like any due run.

@@ -186,8 +186,8 @@ impl Engine {
 
     /// Commits a trigger's `writes` and hands its run to the scheduler when it has a `slot`.
     /// `ahead`: the run starts before the commit, which the store queues for the next group
-    /// ([`RunStore::queue_ahead`]), and the trigger answers once it is durable; a lone
-    /// execution's first commit then usually carries its trigger too. The activation is held to
+    /// ([`RunStore::queue_ahead`]), and the trigger answers once it is durable, while the run's
+    /// first steps go on. The activation is held to
     /// the epoch of writes behind answers from before the batch was queued, so if the batch
     /// fails, none of its commits and none of its provider's writes behind answers commit; and
     /// it makes no call that acts outside the store until one of its own commits has proved the

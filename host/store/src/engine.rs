@@ -1046,7 +1046,7 @@ impl Store {
             requires,
             ahead: waits == Waits::Ahead,
             done: Some(done),
-            patient: waits != Waits::Hurried,
+            patient: waits == Waits::Patient,
             queued_at: std::time::Instant::now(),
             room,
         })?;

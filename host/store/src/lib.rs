@@ -1327,13 +1327,13 @@ mod tests {
         assert_eq!(zones(&store).await, ["galone", "gbefore", "gwaited"]);
     }
 
-    /// A batch queued ahead of the work built on it (a trigger whose run started at once) waits
-    /// for that work's next commit and rides it: one transaction carries the batch, the writes
-    /// behind answers queued after it and the commit someone waits for. One that fails moves the
-    /// epoch, so the writes behind answers decided under the old one, queued after it, are
-    /// refused.
+    /// A batch queued ahead of the work built on it (a trigger whose run started at once) commits
+    /// before everything queued after it: with the writer busy, one transaction carries the
+    /// batch, the writes behind answers queued after it and the commit someone waits for. One
+    /// that fails moves the epoch, so the writes behind answers decided under the old one,
+    /// queued after it, are refused.
     #[tokio::test]
-    async fn a_batch_queued_ahead_rides_the_next_commit_or_moves_the_epoch_when_it_fails() {
+    async fn a_batch_queued_ahead_commits_before_what_follows_or_moves_the_epoch_when_it_fails() {
         use capstan_core::store::{RunStore as _, Write};
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&format!("sqlite://{}/a.db", dir.path().display()))

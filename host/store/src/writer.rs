@@ -115,7 +115,8 @@ pub(crate) enum Waits {
     Hurried,
     /// It waits for company ([`Job::patient`]).
     Patient,
-    /// It waits for company, and work builds on it before it commits ([`Job::ahead`]).
+    /// Its caller waits for it, and work builds on it before it commits ([`Job::ahead`]): the
+    /// thread takes it at once, so its sync overlaps the first steps built on it.
     Ahead,
 }
 
