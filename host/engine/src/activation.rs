@@ -155,7 +155,8 @@ impl Engine {
         // Before the first provider call, until the last commit (the guard's drop). A run
         // started ahead of its trigger's commit was announced before that commit was queued.
         let durable = ahead.is_none();
-        let _scope = ahead.unwrap_or_else(|| ActivationScope::begin(store, &run.id));
+        let mut scope = ahead.unwrap_or_else(|| ActivationScope::begin(store, &run.id));
+        let trigger_committed = scope.trigger_committed.take();
         let span = tracing::info_span!(
             "activation",
             run = %run.id,
@@ -188,6 +189,7 @@ impl Engine {
             fenced_out: None,
             point_of_no_return: workflow.descriptor.point_of_no_return.clone(),
             durable,
+            trigger_committed,
             span: span.clone(),
             stage_span: None,
         };
@@ -508,7 +510,14 @@ impl Engine {
 pub(crate) struct ActivationScope {
     store: Arc<dyn EngineStore>,
     run_id: String,
+    /// A run started ahead of its trigger's commit: that commit's outcome once it is known
+    /// (`Some(true)`: committed, which proves the run durable). Closed unset if the trigger
+    /// stopped waiting for it.
+    trigger_committed: Option<TriggerCommitted>,
 }
+
+/// The outcome of the trigger's commit a run started ahead of ([`ActivationScope::ahead`]).
+pub(crate) type TriggerCommitted = tokio::sync::watch::Receiver<Option<bool>>;
 
 impl ActivationScope {
     pub(crate) fn begin(store: &Arc<dyn EngineStore>, run_id: &str) -> Self {
@@ -516,7 +525,20 @@ impl ActivationScope {
         Self {
             store: store.clone(),
             run_id: run_id.to_owned(),
+            trigger_committed: None,
         }
+    }
+
+    /// The scope of a run that starts before its trigger's commit, and where the trigger tells
+    /// it how that commit went.
+    pub(crate) fn ahead(
+        store: &Arc<dyn EngineStore>,
+        run_id: &str,
+    ) -> (Self, tokio::sync::watch::Sender<Option<bool>>) {
+        let (tell, told) = tokio::sync::watch::channel(None);
+        let mut scope = Self::begin(store, run_id);
+        scope.trigger_committed = Some(told);
+        (scope, tell)
     }
 }
 

@@ -45,11 +45,15 @@ pub(crate) struct Activation {
     /// The workflow's point of no return: its stage-begin commits before the guest goes on, so
     /// a cancel either lands first (and this commit is refused) or sees the stage (and is).
     pub point_of_no_return: Option<String>,
-    /// A commit of the activation under its fence has succeeded, or the run was durable when it
-    /// began. A run started ahead of its trigger's commit ([`RunStore::queue_ahead`]) is not
-    /// until then: it asks its providers to answer behind their writes, and commits before a
-    /// call they cannot answer so ([`JournalHost::provide`]).
+    /// The run is known stored: it was when the activation began, or its trigger's commit or a
+    /// commit of the activation under its fence has succeeded since. A run started ahead of its
+    /// trigger's commit ([`RunStore::queue_ahead`]) is not until then: it asks its providers to
+    /// answer behind their writes, and before a call they cannot answer so waits for that
+    /// commit, or commits ([`JournalHost::provide`]).
     pub durable: bool,
+    /// Started ahead of its trigger's commit: that commit's outcome, which proves the run
+    /// durable without a commit of the activation's own ([`JournalHost::provide`]).
+    pub trigger_committed: Option<crate::activation::TriggerCommitted>,
     /// The activation's span, and the span of the stage it is in (provider calls are its
     /// children; at `debug`, so built only when traces are exported).
     pub span: tracing::Span,
@@ -446,7 +450,20 @@ impl JournalHost {
             {
                 return (answer, None);
             }
-            if let Err(interrupt) = self.flush(st).await {
+            // The trigger's commit, under way since the run started, proves the run stored once
+            // it succeeds: waiting for it costs no commit of the activation's own (a second sync
+            // behind the trigger's). Otherwise (it failed, or the trigger stopped waiting for
+            // it) a commit under the run's fence decides.
+            let committed = match st.trigger_committed.take() {
+                Some(mut told) => matches!(
+                    told.wait_for(Option::is_some).await.map(|outcome| *outcome),
+                    Ok(Some(true))
+                ),
+                None => false,
+            };
+            if committed {
+                st.durable = true;
+            } else if let Err(interrupt) = self.flush(st).await {
                 return (
                     Err(CapabilityError::transient(
                         "interrupted",

@@ -187,11 +187,11 @@ impl Engine {
     /// Commits a trigger's `writes` and hands its run to the scheduler when it has a `slot`.
     /// `ahead`: the run starts before the commit, which the store queues for the next group
     /// ([`RunStore::queue_ahead`]), and the trigger answers once it is durable, while the run's
-    /// first steps go on. The activation is held to
-    /// the epoch of writes behind answers from before the batch was queued, so if the batch
-    /// fails, none of its commits and none of its provider's writes behind answers commit; and
-    /// it makes no call that acts outside the store until one of its own commits has proved the
-    /// run durable ([`crate::host`]).
+    /// first steps go on. The activation is held to the epoch of writes behind answers from
+    /// before the batch was queued, so if the batch fails, none of its commits and none of its
+    /// provider's writes behind answers commit; and it makes no call that acts outside the
+    /// store until the batch's commit (which the trigger passes on) or one of its own has
+    /// proved the run durable ([`crate::host`]).
     ///
     /// A failed commit gives the slot back, unless the run started ahead: then the run holds
     /// it until its refused commits end it.
@@ -205,11 +205,15 @@ impl Engine {
     ) -> Result<(), (StoreError, Option<Slot>)> {
         let (slot, writes) = match slot {
             Some(slot) if ahead => {
-                let scope = ActivationScope::begin(&self.inner.store, &run.id);
+                let (scope, tell) = ActivationScope::ahead(&self.inner.store, &run.id);
                 match self.inner.store.queue_ahead(writes).await {
                     Ok(committed) => {
                         self.start(Some(slot), run.clone(), execution, Some(scope));
-                        return committed.await.map_err(|e| (e, None));
+                        let committed = committed.await;
+                        // The run waits for this before its first effect it cannot have
+                        // answered behind a provider's writes ([`crate::host`]).
+                        let _ = tell.send(Some(committed.is_ok()));
+                        return committed.map_err(|e| (e, None));
                     }
                     Err(Unqueued::Failed(e)) => return Err((e, Some(slot))),
                     Err(Unqueued::Unsupported(writes)) => (Some(slot), writes),

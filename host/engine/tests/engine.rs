@@ -1433,9 +1433,11 @@ async fn a_run_this_node_schedules_for_later_wakes_the_idle_claimer_then() {
 }
 
 /// A trigger with a free slot starts its run before its commit is durable (SQLite queues the
-/// commit ahead of the run's own, which usually carries it). The run's provider here cannot
-/// answer behind its writes, so before its first effect the run commits, and every effect finds
-/// the run already stored; on PostgreSQL the trigger commits first, with the same outcome.
+/// commit ahead of the run's own). The run's provider here cannot answer behind its writes, so
+/// before its first effect the run waits for the trigger's commit, and every effect finds the
+/// run already stored, with nothing of the activation's own committed (the trigger's commit was
+/// the proof, not a commit of the run's); on PostgreSQL the trigger commits first, with the same
+/// outcome.
 #[tokio::test]
 async fn a_run_started_ahead_of_its_trigger_makes_no_effect_before_it_is_durable() {
     let w = world().await;
@@ -1456,6 +1458,12 @@ async fn a_run_started_ahead_of_its_trigger_makes_no_effect_before_it_is_durable
     let asked = w.cloud.0.lock().unwrap().durable_when_asked.clone();
     assert_eq!(asked.len(), 12, "three changes each: {asked:?}");
     assert!(asked.iter().all(|durable| *durable), "{asked:?}");
+    let journals = w.cloud.0.lock().unwrap().journal_when_asked.clone();
+    assert_eq!(
+        journals,
+        vec![0; 12],
+        "no commit of the run's own before its effects"
+    );
     stop.send(true).unwrap();
     for worker in workers {
         worker.await.unwrap();

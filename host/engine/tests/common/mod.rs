@@ -89,6 +89,9 @@ pub struct Cloud {
     /// says whether it was there (an effect outside the store may not precede its run).
     pub check_durable: Option<Store>,
     pub durable_when_asked: Vec<bool>,
+    /// With `check_durable`: how many journal entries of its run were stored when each side
+    /// effect was asked (what the activation had committed of its own by then).
+    pub journal_when_asked: Vec<usize>,
 }
 
 #[derive(Clone, Default)]
@@ -134,7 +137,10 @@ impl Providers for FakeCloud {
             use capstan_core::store::RunStore as _;
             let run_id = token.split(':').next().unwrap_or_default();
             let durable = store.run(run_id).await.unwrap().is_some();
-            self.0.lock().unwrap().durable_when_asked.push(durable);
+            let journal = store.journal(run_id).await.unwrap().len();
+            let mut cloud = self.0.lock().unwrap();
+            cloud.durable_when_asked.push(durable);
+            cloud.journal_when_asked.push(journal);
         }
         let mut cloud = self.0.lock().unwrap();
         if let Some((left, error)) = cloud.fail.get_mut(op)
