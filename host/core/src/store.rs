@@ -488,11 +488,11 @@ pub trait RunStore: Send + Sync + std::fmt::Debug {
     /// Meant for a run that starts before its trigger is durable. The batch commits with the
     /// next group, without waiting for company: its sync overlaps the run's first steps, and the
     /// trigger answers without waiting for them. Everything the run queues commits after the
-    /// batch (the group writer's queue is first in, first out), and if
-    /// the batch fails, the epoch of writes behind answers moves, refusing every commit of
-    /// activations begun before (the run's among them) and every write behind an answer
-    /// decided under the old epoch. The run may make no effect outside the store before one of
-    /// its own commits under its fence has succeeded: that commit proves the batch durable.
+    /// batch (the group writer's queue is first in, first out), and if the batch fails, the
+    /// epoch of writes behind answers moves, refusing every commit of activations begun before
+    /// (the run's among them) and every write behind an answer decided under the old epoch.
+    /// The run may make no effect outside the store before the batch's answer, or one of its
+    /// own commits under its fence, has proved the batch durable.
     async fn queue_ahead(&self, writes: Vec<Write>) -> Result<Queued, Unqueued> {
         Err(Unqueued::Unsupported(writes))
     }
