@@ -955,29 +955,9 @@ async fn a_cancelled_booking_cannot_be_captured_and_reschedule_moves_the_seats_a
 
 #[tokio::test]
 async fn seatmap_bookings_take_named_seats_once() {
-    let w = world().await;
-    let mut doc: Value = serde_json::from_str(&catalog_text()).unwrap();
-    doc["products"].as_array_mut().unwrap().push(json!({
-        "id": "1004", "name": "Concert", "productType": "EVENT", "cityCode": "PARIS", "primaryCategoryId": "3",
-        "startLocation": {"latitude": 48.85, "longitude": 2.35}, "inventorySelectionType": "SEATMAP",
-        "variants": [{
-            "id": "5005", "name": "Stalls", "duration": 120, "pax": {"min": 1, "max": 4},
-            "persons": [{"type": "ADULT", "name": "Adult", "price": 50.0, "originalPrice": 50.0, "netPrice": 40.0}],
-            "cancellationPolicy": {"cancellable": true, "cancellableUpToInMinutes": null},
-            "reschedulePolicy": {"reschedulable": false, "reschedulableUpToInMinutes": null},
-            "slots": [{"startDateTime": "2030-03-01T20:00:00", "capacity": 999}],
-            "seatmap": {"sections": [{"name": "STALLS", "rows": ["A", "B"], "seatsPerRow": 3}]}
-        }]
-    }));
-    w.bookings.import_catalog(&doc.to_string()).await.unwrap();
+    let w = seatmap_world().await;
     let env = Environment::Production;
-    let body = |seats: Value, n: usize| {
-        let customers: Vec<Value> = (0..n)
-            .map(|i| json!({"personType": "ADULT", "isPrimary": i == 0}))
-            .collect();
-        json!({"productId": "1004", "variantId": "5005", "inventoryId": "5005-203003012000", "inventorySeatIds": seats,
-               "customersDetails": {"count": n, "customers": customers}, "price": {"amount": 50.0 * n as f64, "currencyCode": "EUR"}})
-    };
+    let body = seatmap_request;
     let a = w
         .bookings
         .create(
@@ -1019,19 +999,131 @@ async fn seatmap_bookings_take_named_seats_once() {
         .unwrap_err();
     assert_eq!(count.code, "E_INVALID_ARGUMENT");
     // The capacity is the seat count (6), not the slot's nominal 999; a refused create held nothing.
-    assert_eq!(
-        w.bookings
-            .seats_taken(env, "5005-203003012000")
-            .await
-            .unwrap(),
-        2
-    );
+    assert_eq!(w.bookings.seats_taken(env, SEATMAP_SLOT).await.unwrap(), 2);
     w.bookings
         .cancel(env, "p1", &a.id.to_string(), None)
         .await
         .unwrap();
     w.bookings
         .create(env, "p1", 2, &body(json!(["STALLS-A-2"]), 1), None)
+        .await
+        .unwrap();
+}
+
+/// The seatmap concert's one slot.
+const SEATMAP_SLOT: &str = "5005-203003012000";
+
+/// A world whose catalog also has a seatmap concert (product 1004, variant 5005, six seats in
+/// rows A and B of STALLS).
+async fn seatmap_world() -> World {
+    let w = world().await;
+    let mut doc: Value = serde_json::from_str(&catalog_text()).unwrap();
+    doc["products"].as_array_mut().unwrap().push(json!({
+        "id": "1004", "name": "Concert", "productType": "EVENT", "cityCode": "PARIS", "primaryCategoryId": "3",
+        "startLocation": {"latitude": 48.85, "longitude": 2.35}, "inventorySelectionType": "SEATMAP",
+        "variants": [{
+            "id": "5005", "name": "Stalls", "duration": 120, "pax": {"min": 1, "max": 4},
+            "persons": [{"type": "ADULT", "name": "Adult", "price": 50.0, "originalPrice": 50.0, "netPrice": 40.0}],
+            "cancellationPolicy": {"cancellable": true, "cancellableUpToInMinutes": null},
+            "reschedulePolicy": {"reschedulable": false, "reschedulableUpToInMinutes": null},
+            "slots": [{"startDateTime": "2030-03-01T20:00:00", "capacity": 999}],
+            "seatmap": {"sections": [{"name": "STALLS", "rows": ["A", "B"], "seatsPerRow": 3}]}
+        }]
+    }));
+    w.bookings.import_catalog(&doc.to_string()).await.unwrap();
+    w
+}
+
+/// A booking of `n` adults on the concert's one slot, naming `seats`.
+fn seatmap_request(seats: Value, n: usize) -> Value {
+    let customers: Vec<Value> = (0..n)
+        .map(|i| json!({"personType": "ADULT", "isPrimary": i == 0}))
+        .collect();
+    json!({"productId": "1004", "variantId": "5005", "inventoryId": SEATMAP_SLOT, "inventorySeatIds": seats,
+           "customersDetails": {"count": n, "customers": customers}, "price": {"amount": 50.0 * n as f64, "currencyCode": "EUR"}})
+}
+
+/// Creates that race for one Idempotency-Key or one named seat commit one booking between
+/// them, whichever commits first; the others answer as a create after it would: the same
+/// booking for the same request, 409 for a different one or for a seat it took. A request
+/// that names a seat twice is refused (400) and holds nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn creates_racing_for_a_key_or_a_seat_commit_one_booking() {
+    let w = seatmap_world().await;
+    let env = Environment::Production;
+    let race = |bodies: Vec<Value>, key: Option<&'static str>| {
+        let tasks: Vec<_> = bodies
+            .into_iter()
+            .map(|body| {
+                let bookings = w.bookings.clone();
+                tokio::spawn(async move { bookings.create(env, "p1", 2, &body, key).await })
+            })
+            .collect();
+        async move {
+            let mut answers = Vec::new();
+            for t in tasks {
+                answers.push(t.await.unwrap());
+            }
+            answers
+        }
+    };
+    // The same request under one key: one booking, every answer that booking.
+    let same = race(
+        vec![seatmap_request(json!(["STALLS-A-1"]), 1); 16],
+        Some("same"),
+    )
+    .await;
+    let ids: std::collections::BTreeSet<i64> =
+        same.iter().map(|a| a.as_ref().unwrap().id).collect();
+    assert_eq!(ids.len(), 1, "{same:?}");
+    // Different requests under one key: one booking; the others get it back when their
+    // request is the winner's, and 409 otherwise.
+    let bodies: Vec<Value> = (0..16)
+        .map(|i| seatmap_request(json!([format!("STALLS-A-{}", 2 + i % 2)]), 1))
+        .collect();
+    let mixed = race(bodies, Some("mixed")).await;
+    let won: std::collections::BTreeSet<i64> = mixed
+        .iter()
+        .filter_map(|a| a.as_ref().ok())
+        .map(|b| b.id)
+        .collect();
+    assert_eq!(won.len(), 1, "{mixed:?}");
+    for answer in &mixed {
+        if let Err(e) = answer {
+            assert_eq!((e.status, e.code), (409, "E_IDEMPOTENCY_CONFLICT"), "{e}");
+        }
+    }
+    // One seat, no keys: one booking holds it.
+    let seat = race(vec![seatmap_request(json!(["STALLS-B-1"]), 1); 16], None).await;
+    assert_eq!(seat.iter().filter(|a| a.is_ok()).count(), 1, "{seat:?}");
+    for answer in &seat {
+        if let Err(e) = answer {
+            assert_eq!((e.status, e.code), (409, "E_INVENTORY_UNAVAILABLE"), "{e}");
+            assert!(e.message.contains("STALLS-B-1"), "{e}");
+        }
+    }
+    let twice = w
+        .bookings
+        .create(
+            env,
+            "p1",
+            2,
+            &seatmap_request(json!(["STALLS-B-2", "STALLS-B-2"]), 2),
+            None,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!((twice.status, twice.code), (400, "E_INVALID_ARGUMENT"));
+    // Three bookings of one seat each, and nothing else held.
+    assert_eq!(w.bookings.seats_taken(env, SEATMAP_SLOT).await.unwrap(), 3);
+    w.bookings
+        .create(
+            env,
+            "p1",
+            2,
+            &seatmap_request(json!(["STALLS-B-2"]), 1),
+            None,
+        )
         .await
         .unwrap();
 }
