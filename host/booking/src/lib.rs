@@ -593,7 +593,7 @@ impl Bookings {
                 now_ms,
             };
             return match self.create_grouped(&created).await? {
-                Inserted::Existing(row) => Ok(row),
+                Inserted::Existing(row) => Ok(*row),
                 Inserted::New(id) => self.created(env, id).await,
             };
         }
@@ -726,8 +726,8 @@ impl Bookings {
     /// its lock is checked by guards at the head of the part, in the writer's transaction: the
     /// Idempotency-Key unused, room in the slot (capacity as [`take_seats`] sets it), each
     /// named seat free, the drawn id unused. A guard that fails changes nothing; reads then
-    /// tell which, and answer as the transaction does (a drawn id already taken, or a state
-    /// that changed back since, draws again).
+    /// tell which, and the answer is the transaction's. When they find none (the drawn id was
+    /// taken, or seats came back in between), a new id is drawn and the part queued again.
     async fn create_grouped(&self, c: &CreateParts<'_>) -> Result<Inserted, BookingError> {
         // `check_create` refused a seat named twice, which the guards below would not catch.
         let (env, slot) = (c.env.as_str(), &c.checked.slot);
@@ -846,7 +846,7 @@ impl Bookings {
             {
                 // A concurrent create with the same Idempotency-Key won.
                 return if existing.request_hash.as_deref() == Some(c.request_hash) {
-                    Ok(Inserted::Existing(existing))
+                    Ok(Inserted::Existing(Box::new(existing)))
                 } else {
                     Err(BookingError::new(
                         409,
@@ -1533,7 +1533,7 @@ enum Inserted {
     /// This booking id.
     New(i64),
     /// A concurrent create with the same Idempotency-Key and request committed first.
-    Existing(BookingRow),
+    Existing(Box<BookingRow>),
 }
 
 /// A new booking id: twelve random digits (the first not 0) from the OS generator.
