@@ -89,9 +89,10 @@ pub struct Cloud {
     /// says whether it was there (an effect outside the store may not precede its run).
     pub check_durable: Option<Store>,
     pub durable_when_asked: Vec<bool>,
-    /// With `check_durable`: how many journal entries of its run were stored when each side
-    /// effect was asked (what the activation had committed of its own by then).
-    pub journal_when_asked: Vec<usize>,
+    /// With `check_durable`: each side effect's run, how many journal entries of that run were
+    /// stored when it was asked (what the activation had committed of its own by then), and how
+    /// long after the call began that read answered.
+    pub journal_when_asked: Vec<(String, usize, std::time::Duration)>,
 }
 
 #[derive(Clone, Default)]
@@ -136,11 +137,18 @@ impl Providers for FakeCloud {
         {
             use capstan_core::store::RunStore as _;
             let run_id = token.split(':').next().unwrap_or_default();
-            let durable = store.run(run_id).await.unwrap().is_some();
+            // The journal first: a call that has not answered within the engine's
+            // `PROGRESS_AFTER` has the activation's writes committed while it works, so only a
+            // read that answered sooner shows what was committed before the call.
+            let began = std::time::Instant::now();
             let journal = store.journal(run_id).await.unwrap().len();
+            let read_within = began.elapsed();
+            let durable = store.run(run_id).await.unwrap().is_some();
             let mut cloud = self.0.lock().unwrap();
             cloud.durable_when_asked.push(durable);
-            cloud.journal_when_asked.push(journal);
+            cloud
+                .journal_when_asked
+                .push((run_id.to_owned(), journal, read_within));
         }
         let mut cloud = self.0.lock().unwrap();
         if let Some((left, error)) = cloud.fail.get_mut(op)
