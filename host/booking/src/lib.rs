@@ -859,12 +859,15 @@ impl Bookings {
                 Sql::new("SELECT taken FROM slot_usage WHERE environment = $1 AND slot_id = $2")
                     .arg(env.to_owned())
                     .arg(slot.id.clone());
-            if let Some(row) = self.store.fetch_optional(read).await? {
-                let taken: i64 = row.try_get(0)?;
-                let remaining = i64::from(slot.capacity).max(taken) - taken;
-                if pax > remaining {
-                    return Err(seats_unavailable(&slot.id, remaining, c.checked.pax));
-                }
+            // A slot nobody has booked yet has nothing taken: a create larger than its capacity
+            // is refused here, as `take_seats` refuses it after creating the slot's row.
+            let taken: i64 = match self.store.fetch_optional(read).await? {
+                Some(row) => row.try_get(0)?,
+                None => 0,
+            };
+            let remaining = i64::from(slot.capacity).max(taken) - taken;
+            if pax > remaining {
+                return Err(seats_unavailable(&slot.id, remaining, c.checked.pax));
             }
             for seat in c.req.inventory_seat_ids.iter().flatten() {
                 let read = Sql::new(
@@ -879,7 +882,7 @@ impl Bookings {
             }
         }
         Err(BookingError::internal(
-            "no booking id could be drawn that is not taken",
+            "a create was refused by its guards eight times with nothing found to refuse it for",
         ))
     }
 

@@ -1126,6 +1126,26 @@ async fn creates_racing_for_a_key_or_a_seat_commit_one_booking() {
         )
         .await
         .unwrap();
+    // A first create larger than a slot nobody has booked yet: 409 with all of it remaining.
+    let mut doc: Value = serde_json::from_str(&catalog_text()).unwrap();
+    doc["products"][0]["variants"][0]["pax"]["max"] = json!(8);
+    w.bookings.import_catalog(&doc.to_string()).await.unwrap();
+    let small = slot(&w.clock);
+    let larger = w
+        .bookings
+        .create(env, "p1", 2, &request(&small, 6), None)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (larger.status, larger.code, larger.details.clone()),
+        (
+            409,
+            "E_INVENTORY_UNAVAILABLE",
+            Some(json!({"remaining": 5}))
+        ),
+        "{larger}"
+    );
+    assert_eq!(w.bookings.seats_taken(env, &small).await.unwrap(), 0);
 }
 
 /// Succeeds for most bookings, fails for every third (a permanent supplier refusal), and
