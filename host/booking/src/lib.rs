@@ -769,13 +769,10 @@ impl Bookings {
             sql.push_statement("SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM bookings WHERE id = $1)")
                 .bind(id);
             guards += 1;
-            sql.push_statement(
-                "INSERT INTO slot_usage (environment, slot_id, capacity, taken) VALUES ($1, $2, $3, 0)
-                 ON CONFLICT (environment, slot_id) DO UPDATE SET capacity = CASE WHEN excluded.capacity > slot_usage.taken THEN excluded.capacity ELSE slot_usage.taken END",
-            )
-            .bind(env.to_owned())
-            .bind(slot.id.clone())
-            .bind(i64::from(slot.capacity));
+            sql.push_statement(SLOT_USAGE)
+                .bind(env.to_owned())
+                .bind(slot.id.clone())
+                .bind(i64::from(slot.capacity));
             sql.push_statement(
                 "UPDATE slot_usage SET taken = taken + $1 WHERE environment = $2 AND slot_id = $3",
             )
@@ -1654,6 +1651,12 @@ pub fn price_of(
 type Tx<'a> = sqlx::Transaction<'a, sqlx::Any>;
 
 /// Takes `pax` seats of a slot or answers 409 `E_INVENTORY_UNAVAILABLE` with what remains.
+/// A slot's usage row, made on its first booking; its capacity the catalog's, never below what
+/// is taken. Both ways of creating a booking (`take_seats`, `Bookings::create_grouped`) check
+/// room against the capacity it sets.
+const SLOT_USAGE: &str = "INSERT INTO slot_usage (environment, slot_id, capacity, taken) VALUES ($1, $2, $3, 0)
+     ON CONFLICT (environment, slot_id) DO UPDATE SET capacity = CASE WHEN excluded.capacity > slot_usage.taken THEN excluded.capacity ELSE slot_usage.taken END";
+
 async fn take_seats(
     tx: &mut Tx<'_>,
     env: Environment,
@@ -1661,15 +1664,12 @@ async fn take_seats(
     capacity: u32,
     pax: u32,
 ) -> Result<(), BookingError> {
-    sqlx::query(
-        "INSERT INTO slot_usage (environment, slot_id, capacity, taken) VALUES ($1, $2, $3, 0)
-         ON CONFLICT (environment, slot_id) DO UPDATE SET capacity = CASE WHEN excluded.capacity > slot_usage.taken THEN excluded.capacity ELSE slot_usage.taken END",
-    )
-    .bind(env.as_str())
-    .bind(slot_id)
-    .bind(i64::from(capacity))
-    .execute(&mut **tx)
-    .await?;
+    sqlx::query(SLOT_USAGE)
+        .bind(env.as_str())
+        .bind(slot_id)
+        .bind(i64::from(capacity))
+        .execute(&mut **tx)
+        .await?;
     let sold = sqlx::query("UPDATE slot_usage SET taken = taken + $1 WHERE environment = $2 AND slot_id = $3 AND taken + $4 <= capacity")
         .bind(i64::from(pax))
         .bind(env.as_str())
