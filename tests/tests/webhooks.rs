@@ -592,3 +592,109 @@ async fn a_subscription_is_owed_only_what_commits_while_it_is_active() {
         "not {before} (before the subscription) nor {while_inactive} (while it was inactive)"
     );
 }
+
+/// A subscription's backlog (executions committing events faster than its receiver takes them)
+/// is delivered one attempt at a time in commit order: every event accepted once, each failed
+/// attempt's retry next, before any later event. Each attempt that delivers hands its place to
+/// the subscription's next delivery, so this is the order of a chain of attempts, not only of
+/// the dispatcher's passes.
+#[tokio::test]
+async fn a_backlog_is_delivered_in_commit_order_with_each_retry_before_anything_later() {
+    let dir = tempfile::tempdir().unwrap();
+    // Every seventh of the first 28 answers a 500; the rest, and everything after, 200.
+    let script: Vec<&str> = (0..28)
+        .map(|i| if i % 7 == 3 { "500" } else { "200" })
+        .collect();
+    let receiver = Receiver::start(dir.path(), &script.join(","));
+    let home = home_with(
+        &["guest-fixtures/fixture-steps.wasm"],
+        "[grants]\nfixture-steps = [\"dns\", \"convergence\"]\n[simulator]\ndns_propagation_ms = 0\n[webhooks]\nallow_loopback = true\nallow_http = true\nretry_schedule_ms = [50, 50, 50]\n",
+    );
+    let key = key_for(
+        home.path(),
+        "ops",
+        &["workflows:fixture-steps", "subscriptions:manage"],
+    );
+    let server = Server::start(home.path());
+    let base = server.base.clone();
+    let c = Client::new();
+    let created = c
+        .post(format!("{base}/v1/subscriptions"))
+        .bearer_auth(&key)
+        .json(
+            &json!({"events": ["ExecutionQueued.v1", "ExecutionStarted.v1", "StageStarted.v1",
+            "StageSucceeded.v1", "ExecutionSucceeded.v1"], "secret": OLD,
+            "url": format!("http://127.0.0.1:{}/hook", receiver.port)}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), StatusCode::CREATED);
+    // Eight executions at once: their events commit within milliseconds, the backlog.
+    let mut runs = tokio::task::JoinSet::new();
+    for n in 0..8 {
+        let (c, base, key) = (c.clone(), base.clone(), key.clone());
+        runs.spawn(async move {
+            let e: Value = c
+                .post(format!("{base}/v1/workflows/fixture-steps"))
+                .bearer_auth(&key)
+                .header("Idempotency-Key", format!("backlog-{n}"))
+                .json(&json!({"zone": "ZEXAMPLE-COM", "domain": format!("b{n}.example.com"), "stages": 3}))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            let id = e["executionId"].as_str().unwrap().to_owned();
+            let done = until_status(&c, &base, &key, &id, &["succeeded", "failed"]).await;
+            assert_eq!(done["status"], "succeeded", "{done}");
+        });
+    }
+    while let Some(run) = runs.join_next().await {
+        run.unwrap();
+    }
+
+    let db = capstan_e2e::database(home.path()).await;
+    let owed: Vec<String> = sqlx::query_scalar(
+        "SELECT event_id FROM outbox WHERE event_type IN
+           ('ExecutionQueued', 'ExecutionStarted', 'StageStarted', 'StageSucceeded', 'ExecutionSucceeded')
+         ORDER BY seq",
+    )
+    .fetch_all(&db)
+    .await
+    .unwrap();
+    assert_eq!(
+        owed.len(),
+        8 * (3 + 2 * 4),
+        "queued, started, (3 stages and the finalize stage) × 2, succeeded"
+    );
+    let got = receiver
+        .until("every owed event accepted", |r| {
+            r.iter().filter(|e| e["answered"] == 200).count() >= owed.len()
+        })
+        .await;
+    // The requests in the order the receiver took them: a 500 is followed by the same event.
+    let mut accepted = Vec::new();
+    for (i, e) in got.iter().enumerate() {
+        let id = e["eventId"].as_str().unwrap();
+        if e["answered"] == 500 {
+            assert_eq!(
+                got.get(i + 1).map(|n| n["eventId"].as_str().unwrap()),
+                Some(id),
+                "the retry of a failed attempt comes before anything later: {got:#?}"
+            );
+        } else {
+            accepted.push(id.to_owned());
+        }
+    }
+    assert_eq!(
+        got.iter().filter(|e| e["answered"] == 500).count(),
+        4,
+        "the script's failures were all met"
+    );
+    assert_eq!(
+        accepted, owed,
+        "each owed event accepted once, in commit order"
+    );
+}

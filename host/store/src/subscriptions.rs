@@ -409,7 +409,13 @@ impl Store {
         Ok(due)
     }
 
-    /// Records an attempt's result; `next` (attempt, at) queues the next attempt as a new row.
+    /// Records an attempt's result; `next_at` queues the delivery's next attempt as a new row.
+    ///
+    /// With `chain` (`now`, `lease_until`) and no next attempt queued, the same transaction
+    /// leases the subscription's next delivery to this node when it is due: the delivery that
+    /// just ended was the subscription's oldest pending one, so the next is the one a pass would
+    /// claim for it, and the attempt that ended hands its place to it at once instead of leaving
+    /// it for the dispatcher's next pass. A delivery leased so is returned, to be attempted.
     #[allow(clippy::too_many_arguments)]
     pub async fn finish_attempt(
         &self,
@@ -419,7 +425,8 @@ impl Store {
         last_error: Option<&str>,
         dispatched_ms: Millis,
         next_at: Option<Millis>,
-    ) -> Result<(), StoreError> {
+        chain: Option<(Millis, Millis)>,
+    ) -> Result<Option<DeliveryRecord>, StoreError> {
         let mut tx = self.begin_write().await.map_err(unavailable)?;
         let finished = sqlx::query(
             "UPDATE deliveries SET status = $1, response_code = $2, last_error = $3, dispatched_ms = $4, next_attempt_ms = NULL
@@ -437,7 +444,7 @@ impl Store {
         if finished != 1 {
             // Already recorded (a node whose lease ran out raced the one that took over, or the
             // subscription was deleted meanwhile): the attempt's successor exists or is moot.
-            return Ok(());
+            return Ok(None);
         }
         if let Some(at) = next_at {
             sqlx::query(
@@ -465,8 +472,28 @@ impl Store {
             .await
             .map_err(unavailable)?;
         }
+        let chained = match chain {
+            Some((now, lease_until)) if next_at.is_none() => sqlx::query(
+                "UPDATE deliveries SET lease_owner = $1, lease_expires_ms = $2
+                 WHERE id = (SELECT p.id FROM deliveries p
+                             WHERE p.status = 'pending' AND p.subscription_id = $3
+                             ORDER BY p.event_seq, p.attempt LIMIT 1)
+                   AND next_attempt_ms <= $4
+                   AND (lease_expires_ms IS NULL OR lease_expires_ms < $4)
+                 RETURNING *",
+            )
+            .bind(self.node_id())
+            .bind(lease_until)
+            .bind(&delivery.subscription_id)
+            .bind(now)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(unavailable)?
+            .map(|row| delivery_row(&row)),
+            _ => None,
+        };
         tx.commit().await.map_err(unavailable)?;
-        Ok(())
+        Ok(chained)
     }
 
     /// A manual redelivery: a new pending attempt now (or the pending one if there is one).

@@ -6,7 +6,9 @@
 //! subscription is active it reads only the subscriptions and leaves the cursor.
 //!
 //! Dispatch: per subscription only the oldest pending event is attempted (so a subscriber gets
-//! each execution's events in order); each attempt is a SubscriptionDelivery row. Standard
+//! each execution's events in order); each attempt is a SubscriptionDelivery row. An attempt that
+//! delivers hands on to its subscription's next due delivery in the transaction that records it,
+//! so a backlog drains at the receiver's pace rather than one delivery per dispatcher pass. Standard
 //! Webhooks headers: `webhook-id` (the event id, stable across retries), `webhook-timestamp`
 //! (per attempt), `webhook-signature` (`v1,<base64 HMAC-SHA256 of id.timestamp.body>`, and a
 //! second signature with the previous secret during a rotation). Only 2xx succeeds; redirects
@@ -49,7 +51,7 @@ pub async fn run(state: ApiState, mut stop: tokio::sync::watch::Receiver<bool>) 
             tracing::warn!(%error, "webhook relay failed; retrying");
         }
         while in_flight.try_join_next().is_some() {}
-        let sent = match dispatch(&state, &mut in_flight).await {
+        let sent = match dispatch(&state, &mut in_flight, &stop).await {
             Ok(n) => n,
             Err(error) => {
                 tracing::warn!(%error, "webhook dispatch failed; retrying");
@@ -164,35 +166,48 @@ const MAX_IN_FLIGHT_PER_OWNER: i64 = 16;
 async fn dispatch(
     state: &ApiState,
     in_flight: &mut tokio::task::JoinSet<()>,
+    stop: &tokio::sync::watch::Receiver<bool>,
 ) -> anyhow::Result<usize> {
     let free = MAX_IN_FLIGHT.saturating_sub(in_flight.len());
     if free == 0 {
         return Ok(0);
     }
-    // Each attempt is claimed by this node for its time limit plus 2 s: no other node
-    // sends it meanwhile, and if this node dies another sends it once the lease has passed.
     let now = state.now();
-    let lease_until =
-        now + i64::try_from(state.webhooks.timeout_ms).unwrap_or(i64::MAX / 4) + 2_000;
     let due = state
         .store
         .claim_deliveries(
             now,
-            lease_until,
+            lease_until(state, now),
             i64::try_from(free).unwrap_or(1),
             MAX_IN_FLIGHT_PER_OWNER,
         )
         .await?;
     let n = due.len();
     for delivery in due {
-        let state = state.clone();
+        let (state, stop) = (state.clone(), stop.clone());
         in_flight.spawn(async move {
-            if let Err(error) = attempt(&state, &delivery).await {
-                tracing::warn!(%error, delivery = %delivery.id, "webhook attempt could not be recorded");
+            // An attempt that ends its delivery hands its slot to the subscription's next
+            // delivery when that is due ([`Store::finish_attempt`]'s `chain`): a subscription's
+            // deliveries follow each other at the receiver's pace, one at a time and in order,
+            // not one per dispatcher pass. A stopping node starts no new one.
+            let mut next = Some(delivery);
+            while let Some(delivery) = next.take() {
+                match attempt(&state, &delivery, &stop).await {
+                    Ok(chained) => next = chained,
+                    Err(error) => {
+                        tracing::warn!(%error, delivery = %delivery.id, "webhook attempt could not be recorded");
+                    }
+                }
             }
         });
     }
     Ok(n)
+}
+
+/// This node's lease on an attempt claimed at `now`: its time limit plus 2 s, so no other node
+/// sends it meanwhile, and if this node dies another sends it once the lease has passed.
+fn lease_until(state: &ApiState, now: i64) -> i64 {
+    now + i64::try_from(state.webhooks.timeout_ms).unwrap_or(i64::MAX / 4) + 2_000
 }
 
 /// `v1,<base64 HMAC-SHA256(key, "{id}.{timestamp}.{body}")>`; a `whsec_` secret's key is its
@@ -248,11 +263,17 @@ fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<i64> {
         .filter(|s| *s >= 0)
 }
 
-async fn attempt(state: &ApiState, delivery: &DeliveryRecord) -> anyhow::Result<()> {
+/// Attempts `delivery` and records the result; unless the node is stopping, returns the
+/// subscription's next delivery when the store leased it to this node in the same transaction.
+async fn attempt(
+    state: &ApiState,
+    delivery: &DeliveryRecord,
+    stop: &tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<Option<DeliveryRecord>> {
     let config = &state.webhooks;
     let now = state.now();
     let Some(sub) = state.store.subscription(&delivery.subscription_id).await? else {
-        return Ok(());
+        return Ok(None);
     };
     if !sub.active || sub.deleted_ms.is_some() {
         state
@@ -264,12 +285,13 @@ async fn attempt(state: &ApiState, delivery: &DeliveryRecord) -> anyhow::Result<
                 Some("subscription inactive"),
                 now,
                 None,
+                None,
             )
             .await?;
-        return Ok(());
+        return Ok(None);
     }
     let Some(event) = state.store.outbox_event(delivery.event_seq).await? else {
-        return Ok(());
+        return Ok(None);
     };
     let body = serde_json::to_string(&crate::views::event(&event))?;
     let timestamp = now / 1000;
@@ -332,7 +354,12 @@ async fn attempt(state: &ApiState, delivery: &DeliveryRecord) -> anyhow::Result<
         code,
         (status == "succeeded").then(|| now - event.occurred_ms),
     );
-    state
+    // Only a delivery that ended (delivered, or out of attempts) hands on: after a failure
+    // that is retried later the subscription's next event waits behind it, and after a 410
+    // the subscription is disabled.
+    let chain = (status == "succeeded" || status == "exhausted") && !*stop.borrow();
+    let after = state.now();
+    let chained = state
         .store
         .finish_attempt(
             delivery,
@@ -341,10 +368,15 @@ async fn attempt(state: &ApiState, delivery: &DeliveryRecord) -> anyhow::Result<
             error.as_deref(),
             now,
             next_at,
+            chain.then(|| (after, lease_until(state, after))),
         )
         .await?;
-    update_health(state, &sub.id).await?;
-    Ok(())
+    // The result is recorded and the next delivery (if any) leased to this node: a health
+    // that cannot be updated now is updated by the next attempt, and must not strand that one.
+    if let Err(error) = update_health(state, &sub.id).await {
+        tracing::warn!(%error, subscription = %sub.id, "webhook subscription health could not be updated");
+    }
+    Ok(chained)
 }
 
 async fn update_health(state: &ApiState, id: &str) -> anyhow::Result<()> {
