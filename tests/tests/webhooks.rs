@@ -529,24 +529,14 @@ async fn a_subscription_is_owed_only_what_commits_while_it_is_active() {
     let base = server.base.clone();
     let c = Client::new();
     let run = |n: u32| {
-        let (c, base, key) = (c.clone(), base.clone(), key.clone());
-        async move {
-            let e: Value = c
-                .post(format!("{base}/v1/workflows/fixture-steps"))
-                .bearer_auth(&key)
-                .header("Idempotency-Key", format!("owed-{n}"))
-                .json(&json!({"zone": "ZEXAMPLE-COM", "stages": 1}))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            let id = e["executionId"].as_str().unwrap().to_owned();
-            let done = until_status(&c, &base, &key, &id, &["succeeded", "failed"]).await;
-            assert_eq!(done["status"], "succeeded", "{done}");
-            id
-        }
+        let body = json!({"zone": "ZEXAMPLE-COM", "stages": 1});
+        run_to_success(
+            c.clone(),
+            base.clone(),
+            key.clone(),
+            format!("owed-{n}"),
+            body,
+        )
     };
     let before = run(1).await;
     let created: Value = c
@@ -633,23 +623,15 @@ async fn a_backlog_is_delivered_in_commit_order_with_each_retry_before_anything_
     // Eight executions at once: their events commit within milliseconds, the backlog.
     let mut runs = tokio::task::JoinSet::new();
     for n in 0..8 {
-        let (c, base, key) = (c.clone(), base.clone(), key.clone());
-        runs.spawn(async move {
-            let e: Value = c
-                .post(format!("{base}/v1/workflows/fixture-steps"))
-                .bearer_auth(&key)
-                .header("Idempotency-Key", format!("backlog-{n}"))
-                .json(&json!({"zone": "ZEXAMPLE-COM", "domain": format!("b{n}.example.com"), "stages": 3}))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            let id = e["executionId"].as_str().unwrap().to_owned();
-            let done = until_status(&c, &base, &key, &id, &["succeeded", "failed"]).await;
-            assert_eq!(done["status"], "succeeded", "{done}");
-        });
+        let body =
+            json!({"zone": "ZEXAMPLE-COM", "domain": format!("b{n}.example.com"), "stages": 3});
+        runs.spawn(run_to_success(
+            c.clone(),
+            base.clone(),
+            key.clone(),
+            format!("backlog-{n}"),
+            body,
+        ));
     }
     while let Some(run) = runs.join_next().await {
         run.unwrap();
@@ -697,4 +679,29 @@ async fn a_backlog_is_delivered_in_commit_order_with_each_retry_before_anything_
         accepted, owed,
         "each owed event accepted once, in commit order"
     );
+}
+
+/// Triggers `fixture-steps` with `body` and waits until the execution succeeded; its id.
+async fn run_to_success(
+    c: Client,
+    base: String,
+    key: String,
+    idempotency_key: String,
+    body: Value,
+) -> String {
+    let e: Value = c
+        .post(format!("{base}/v1/workflows/fixture-steps"))
+        .bearer_auth(&key)
+        .header("Idempotency-Key", idempotency_key)
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = e["executionId"].as_str().unwrap().to_owned();
+    let done = until_status(&c, &base, &key, &id, &["succeeded", "failed"]).await;
+    assert_eq!(done["status"], "succeeded", "{done}");
+    id
 }

@@ -159,6 +159,12 @@ async fn relay(state: &ApiState) -> anyhow::Result<()> {
 /// its time limit.
 const MAX_IN_FLIGHT: usize = 128;
 
+/// How long one task hands a subscription's deliveries on from one to the next before it leaves
+/// the next to the dispatcher's pass: while the node's slots are all taken, a subscription whose
+/// deliveries wait gets one within about this long plus an attempt, as passes claim oldest due
+/// first; a backlog pays one pass (≥ [`RELAY_LINGER`]) per this much delivering.
+const HAND_ON_FOR: Duration = Duration::from_millis(250);
+
 /// Attempts one owner's subscriptions have in flight at most, over all nodes: an owner whose
 /// receivers all hang holds this many slots and everyone else's deliveries go on in the rest.
 const MAX_IN_FLIGHT_PER_OWNER: i64 = 16;
@@ -189,10 +195,13 @@ async fn dispatch(
             // An attempt that ends its delivery hands its slot to the subscription's next
             // delivery when that is due ([`Store::finish_attempt`]'s `chain`): a subscription's
             // deliveries follow each other at the receiver's pace, one at a time and in order,
-            // not one per dispatcher pass. A stopping node starts no new one.
+            // not one per dispatcher pass. A stopping node starts no new one, and after
+            // `HAND_ON_FOR` the slot goes back to the dispatcher.
+            let until = tokio::time::Instant::now() + HAND_ON_FOR;
+            let hand_on = || !*stop.borrow() && tokio::time::Instant::now() < until;
             let mut next = Some(delivery);
             while let Some(delivery) = next.take() {
-                match attempt(&state, &delivery, &stop).await {
+                match attempt(&state, &delivery, &hand_on).await {
                     Ok(chained) => next = chained,
                     Err(error) => {
                         tracing::warn!(%error, delivery = %delivery.id, "webhook attempt could not be recorded");
@@ -263,12 +272,13 @@ fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<i64> {
         .filter(|s| *s >= 0)
 }
 
-/// Attempts `delivery` and records the result; unless the node is stopping, returns the
-/// subscription's next delivery when the store leased it to this node in the same transaction.
+/// Attempts `delivery` and records the result; when `hand_on()` allows it as the result is
+/// recorded, returns the subscription's next delivery if the store leased it to this node in the
+/// same transaction.
 async fn attempt(
     state: &ApiState,
     delivery: &DeliveryRecord,
-    stop: &tokio::sync::watch::Receiver<bool>,
+    hand_on: &(dyn Fn() -> bool + Send + Sync),
 ) -> anyhow::Result<Option<DeliveryRecord>> {
     let config = &state.webhooks;
     let now = state.now();
@@ -357,7 +367,7 @@ async fn attempt(
     // Only a delivery that ended (delivered, or out of attempts) hands on: after a failure
     // that is retried later the subscription's next event waits behind it, and after a 410
     // the subscription is disabled.
-    let chain = (status == "succeeded" || status == "exhausted") && !*stop.borrow();
+    let chain = (status == "succeeded" || status == "exhausted") && hand_on();
     let after = state.now();
     let chained = state
         .store
