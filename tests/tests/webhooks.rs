@@ -13,17 +13,25 @@ use std::time::Duration;
 
 use capstan_e2e::{NEW_SECRET as NEW, OLD_SECRET as OLD};
 
+/// A home with the steps fixture on the simulated cloud (no propagation wait) and webhooks
+/// allowed to the test's loopback receiver, plus each test's own `[webhooks]` settings.
+fn webhook_home(webhooks: &str) -> tempfile::TempDir {
+    home_with(
+        &["guest-fixtures/fixture-steps.wasm"],
+        &format!(
+            "[grants]\nfixture-steps = [\"dns\", \"convergence\"]\n[simulator]\ndns_propagation_ms = 0\n[webhooks]\nallow_loopback = true\n{webhooks}"
+        ),
+    )
+}
+
 #[tokio::test]
 async fn deliveries_are_signed_retried_in_order_rotated_redelivered_and_410_disables() {
     let dir = tempfile::tempdir().unwrap();
     let receiver = Receiver::start_tls(dir.path(), "500,429:1");
-    let home = home_with(
-        &["guest-fixtures/fixture-steps.wasm"],
-        &format!(
-            "[grants]\nfixture-steps = [\"dns\", \"convergence\"]\n[simulator]\ndns_propagation_ms = 0\n[webhooks]\nallow_loopback = true\nextra_root_ca = {:?}\nretry_schedule_ms = [100, 100, 100]\ntimeout_ms = 2000\n",
-            receiver.ca().display().to_string()
-        ),
-    );
+    let home = webhook_home(&format!(
+        "extra_root_ca = {:?}\nretry_schedule_ms = [100, 100, 100]\ntimeout_ms = 2000\n",
+        receiver.ca().display().to_string()
+    ));
     let key = key_for(
         home.path(),
         "ops",
@@ -422,10 +430,8 @@ async fn deliveries_are_signed_retried_in_order_rotated_redelivered_and_410_disa
 async fn slow_receivers_hold_only_their_owners_share_and_subscriptions_are_capped_per_owner() {
     let dir = tempfile::tempdir().unwrap();
     let receiver = Receiver::start(dir.path(), "");
-    let home = home_with(
-        &["guest-fixtures/fixture-steps.wasm"],
-        "[grants]\nfixture-steps = [\"dns\", \"convergence\"]\n[simulator]\ndns_propagation_ms = 0\n[webhooks]\nallow_loopback = true\nallow_http = true\ntimeout_ms = 30000\nmax_subscriptions_per_owner = 20\n",
-    );
+    let home =
+        webhook_home("allow_http = true\ntimeout_ms = 30000\nmax_subscriptions_per_owner = 20\n");
     let perms = ["workflows:fixture-steps", "subscriptions:manage"];
     let slowpoke = key_for(home.path(), "slowpoke", &perms);
     let ops = key_for(home.path(), "ops", &perms);
@@ -516,10 +522,7 @@ async fn slow_receivers_hold_only_their_owners_share_and_subscriptions_are_cappe
 async fn a_subscription_is_owed_only_what_commits_while_it_is_active() {
     let dir = tempfile::tempdir().unwrap();
     let receiver = Receiver::start(dir.path(), "");
-    let home = home_with(
-        &["guest-fixtures/fixture-steps.wasm"],
-        "[grants]\nfixture-steps = [\"dns\", \"convergence\"]\n[simulator]\ndns_propagation_ms = 0\n[webhooks]\nallow_loopback = true\nallow_http = true\n",
-    );
+    let home = webhook_home("allow_http = true\n");
     let key = key_for(
         home.path(),
         "ops",
@@ -596,10 +599,7 @@ async fn a_backlog_is_delivered_in_commit_order_with_each_retry_before_anything_
         .map(|i| if i % 7 == 3 { "500" } else { "200" })
         .collect();
     let receiver = Receiver::start(dir.path(), &script.join(","));
-    let home = home_with(
-        &["guest-fixtures/fixture-steps.wasm"],
-        "[grants]\nfixture-steps = [\"dns\", \"convergence\"]\n[simulator]\ndns_propagation_ms = 0\n[webhooks]\nallow_loopback = true\nallow_http = true\nretry_schedule_ms = [50, 50, 50]\n",
-    );
+    let home = webhook_home("allow_http = true\nretry_schedule_ms = [50, 50, 50]\n");
     let key = key_for(
         home.path(),
         "ops",
